@@ -1,0 +1,3 @@
+pub mod error;
+pub mod mapped_file;
+pub mod record;
