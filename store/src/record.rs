@@ -12,16 +12,17 @@
 //! |-------:|-------:|-------|---------|
 //! | 0      | 4      | TOTALSIZE i32 | length of the whole record in bytes |
 //! | 4      | 4      | MAGICCODE u32 | [`MAGIC_MESSAGE`], [`MAGIC_SYSTEM`] or, for end-of-segment padding, [`MAGIC_BLANK`] |
-//! | 8      | 4      | CRC u32 | CRC32 (IEEE, `crc32fast`) of bytes `[12, TOTALSIZE)` |
+//! | 8      | 4      | CRC u32 | CRC32 (IEEE, `crc32fast`) of bytes `[12, TOTALSIZE)` except PHYSICALOFFSET `[48, 56)`, so one entry has one CRC on every replica wherever it sits (recovery checks PHYSICALOFFSET against the record's position instead) |
 //! | 12     | 8      | TERM u64 | Raft term of the entry |
 //! | 20     | 8      | LOGINDEX u64 | Raft log index of the entry |
-//! | 28     | 4      | QUEUEID i32 | message queue id (-1 for system records) |
-//! | 32     | 4      | FLAG i32 | user flag, opaque to the store |
-//! | 36     | 8      | QUEUEOFFSET i64 | always -1 here: queue offsets are assigned when the entry is applied and live in the ConsumeQueue |
-//! | 44     | 8      | PHYSICALOFFSET i64 | CommitLog offset of this record's first byte |
-//! | 52     | 4      | SYSFLAG i32 | RocketMQ sysflag bits ([`SYSFLAG_BORNHOST_V6`], [`SYSFLAG_STOREHOST_V6`], transaction bits, ...) |
-//! | 56     | 8      | BORNTIMESTAMP i64 | milliseconds since the Unix epoch, set by the producer |
-//! | 64     | 8 / 20 | BORNHOST | IPv4 address (4) + port (4), or IPv6 (16) + port (4) when SYSFLAG has [`SYSFLAG_BORNHOST_V6`] |
+//! | 28     | 4      | ENTRYREMAINING u32 | records that follow this one in the same Raft entry (0 on the entry's last record), so recovery can tell a torn entry from a whole one |
+//! | 32     | 4      | QUEUEID i32 | message queue id (-1 for system records) |
+//! | 36     | 4      | FLAG i32 | user flag, opaque to the store |
+//! | 40     | 8      | QUEUEOFFSET i64 | always -1 here: queue offsets are assigned when the entry is applied and live in the ConsumeQueue |
+//! | 48     | 8      | PHYSICALOFFSET i64 | CommitLog offset of this record's first byte |
+//! | 56     | 4      | SYSFLAG i32 | RocketMQ sysflag bits ([`SYSFLAG_BORNHOST_V6`], [`SYSFLAG_STOREHOST_V6`], transaction bits, ...) |
+//! | 60     | 8      | BORNTIMESTAMP i64 | milliseconds since the Unix epoch, set by the producer |
+//! | 68     | 8 / 20 | BORNHOST | IPv4 address (4) + port (4), or IPv6 (16) + port (4) when SYSFLAG has [`SYSFLAG_BORNHOST_V6`] |
 //! | ..     | 8      | STORETIMESTAMP i64 | milliseconds since the Unix epoch, set by the leader that proposed the entry |
 //! | ..     | 8 / 20 | STOREHOSTADDRESS | as BORNHOST, with [`SYSFLAG_STOREHOST_V6`] |
 //! | ..     | 4      | RECONSUMETIMES i32 | delivery attempts so far (retry topics) |
@@ -85,20 +86,22 @@ pub mod pos {
     pub const TERM: usize = 12;
     /// LOGINDEX
     pub const LOG_INDEX: usize = 20;
+    /// ENTRYREMAINING
+    pub const ENTRY_REMAINING: usize = 28;
     /// QUEUEID
-    pub const QUEUE_ID: usize = 28;
+    pub const QUEUE_ID: usize = 32;
     /// FLAG
-    pub const FLAG: usize = 32;
+    pub const FLAG: usize = 36;
     /// QUEUEOFFSET
-    pub const QUEUE_OFFSET: usize = 36;
+    pub const QUEUE_OFFSET: usize = 40;
     /// PHYSICALOFFSET
-    pub const PHYSICAL_OFFSET: usize = 44;
+    pub const PHYSICAL_OFFSET: usize = 48;
     /// SYSFLAG
-    pub const SYSFLAG: usize = 52;
+    pub const SYSFLAG: usize = 56;
     /// BORNTIMESTAMP
-    pub const BORN_TIMESTAMP: usize = 56;
+    pub const BORN_TIMESTAMP: usize = 60;
     /// BORNHOST
-    pub const BORN_HOST: usize = 64;
+    pub const BORN_HOST: usize = 68;
 }
 
 /// Kind of a record, from its magic.
@@ -274,18 +277,22 @@ fn put_host(out: &mut Vec<u8>, addr: &SocketAddr) {
     out.extend_from_slice(&i32::from(addr.port()).to_be_bytes());
 }
 
-/// Appends the encoding of `m` to `out` with the given Raft coordinates and physical
-/// offset; returns the record length. `props` must be `encode_properties(&m.properties)`
-/// and `len` must be `encoded_len(m, props)`.
-pub fn encode_into(
-    out: &mut Vec<u8>,
-    m: &MessageRecord,
-    props: &str,
-    len: usize,
-    term: u64,
-    log_index: u64,
-    physical_offset: u64,
-) {
+/// Where a record goes: its Raft entry and its place in the CommitLog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Raft term of the entry.
+    pub term: u64,
+    /// Raft log index of the entry.
+    pub log_index: u64,
+    /// Records of the same entry that follow this one.
+    pub entry_remaining: u32,
+    /// CommitLog offset of the record's first byte.
+    pub physical_offset: u64,
+}
+
+/// Appends the encoding of `m` at `at` to `out`. `props` must be
+/// `encode_properties(&m.properties)` and `len` must be `encoded_len(m, props)`.
+pub fn encode_into(out: &mut Vec<u8>, m: &MessageRecord, props: &str, len: usize, at: Placement) {
     let start = out.len();
     out.reserve(len);
     let mut sys_flag = m.sys_flag & !(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6);
@@ -302,12 +309,13 @@ pub fn encode_into(
     out.extend_from_slice(&(len as i32).to_be_bytes());
     out.extend_from_slice(&magic.to_be_bytes());
     out.extend_from_slice(&0u32.to_be_bytes()); // CRC, filled below
-    out.extend_from_slice(&term.to_be_bytes());
-    out.extend_from_slice(&log_index.to_be_bytes());
+    out.extend_from_slice(&at.term.to_be_bytes());
+    out.extend_from_slice(&at.log_index.to_be_bytes());
+    out.extend_from_slice(&at.entry_remaining.to_be_bytes());
     out.extend_from_slice(&m.queue_id.to_be_bytes());
     out.extend_from_slice(&m.flag.to_be_bytes());
     out.extend_from_slice(&(-1i64).to_be_bytes());
-    out.extend_from_slice(&(physical_offset as i64).to_be_bytes());
+    out.extend_from_slice(&(at.physical_offset as i64).to_be_bytes());
     out.extend_from_slice(&sys_flag.to_be_bytes());
     out.extend_from_slice(&m.born_timestamp_ms.to_be_bytes());
     put_host(out, &m.born_host);
@@ -326,8 +334,16 @@ pub fn encode_into(
         len,
         "encoded_len disagrees with encode_into"
     );
-    let crc = crc32fast::hash(&out[start + pos::CRC_FROM..]);
+    let crc = record_crc(&out[start..]);
     out[start + pos::CRC..start + pos::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// The CRC of one encoded record (see the layout table for what it covers).
+pub fn record_crc(record: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&record[pos::CRC_FROM..pos::PHYSICAL_OFFSET]);
+    h.update(&record[pos::PHYSICAL_OFFSET + 8..]);
+    h.finalize()
 }
 
 /// What the first bytes at a position say.
@@ -444,7 +460,7 @@ impl<'a> RecordView<'a> {
             m => return Err(format!("unknown magic {m:#010x}")),
         };
         let stored_crc = u32::from_be_bytes(bytes[pos::CRC..pos::CRC + 4].try_into().unwrap());
-        let crc = crc32fast::hash(&bytes[pos::CRC_FROM..]);
+        let crc = record_crc(bytes);
         if crc != stored_crc {
             return Err(format!(
                 "CRC mismatch: stored {stored_crc:#010x}, computed {crc:#010x}"
@@ -535,6 +551,14 @@ impl<'a> RecordView<'a> {
     pub fn log_index(&self) -> u64 {
         be_u64(self.bytes, pos::LOG_INDEX)
     }
+    /// Records of the same Raft entry that follow this one.
+    pub fn entry_remaining(&self) -> u32 {
+        u32::from_be_bytes(
+            self.bytes[pos::ENTRY_REMAINING..pos::ENTRY_REMAINING + 4]
+                .try_into()
+                .unwrap(),
+        )
+    }
     /// Message queue id.
     pub fn queue_id(&self) -> i32 {
         be_i32(self.bytes, pos::QUEUE_ID)
@@ -611,7 +635,13 @@ mod tests {
         let props = encode_properties(&m.properties);
         let len = encoded_len(m, &props).unwrap();
         let mut out = Vec::new();
-        encode_into(&mut out, m, &props, len, term, idx, phys);
+        let at = Placement {
+            term,
+            log_index: idx,
+            entry_remaining: 0,
+            physical_offset: phys,
+        };
+        encode_into(&mut out, m, &props, len, at);
         out
     }
 
@@ -635,9 +665,23 @@ mod tests {
     }
 
     #[test]
-    fn any_flipped_bit_is_detected() {
+    fn crc_does_not_depend_on_the_physical_offset() {
+        let a = RecordView::parse(&encode(&sample(false), 1, 1, 0))
+            .unwrap()
+            .crc();
+        let b = RecordView::parse(&encode(&sample(false), 1, 1, 777))
+            .unwrap()
+            .crc();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn any_flipped_bit_outside_the_physical_offset_is_detected() {
         let bytes = encode(&sample(false), 1, 1, 0);
         for i in 0..bytes.len() * 8 {
+            if (pos::PHYSICAL_OFFSET * 8..(pos::PHYSICAL_OFFSET + 8) * 8).contains(&i) {
+                continue;
+            }
             let mut b = bytes.clone();
             b[i / 8] ^= 1 << (i % 8);
             assert!(

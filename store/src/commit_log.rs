@@ -1,0 +1,574 @@
+//! The CommitLog: one append-only log of records shared by every topic, in fixed-size
+//! mmap'd segments, which is at the same time the Raft log (each record carries the
+//! term and log index of its entry; see [`crate::record`] for the layout).
+//!
+//! Positions: `wrote_offset` is the end of what has been written (readable by this
+//! process); `flushed_offset` is the end of what is durable (fsynced). They are kept
+//! apart: an append only writes; [`CommitLog::flush`] makes data durable.
+//!
+//! A Raft entry (one or more records) never straddles two segments: when it does not
+//! fit in what is left of the current segment, the rest of that segment is padded
+//! with a blank record and the entry starts the next segment. Every record leaves at
+//! least [`BLANK_MIN_BYTES`] free, so the padding always fits.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use crate::error::{Result, StoreError};
+use crate::mapped_file::MappedFileQueue;
+use crate::raft_index::{EntryLocation, RaftIndex};
+use crate::record::{
+    encode_into, encode_properties, encoded_len, parse_header, Header, MessageRecord, Placement,
+    RecordView, BLANK_MIN_BYTES, MAGIC_BLANK,
+};
+
+/// RocketMQ's default CommitLog segment size: 1 GiB.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 1 << 30;
+/// RocketMQ's default `maxMessageSize`: 4 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE_BYTES: usize = 4 << 20;
+
+/// CommitLog settings.
+#[derive(Debug, Clone)]
+pub struct CommitLogConfig {
+    /// Size of each segment file in bytes (every replica of a group must use the same).
+    pub segment_bytes: u64,
+    /// Largest message body accepted, in bytes.
+    pub max_message_size_bytes: usize,
+    /// Entries per Raft index file.
+    pub raft_index_entries_per_file: u64,
+}
+
+impl Default for CommitLogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            max_message_size_bytes: DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+            raft_index_entries_per_file: crate::raft_index::DEFAULT_RAFT_INDEX_ENTRIES_PER_FILE,
+        }
+    }
+}
+
+/// One Raft entry's bytes as read back from the CommitLog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEntry {
+    /// Where the entry sits.
+    pub location: EntryLocation,
+    /// All its records, back to back.
+    pub bytes: Vec<u8>,
+}
+
+impl StoredEntry {
+    /// The entry's records, each checked (CRC, term and log index).
+    pub fn records(&self) -> impl Iterator<Item = Result<RecordView<'_>, String>> + '_ {
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            if at >= self.bytes.len() {
+                return None;
+            }
+            let rest = &self.bytes[at..];
+            if rest.len() < 4 {
+                at = self.bytes.len();
+                return Some(Err("entry ends inside a record header".into()));
+            }
+            let len = i32::from_be_bytes(rest[..4].try_into().unwrap());
+            if len <= 0 || len as usize > rest.len() {
+                at = self.bytes.len();
+                return Some(Err(format!("record length {len} overruns the entry")));
+            }
+            at += len as usize;
+            Some(RecordView::parse(&rest[..len as usize]).and_then(|v| {
+                if v.term() == self.location.term && v.log_index() == self.location.log_index {
+                    Ok(v)
+                } else {
+                    Err(format!(
+                        "record carries ({}, {}) inside entry ({}, {})",
+                        v.term(),
+                        v.log_index(),
+                        self.location.term,
+                        self.location.log_index
+                    ))
+                }
+            }))
+        })
+    }
+}
+
+struct Writer {
+    last_term: u64,
+    buf: Vec<u8>,
+}
+
+/// The CommitLog plus its Raft log index. One writer at a time (appends, truncation
+/// and purges serialise on an internal lock); reads run concurrently.
+pub struct CommitLog {
+    cfg: CommitLogConfig,
+    segments: MappedFileQueue,
+    raft_index: RaftIndex,
+    writer: Mutex<Writer>,
+    /// Serialises fsyncs with truncation, so `flushed` never passes `wrote`.
+    flush_lock: Mutex<()>,
+    /// Set when an fsync failed: the page cache may no longer match the disk
+    /// (fsyncgate), so the log refuses every later write.
+    poisoned: Mutex<Option<String>>,
+    /// Readers hold it shared while copying bytes; truncation holds it exclusively
+    /// while it erases bytes.
+    erase: RwLock<()>,
+    wrote: AtomicU64,
+    flushed: AtomicU64,
+    min_offset: AtomicU64,
+}
+
+impl CommitLog {
+    /// Opens the segments under `dir/commitlog` and the index under `dir/raftindex`
+    /// with every position at `end_offset` (a record boundary established by recovery
+    /// or by the checkpoint of a clean shutdown). `last_term` is the term of the last
+    /// entry (0 when empty).
+    pub(crate) fn open_at(
+        cfg: CommitLogConfig,
+        dir: &Path,
+        end_offset: u64,
+        last_term: u64,
+    ) -> Result<Self> {
+        let min_record = crate::record::min_record_len() as u64 + BLANK_MIN_BYTES;
+        if cfg.segment_bytes < min_record || cfg.segment_bytes > i32::MAX as u64 {
+            return Err(StoreError::Config(format!(
+                "CommitLog segment size {} must be in [{min_record}, {}]",
+                cfg.segment_bytes,
+                i32::MAX
+            )));
+        }
+        let segments = MappedFileQueue::open(&dir.join("commitlog"), cfg.segment_bytes)?;
+        let raft_index = RaftIndex::open(&dir.join("raftindex"), cfg.raft_index_entries_per_file)?;
+        let min_offset = segments.first_start().unwrap_or(end_offset);
+        Ok(Self {
+            cfg,
+            segments,
+            raft_index,
+            writer: Mutex::new(Writer {
+                last_term,
+                buf: Vec::new(),
+            }),
+            flush_lock: Mutex::new(()),
+            poisoned: Mutex::new(None),
+            erase: RwLock::new(()),
+            wrote: AtomicU64::new(end_offset),
+            flushed: AtomicU64::new(end_offset),
+            min_offset: AtomicU64::new(min_offset),
+        })
+    }
+
+    /// The segment files.
+    pub fn segments(&self) -> &MappedFileQueue {
+        &self.segments
+    }
+
+    /// The Raft log index.
+    pub fn raft_index(&self) -> &RaftIndex {
+        &self.raft_index
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CommitLogConfig {
+        &self.cfg
+    }
+
+    /// End of written data (physical offset).
+    pub fn wrote_offset(&self) -> u64 {
+        self.wrote.load(Ordering::Acquire)
+    }
+
+    /// End of durable data (physical offset).
+    pub fn flushed_offset(&self) -> u64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    /// Oldest retained physical offset.
+    pub fn min_offset(&self) -> u64 {
+        self.min_offset.load(Ordering::Acquire)
+    }
+
+    /// First log index held.
+    pub fn first_log_index(&self) -> u64 {
+        self.raft_index.first_index()
+    }
+
+    /// One past the last log index held.
+    pub fn next_log_index(&self) -> u64 {
+        self.raft_index.next_index()
+    }
+
+    /// The last entry's location, or `None` when the log is empty.
+    pub fn last_entry(&self) -> Result<Option<EntryLocation>> {
+        let next = self.raft_index.next_index();
+        if next == self.raft_index.first_index() {
+            return Ok(None);
+        }
+        self.raft_index.get(next - 1).map(Some)
+    }
+
+    /// `(wrote offset, next log index, last term)` read together.
+    pub fn tail(&self) -> (u64, u64, u64) {
+        let w = self.writer.lock().unwrap();
+        (
+            self.wrote_offset(),
+            self.raft_index.next_index(),
+            w.last_term,
+        )
+    }
+
+    /// Sets the written and flushed end after recovery established it.
+    pub(crate) fn set_recovered_end(&self, end_offset: u64, last_term: u64) {
+        let mut w = self.writer.lock().unwrap();
+        w.last_term = last_term;
+        self.wrote.store(end_offset, Ordering::Release);
+        self.flushed.store(end_offset, Ordering::Release);
+        if self.segments.first_start().is_none() {
+            self.min_offset.store(end_offset, Ordering::Release);
+        }
+    }
+
+    /// Location of `log_index`.
+    pub fn entry_location(&self, log_index: u64) -> Result<EntryLocation> {
+        self.raft_index.get(log_index)
+    }
+
+    /// Appends one Raft entry made of `records` (at least one). `log_index` must be
+    /// `next_log_index()` and `term` at least the last entry's term. Writes only: the
+    /// entry is durable once [`CommitLog::flush`] has covered its `end_offset`.
+    ///
+    /// Errors: `InvalidInput` (empty entry, field too long), `MessageTooLarge`,
+    /// `EntryTooLarge`, `NonContiguousLog`, `Io`. On error nothing is published.
+    pub fn append_entry(
+        &self,
+        term: u64,
+        log_index: u64,
+        records: &[MessageRecord],
+    ) -> Result<EntryLocation> {
+        if records.is_empty() {
+            return Err(StoreError::InvalidInput(
+                "a Raft entry needs at least one record".into(),
+            ));
+        }
+        let mut w = self.writer.lock().unwrap();
+        if let Some(why) = self.poisoned.lock().unwrap().as_ref() {
+            return Err(StoreError::NotWritable(why.clone()));
+        }
+        let expected = self.raft_index.next_index();
+        if log_index != expected || term < w.last_term {
+            return Err(StoreError::NonContiguousLog {
+                expected,
+                got: log_index,
+                term,
+                last_term: w.last_term,
+            });
+        }
+        let mut sized = Vec::with_capacity(records.len());
+        let mut total = 0u64;
+        for m in records {
+            if m.body.len() > self.cfg.max_message_size_bytes {
+                return Err(StoreError::MessageTooLarge {
+                    size_bytes: m.body.len(),
+                    max_bytes: self.cfg.max_message_size_bytes,
+                });
+            }
+            let props = encode_properties(&m.properties);
+            let len = encoded_len(m, &props).map_err(StoreError::InvalidInput)?;
+            total += len as u64;
+            sized.push((props, len));
+        }
+        let seg = self.cfg.segment_bytes;
+        if total + BLANK_MIN_BYTES > seg || total > u64::from(u32::MAX) {
+            return Err(StoreError::EntryTooLarge {
+                size_bytes: total,
+                segment_bytes: seg,
+            });
+        }
+        let mut start = self.wrote.load(Ordering::Acquire);
+        let room = seg - start % seg;
+        if total + BLANK_MIN_BYTES > room {
+            // Pad the rest of this segment; the entry starts the next one.
+            debug_assert!(
+                room >= BLANK_MIN_BYTES,
+                "a record left less than the blank minimum"
+            );
+            let f = self.segments.find_or_create(start)?;
+            let mut blank = [0u8; 8];
+            blank[..4].copy_from_slice(&(room as i32).to_be_bytes());
+            blank[4..].copy_from_slice(&MAGIC_BLANK.to_be_bytes());
+            f.write_at(start - f.start_offset(), &blank);
+            start += room;
+        }
+        let buf = &mut w.buf;
+        buf.clear();
+        let count = records.len();
+        for (i, (m, (props, len))) in records.iter().zip(&sized).enumerate() {
+            let at = Placement {
+                term,
+                log_index,
+                entry_remaining: (count - 1 - i) as u32,
+                physical_offset: start + buf.len() as u64,
+            };
+            encode_into(buf, m, props, *len, at);
+        }
+        debug_assert_eq!(buf.len() as u64, total);
+        let f = self.segments.find_or_create(start)?;
+        f.write_at(start - f.start_offset(), buf);
+        let loc = EntryLocation {
+            log_index,
+            term,
+            physical_offset: start,
+            size_bytes: total as u32,
+        };
+        self.raft_index.append(&loc)?;
+        w.last_term = term;
+        self.wrote.store(start + total, Ordering::Release);
+        Ok(loc)
+    }
+
+    /// Reads entry `log_index` back. Errors: `OutOfRange` when not held, `Corrupted`.
+    pub fn read_entry(&self, log_index: u64) -> Result<StoredEntry> {
+        let location = self.raft_index.get(log_index)?;
+        let bytes = self.read_bytes(location.physical_offset, location.size_bytes as usize)?;
+        Ok(StoredEntry { location, bytes })
+    }
+
+    /// Copies `len` bytes at physical `offset` (which must lie in one segment, below
+    /// the written end and at or above the oldest retained offset).
+    pub fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let _guard = self.erase.read().unwrap();
+        let (min, max) = (self.min_offset(), self.wrote_offset());
+        let end = offset.saturating_add(len as u64);
+        if offset < min || end > max {
+            return Err(StoreError::OutOfRange {
+                what: "physical offset",
+                requested: offset,
+                min,
+                max,
+            });
+        }
+        let f = self.segments.find(offset).ok_or(StoreError::OutOfRange {
+            what: "physical offset",
+            requested: offset,
+            min,
+            max,
+        })?;
+        let pos = offset - f.start_offset();
+        if pos + len as u64 > f.size_bytes() {
+            return Err(StoreError::Corrupted {
+                path: f.path().to_path_buf(),
+                file_offset: pos,
+                reason: format!("a read of {len} bytes crosses the segment end"),
+            });
+        }
+        Ok(f.slice(pos, len).to_vec())
+    }
+
+    /// Reads and checks the single record at `offset` of `size_bytes` bytes (a
+    /// ConsumeQueue or IndexFile position). Errors: `OutOfRange`, `Corrupted` (naming
+    /// the segment file and the offset in it).
+    pub fn read_record(&self, offset: u64, size_bytes: usize) -> Result<Vec<u8>> {
+        let bytes = self.read_bytes(offset, size_bytes)?;
+        match RecordView::parse(&bytes) {
+            Ok(v) if v.physical_offset() == offset => Ok(bytes),
+            Ok(v) => Err(self.corrupted(
+                offset,
+                format!("record says it is at {}", v.physical_offset()),
+            )),
+            Err(reason) => Err(self.corrupted(offset, reason)),
+        }
+    }
+
+    pub(crate) fn corrupted(&self, offset: u64, reason: String) -> StoreError {
+        let seg = self.cfg.segment_bytes;
+        let start = offset - offset % seg;
+        StoreError::Corrupted {
+            path: self
+                .segments
+                .dir()
+                .join(crate::mapped_file::segment_name(start)),
+            file_offset: offset - start,
+            reason,
+        }
+    }
+
+    /// Makes everything written so far durable (MS_SYNC of the unflushed range; the
+    /// segment files and directory were fsynced when created). Returns the new
+    /// flushed offset. Concurrent callers are fine; one fsync covers every record
+    /// written before it started.
+    pub fn flush(&self) -> Result<u64> {
+        let _f = self.flush_lock.lock().unwrap();
+        let target = self.wrote_offset();
+        let from = self.flushed_offset();
+        if let Some(why) = self.poisoned.lock().unwrap().as_ref() {
+            return Err(StoreError::NotWritable(why.clone()));
+        }
+        if target > from {
+            if let Err(e) = self.segments.flush_range(from, target) {
+                *self.poisoned.lock().unwrap() = Some(format!("an fsync failed: {e}"));
+                return Err(e);
+            }
+            self.flushed.store(target, Ordering::Release);
+        }
+        Ok(target.max(from))
+    }
+
+    /// Removes every entry at or after `log_index` (Raft conflict resolution). The
+    /// bytes are zeroed and fsynced and later segments deleted before this returns,
+    /// so nothing truncated can be read again or resurrected by a restart.
+    /// Errors: `OutOfRange` when `log_index` is below the first held index.
+    pub fn truncate_from(&self, log_index: u64) -> Result<()> {
+        let mut w = self.writer.lock().unwrap();
+        let next = self.raft_index.next_index();
+        if log_index >= next {
+            return Ok(());
+        }
+        let first = self.raft_index.first_index();
+        if log_index < first {
+            return Err(StoreError::OutOfRange {
+                what: "log index",
+                requested: log_index,
+                min: first,
+                max: next,
+            });
+        }
+        let cut = self.raft_index.get(log_index)?.physical_offset;
+        let _f = self.flush_lock.lock().unwrap();
+        let _erase = self.erase.write().unwrap();
+        let old_end = self.wrote.swap(cut, Ordering::AcqRel);
+        self.raft_index.truncate(log_index)?;
+        self.erase_range(cut, old_end)?;
+        self.segments.remove_segments_after(cut)?;
+        self.flushed.fetch_min(cut, Ordering::AcqRel);
+        w.last_term = if log_index > first {
+            self.raft_index.get(log_index - 1)?.term
+        } else {
+            0
+        };
+        Ok(())
+    }
+
+    /// Zeroes and fsyncs physical `[from, to)` (only bytes in existing segments).
+    pub(crate) fn erase_range(&self, from: u64, to: u64) -> Result<()> {
+        let mut at = from;
+        while at < to {
+            let Some(f) = self.segments.find(at) else {
+                break;
+            };
+            let end = to.min(f.end_offset());
+            let (a, b) = (at - f.start_offset(), end - f.start_offset());
+            f.zero(a, (b - a) as usize);
+            f.flush_range(a, b)?;
+            at = end;
+        }
+        Ok(())
+    }
+
+    /// Drops the whole log; the next entry appended must be `next_log_index` and goes
+    /// at the start of a fresh segment (used after installing a snapshot).
+    pub fn reset(&self, next_log_index: u64, last_term: u64) -> Result<()> {
+        let mut w = self.writer.lock().unwrap();
+        let _f = self.flush_lock.lock().unwrap();
+        let _erase = self.erase.write().unwrap();
+        let end = self.wrote_offset();
+        let seg = self.cfg.segment_bytes;
+        let fresh = if end % seg == 0 {
+            end
+        } else {
+            end - end % seg + seg
+        };
+        self.segments.remove_all()?;
+        self.raft_index.reset(next_log_index)?;
+        self.wrote.store(fresh, Ordering::Release);
+        self.flushed.store(fresh, Ordering::Release);
+        self.min_offset.store(fresh, Ordering::Release);
+        w.last_term = last_term;
+        Ok(())
+    }
+
+    /// Deletes the oldest segments while `expired(segment start, segment end)` says so,
+    /// never the segment holding the written end, and never a segment that ends after
+    /// `limit_offset`. Moves the minimum offset and the index's first log index.
+    /// Returns the new minimum physical offset.
+    pub fn remove_segments(
+        &self,
+        limit_offset: u64,
+        mut expired: impl FnMut(u64, u64) -> bool,
+    ) -> Result<u64> {
+        let _w = self.writer.lock().unwrap();
+        let wrote = self.wrote_offset();
+        let removed = self.segments.remove_oldest_while(|f| {
+            f.end_offset() <= limit_offset
+                && f.end_offset() <= wrote
+                && expired(f.start_offset(), f.end_offset())
+        })?;
+        if removed > 0 {
+            let min = self.segments.first_start().unwrap_or(wrote);
+            self.min_offset.store(min, Ordering::Release);
+            if let Some(first_index) = self.first_log_index_at(min)? {
+                self.raft_index.purge_below(first_index)?;
+            }
+        }
+        Ok(self.min_offset())
+    }
+
+    /// After a restart: the Raft index may still hold entries of segments deleted by
+    /// retention (the index files are deleted whole); forget them.
+    pub(crate) fn forget_purged_index_entries(&self) -> Result<()> {
+        if self.min_offset() >= self.wrote_offset() {
+            // No record is held: the log is empty and starts at its next index.
+            self.raft_index.purge_below(self.raft_index.next_index())?;
+            return Ok(());
+        }
+        if let Some(first) = self.first_log_index_at(self.min_offset())? {
+            if first > self.raft_index.first_index() {
+                self.raft_index.purge_below(first)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The log index of the record at the start of the segment beginning at `offset`.
+    fn first_log_index_at(&self, offset: u64) -> Result<Option<u64>> {
+        if offset >= self.wrote_offset() {
+            return Ok(None);
+        }
+        let Some(f) = self.segments.find(offset) else {
+            return Ok(None);
+        };
+        match parse_header(f.slice(0, 8), f.size_bytes()) {
+            Ok(Header::Record { len, .. }) => {
+                let bytes = self.read_record(offset, len as usize)?;
+                Ok(Some(
+                    RecordView::parse(&bytes)
+                        .expect("checked by read_record")
+                        .log_index(),
+                ))
+            }
+            Ok(_) => Ok(None),
+            Err(reason) => Err(self.corrupted(offset, reason)),
+        }
+    }
+
+    /// Store timestamp of the first record at or after physical `offset` in its
+    /// segment, if that segment starts with a record (used by time-based retention).
+    pub fn first_store_timestamp_ms(&self, segment_start: u64) -> Result<Option<i64>> {
+        let Some(f) = self.segments.find(segment_start) else {
+            return Ok(None);
+        };
+        if segment_start >= self.wrote_offset() {
+            return Ok(None);
+        }
+        match parse_header(f.slice(0, 8), f.size_bytes()) {
+            Ok(Header::Record { len, .. }) => {
+                let bytes = self.read_record(segment_start, len as usize)?;
+                Ok(Some(
+                    RecordView::parse(&bytes)
+                        .expect("checked")
+                        .store_timestamp_ms(),
+                ))
+            }
+            _ => Ok(None),
+        }
+    }
+}

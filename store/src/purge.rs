@@ -1,0 +1,107 @@
+//! Deleting old data: retention by age and disk usage, and Raft log purges.
+
+use crate::error::Result;
+use crate::retention::{segments_to_delete, RetentionClock, SegmentAge};
+use crate::store::MessageStore;
+
+/// What one retention run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PurgeReport {
+    /// CommitLog segments deleted.
+    pub segments_deleted: usize,
+    /// Oldest CommitLog offset kept.
+    pub min_offset: u64,
+    /// First log index kept.
+    pub first_log_index: u64,
+}
+
+impl MessageStore {
+    /// One retention run (call it periodically, e.g. every 10 s as RocketMQ does):
+    /// deletes expired or, under disk pressure, the oldest CommitLog segments, but
+    /// never a segment holding entries that are not yet dispatched, nor one past
+    /// `limit_offset` (what the Raft layer allows to be purged). ConsumeQueue minimum
+    /// offsets and IndexFiles follow.
+    pub fn run_retention(&self, clock: RetentionClock, limit_offset: u64) -> Result<PurgeReport> {
+        let log = self.commit_log();
+        let segments = log.segments().segments();
+        let mut ages = Vec::with_capacity(segments.len());
+        for (i, _) in segments.iter().enumerate() {
+            let newest = match segments.get(i + 1) {
+                Some(next) => log.first_store_timestamp_ms(next.start_offset())?,
+                None => None,
+            };
+            ages.push(SegmentAge {
+                newest_store_timestamp_ms: newest,
+            });
+        }
+        let n = segments_to_delete(&self.config().retention, &ages, clock);
+        let delete_below = segments.get(n).map(|s| s.start_offset()).unwrap_or(0);
+        self.remove_segments_below(delete_below.min(limit_offset))
+    }
+
+    /// Deletes whole CommitLog segments all of whose entries have log index <=
+    /// `log_index` and are dispatched (Raft `purge` after a snapshot).
+    pub fn purge_through(&self, log_index: u64) -> Result<PurgeReport> {
+        let log = self.commit_log();
+        let next = log.next_log_index();
+        if log_index < log.first_log_index() {
+            return self.remove_segments_below(log.min_offset());
+        }
+        if log_index + 1 >= next {
+            // Keep at least the entry the next one must follow.
+            return self.remove_segments_below(
+                log.entry_location(next.saturating_sub(1))?.physical_offset,
+            );
+        }
+        self.remove_segments_below(log.entry_location(log_index + 1)?.physical_offset)
+    }
+
+    /// Deletes every segment that ends at or before `offset` (and is dispatched).
+    fn remove_segments_below(&self, offset: u64) -> Result<PurgeReport> {
+        let log = self.commit_log();
+        let limit = offset.min(self.dispatched_offset());
+        let before = log.segments().segments().len();
+        let min = log.remove_segments(limit, |_, _| true)?;
+        let deleted = before - log.segments().segments().len();
+        if deleted > 0 {
+            for (_, cq) in self.consume_queues().all() {
+                cq.set_min_commit_log_offset(min)?;
+            }
+            self.index().remove_files_below(min)?;
+            tracing::info!(deleted, min_offset = min, "CommitLog segments deleted");
+        }
+        Ok(PurgeReport {
+            segments_deleted: deleted,
+            min_offset: min,
+            first_log_index: log.first_log_index(),
+        })
+    }
+
+    /// Measures the used fraction of the disk holding the store.
+    pub fn disk_used_ratio(&self) -> Result<f64> {
+        let root = &self.config().root;
+        let total = fs4::total_space(root).map_err(|e| crate::error::StoreError::Io {
+            path: root.clone(),
+            source: e,
+        })?;
+        let avail = fs4::available_space(root).map_err(|e| crate::error::StoreError::Io {
+            path: root.clone(),
+            source: e,
+        })?;
+        Ok(if total == 0 {
+            0.0
+        } else {
+            1.0 - avail as f64 / total as f64
+        })
+    }
+
+    /// A retention clock for now: wall clock, local hour, measured disk usage.
+    pub fn retention_clock_now(&self) -> Result<RetentionClock> {
+        use chrono::Timelike;
+        Ok(RetentionClock {
+            now_ms: crate::store::now_ms(),
+            local_hour: chrono::Local::now().hour(),
+            disk_used_ratio: self.disk_used_ratio()?,
+        })
+    }
+}

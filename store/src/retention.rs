@@ -1,0 +1,133 @@
+//! Retention decisions (RocketMQ's `CleanCommitLogService`), free of I/O.
+//!
+//! CommitLog segments whose newest message is older than `file_reserved_time_hours`
+//! are deleted at the `delete_when_hour` o'clock, or at any time once disk usage passes
+//! `disk_max_used_space_ratio`. Past `disk_force_clean_ratio` the oldest segments go
+//! even if they have not expired. At most `delete_files_batch_max` segments go per
+//! run, and never the segment being written.
+
+/// Retention settings with RocketMQ's names and defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetentionConfig {
+    /// `fileReservedTime`: hours a segment is kept after its newest message (72).
+    pub file_reserved_time_hours: u64,
+    /// `deleteWhen`: local hour of day (0-23) at which expired segments are deleted (4).
+    pub delete_when_hour: u32,
+    /// `diskMaxUsedSpaceRatio` as a fraction: above it, expired segments are deleted at
+    /// any hour (0.75).
+    pub disk_max_used_space_ratio: f64,
+    /// `diskSpaceCleanForciblyRatio`: above it, the oldest segments are deleted even if
+    /// not expired (0.85).
+    pub disk_force_clean_ratio: f64,
+    /// `deleteCommitLogFilesBatchMax`-like cap per run (10).
+    pub delete_files_batch_max: usize,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            file_reserved_time_hours: 72,
+            delete_when_hour: 4,
+            disk_max_used_space_ratio: 0.75,
+            disk_force_clean_ratio: 0.85,
+            delete_files_batch_max: 10,
+        }
+    }
+}
+
+/// What retention knows of one segment, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentAge {
+    /// Store timestamp (ms) that no message of the segment exceeds: the first store
+    /// timestamp of the next segment. `None` for the segment being written.
+    pub newest_store_timestamp_ms: Option<i64>,
+}
+
+/// The inputs of one retention run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetentionClock {
+    /// Wall clock, ms since the Unix epoch.
+    pub now_ms: i64,
+    /// Local hour of day, 0-23.
+    pub local_hour: u32,
+    /// Used fraction of the disk holding the store, 0.0-1.0.
+    pub disk_used_ratio: f64,
+}
+
+/// How many of the oldest `segments` to delete now.
+pub fn segments_to_delete(
+    cfg: &RetentionConfig,
+    segments: &[SegmentAge],
+    clock: RetentionClock,
+) -> usize {
+    let reserved_ms = (cfg.file_reserved_time_hours as i64).saturating_mul(3_600_000);
+    let time_to_clean = clock.local_hour == cfg.delete_when_hour
+        || clock.disk_used_ratio > cfg.disk_max_used_space_ratio;
+    let force = clock.disk_used_ratio > cfg.disk_force_clean_ratio;
+    segments
+        .iter()
+        .take(cfg.delete_files_batch_max)
+        .take_while(|s| match s.newest_store_timestamp_ms {
+            None => false,
+            Some(ts) => force || (time_to_clean && clock.now_ms.saturating_sub(ts) > reserved_ms),
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 3_600_000;
+
+    fn ages(ts: &[Option<i64>]) -> Vec<SegmentAge> {
+        ts.iter()
+            .map(|&t| SegmentAge {
+                newest_store_timestamp_ms: t,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn expired_segments_go_only_at_delete_hour_or_when_disk_is_full() {
+        let cfg = RetentionConfig::default();
+        let now = 1000 * H;
+        let segs = ages(&[
+            Some(now - 100 * H),
+            Some(now - 80 * H),
+            Some(now - 10 * H),
+            None,
+        ]);
+        let at = |hour, ratio| RetentionClock {
+            now_ms: now,
+            local_hour: hour,
+            disk_used_ratio: ratio,
+        };
+        assert_eq!(segments_to_delete(&cfg, &segs, at(3, 0.1)), 0);
+        assert_eq!(segments_to_delete(&cfg, &segs, at(4, 0.1)), 2);
+        assert_eq!(segments_to_delete(&cfg, &segs, at(3, 0.8)), 2);
+        // Forced: everything but the segment being written.
+        assert_eq!(segments_to_delete(&cfg, &segs, at(3, 0.9)), 3);
+    }
+
+    #[test]
+    fn stops_at_the_first_young_segment_and_at_the_batch_cap() {
+        let cfg = RetentionConfig {
+            delete_files_batch_max: 1,
+            ..Default::default()
+        };
+        let now = 1000 * H;
+        let segs = ages(&[Some(now - 100 * H), Some(now - 100 * H), None]);
+        let clock = RetentionClock {
+            now_ms: now,
+            local_hour: 4,
+            disk_used_ratio: 0.0,
+        };
+        assert_eq!(segments_to_delete(&cfg, &segs, clock), 1);
+        let segs = ages(&[Some(now - H), Some(now - 100 * H), None]);
+        assert_eq!(
+            segments_to_delete(&RetentionConfig::default(), &segs, clock),
+            0
+        );
+    }
+}

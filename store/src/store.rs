@@ -1,0 +1,583 @@
+//! [`MessageStore`]: one broker node's store. It opens and recovers the CommitLog,
+//! ConsumeQueues and IndexFiles, runs group commit and the periodic checkpoint, and
+//! dispatches committed entries into the ConsumeQueues and the IndexFile.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+
+use crate::checkpoint::{Checkpoint, CheckpointFile};
+use crate::commit_log::{CommitLog, StoredEntry};
+use crate::config::{FlushMode, StoreConfig};
+use crate::consume_queue::{ConsumeQueueTable, CqEntry};
+use crate::error::{IoContext, Result, StoreError};
+use crate::group_commit::{DurableCallback, GroupCommit};
+use crate::index_file::IndexService;
+use crate::raft_index::EntryLocation;
+use crate::record::{tag_hash, MessageRecord, RecordKind, RecordView, PROPERTY_TAGS};
+use crate::recovery::{erase_after, scan};
+
+/// A message placed in a ConsumeQueue by [`MessageStore::dispatch_through`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchedMessage {
+    /// Log index of the entry that carried it.
+    pub log_index: u64,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// Its queue offset (assigned here, identically on every replica).
+    pub queue_offset: u64,
+    /// Its CommitLog offset.
+    pub physical_offset: u64,
+    /// Its record size in bytes.
+    pub size_bytes: u32,
+}
+
+/// How the last open went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The previous run shut down cleanly (no scan was needed).
+    pub clean: bool,
+    /// Physical offset the scan started at (`None` after a clean shutdown).
+    pub scanned_from: Option<u64>,
+    /// Whole entries the scan found.
+    pub entries_scanned: u64,
+    /// Where the scan met damage, and why; the log was cut there.
+    pub damage: Option<(u64, String)>,
+    /// The CommitLog's written end after recovery.
+    pub end_offset: u64,
+    /// The next log index after recovery.
+    pub next_log_index: u64,
+    /// First log index not yet dispatched to ConsumeQueues.
+    pub dispatched_next_log_index: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Dispatched {
+    next_log_index: u64,
+    offset: u64,
+}
+
+/// One broker node's store. Cheap to share (`Arc`); all methods take `&self`.
+pub struct MessageStore {
+    cfg: StoreConfig,
+    log: Arc<CommitLog>,
+    cqs: ConsumeQueueTable,
+    index: IndexService,
+    dispatched: Mutex<Dispatched>,
+    checkpoint_file: CheckpointFile,
+    checkpoint_lock: Mutex<()>,
+    group_commit: GroupCommit,
+    ticker: Mutex<Option<JoinHandle<()>>>,
+    ticker_stop: Arc<(Mutex<bool>, Condvar)>,
+    closed: AtomicBool,
+    report: RecoveryReport,
+}
+
+impl MessageStore {
+    /// Opens the store at `cfg.root`, recovering after a crash: the CommitLog is
+    /// scanned from the last checkpoint, a torn or damaged tail is cut and erased, the
+    /// Raft index is rebuilt past the checkpoint, ConsumeQueue entries past the
+    /// dispatch checkpoint are dropped (they are rebuilt by `dispatch_through`) and
+    /// the IndexFile written after the checkpoint is rebuilt.
+    pub fn open(cfg: StoreConfig) -> Result<Arc<Self>> {
+        std::fs::create_dir_all(&cfg.root).at(&cfg.root)?;
+        let checkpoint_file = CheckpointFile::new(&cfg.root);
+        let checkpoint = match checkpoint_file.load() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring a damaged checkpoint; recovering from the oldest segment");
+                None
+            }
+        };
+        let crashed = checkpoint_file.abort_exists() || !checkpoint.is_some_and(|c| c.clean);
+        let cp = checkpoint.unwrap_or_default();
+        let log = Arc::new(CommitLog::open_at(
+            cfg.commit_log.clone(),
+            &cfg.root,
+            cp.commit_log_offset,
+            cp.last_term,
+        )?);
+        let cqs = ConsumeQueueTable::open(&cfg.root, cfg.consume_queue_entries_per_file)?;
+        let index = IndexService::open(
+            &cfg.root.join("index"),
+            cfg.index_hash_slot_num,
+            cfg.index_num,
+        )?;
+        if !crashed
+            && cp.commit_log_offset <= log.min_offset()
+            && log.next_log_index() != cp.next_log_index
+        {
+            // The log held no record at shutdown (reset for a snapshot, or truncated to
+            // empty): the index files cannot say where it starts, the checkpoint does.
+            log.raft_index().reset(cp.next_log_index)?;
+        }
+        let clean = !crashed && log.next_log_index() == cp.next_log_index;
+        let mut report = RecoveryReport {
+            clean,
+            scanned_from: None,
+            entries_scanned: 0,
+            damage: None,
+            end_offset: cp.commit_log_offset,
+            next_log_index: cp.next_log_index,
+            dispatched_next_log_index: cp.dispatched_next_log_index,
+        };
+        let mut dispatched = Dispatched {
+            next_log_index: cp.dispatched_next_log_index,
+            offset: cp.dispatched_offset,
+        };
+        if clean {
+            log.set_recovered_end(cp.commit_log_offset, cp.last_term);
+            log.forget_purged_index_entries()?;
+        } else {
+            recover_log(&log, checkpoint, &mut report)?;
+            // Dispatch state: never past what the CommitLog still holds.
+            if dispatched.offset > report.end_offset
+                || dispatched.next_log_index > report.next_log_index
+            {
+                dispatched = Dispatched {
+                    next_log_index: report.next_log_index,
+                    offset: report.end_offset,
+                };
+            }
+            if dispatched.next_log_index < log.first_log_index() {
+                dispatched = Dispatched {
+                    next_log_index: log.first_log_index(),
+                    offset: log.min_offset(),
+                };
+            }
+            for ((_, _), cq) in cqs.all() {
+                cq.truncate_from_commit_log_offset(dispatched.offset)?;
+            }
+            report.dispatched_next_log_index = dispatched.next_log_index;
+        }
+        // Retention state is derived, not stored: queues start at the oldest
+        // CommitLog offset still held.
+        for (_, cq) in cqs.all() {
+            cq.set_min_commit_log_offset(log.min_offset())?;
+        }
+        let group_commit = GroupCommit::start(log.clone());
+        let store = Arc::new(Self {
+            cfg,
+            log,
+            cqs,
+            index,
+            dispatched: Mutex::new(dispatched),
+            checkpoint_file,
+            checkpoint_lock: Mutex::new(()),
+            group_commit,
+            ticker: Mutex::new(None),
+            ticker_stop: Arc::new((Mutex::new(false), Condvar::new())),
+            closed: AtomicBool::new(false),
+            report,
+        });
+        if !clean {
+            store.rebuild_last_index_file(dispatched)?;
+        }
+        store.checkpoint_file.create_abort()?;
+        store.start_ticker();
+        tracing::info!(report = ?store.report, "store opened");
+        Ok(store)
+    }
+
+    /// Re-indexes the records of the IndexFile that was active at the crash (its
+    /// entries past the checkpoint may be torn): it is deleted and rebuilt from its
+    /// first record up to the dispatch checkpoint; later records are indexed by
+    /// `dispatch_through`.
+    fn rebuild_last_index_file(&self, dispatched: Dispatched) -> Result<()> {
+        let Some(begin) = self.index.remove_last_file()? else {
+            return Ok(());
+        };
+        if begin >= dispatched.offset || begin < self.log.min_offset() {
+            return Ok(());
+        }
+        let mut log_index = self.log_index_at(begin)?;
+        while log_index < dispatched.next_log_index {
+            let indexed = self.log.read_entry(log_index).and_then(|entry| {
+                for_each_record(&self.log, &entry, |view, phys| {
+                    if phys >= begin && view.kind() == RecordKind::Message {
+                        self.index.put_record(&view, phys)?;
+                    }
+                    Ok(())
+                })
+            });
+            match indexed {
+                // A damaged record cannot be indexed; reads of it report the damage.
+                Err(e @ StoreError::Corrupted { .. }) => {
+                    tracing::error!(log_index, error = %e, "skipping a damaged entry while rebuilding the IndexFile")
+                }
+                other => other?,
+            }
+            log_index += 1;
+        }
+        Ok(())
+    }
+
+    /// The log index of the record starting at physical `offset`.
+    fn log_index_at(&self, offset: u64) -> Result<u64> {
+        let head = self.log.read_bytes(offset, 4)?;
+        let len = i32::from_be_bytes(head[..4].try_into().unwrap());
+        if len <= 0 {
+            return Err(self.log.corrupted(offset, format!("no record at {offset}")));
+        }
+        let bytes = self.log.read_record(offset, len as usize)?;
+        Ok(RecordView::parse(&bytes)
+            .map_err(|e| self.log.corrupted(offset, e))?
+            .log_index())
+    }
+
+    fn start_ticker(self: &Arc<Self>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let stop = self.ticker_stop.clone();
+        let period = std::time::Duration::from_millis(self.cfg.flush_interval_ms.max(1));
+        let handle = std::thread::Builder::new()
+            .name("ledgermq-checkpoint".into())
+            .spawn(move || loop {
+                {
+                    let (lock, cv) = &*stop;
+                    let stopped = cv
+                        .wait_timeout_while(lock.lock().unwrap(), period, |s| !*s)
+                        .unwrap()
+                        .0;
+                    if *stopped {
+                        return;
+                    }
+                }
+                let Some(store) = weak.upgrade() else { return };
+                if let Err(e) = store.checkpoint() {
+                    tracing::error!(error = %e, "periodic flush and checkpoint failed");
+                }
+            })
+            .expect("spawning the checkpoint thread");
+        *self.ticker.lock().unwrap() = Some(handle);
+    }
+
+    /// The settings the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    /// How the last open went.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The CommitLog (also the Raft log).
+    pub fn commit_log(&self) -> &CommitLog {
+        &self.log
+    }
+
+    /// The ConsumeQueues.
+    pub fn consume_queues(&self) -> &ConsumeQueueTable {
+        &self.cqs
+    }
+
+    /// The IndexFiles.
+    pub fn index(&self) -> &IndexService {
+        &self.index
+    }
+
+    /// SYNC_FLUSH or ASYNC_FLUSH.
+    pub fn flush_mode(&self) -> FlushMode {
+        self.cfg.flush_mode
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::NotWritable("the store is shut down".into()));
+        }
+        Ok(())
+    }
+
+    /// Appends one Raft entry (see [`CommitLog::append_entry`]). Message records must
+    /// name a valid topic and a queue id >= 0, so that dispatch cannot fail later.
+    /// Written, not yet durable: see [`MessageStore::when_durable`].
+    pub fn append_entry(
+        &self,
+        term: u64,
+        log_index: u64,
+        records: &[MessageRecord],
+    ) -> Result<EntryLocation> {
+        self.check_open()?;
+        for r in records.iter().filter(|r| r.kind == RecordKind::Message) {
+            crate::consume_queue::validate_topic(&r.topic)?;
+            if r.queue_id < 0 {
+                return Err(StoreError::InvalidInput(format!(
+                    "queue id {} is negative",
+                    r.queue_id
+                )));
+            }
+        }
+        self.log.append_entry(term, log_index, records)
+    }
+
+    /// Calls `done` once CommitLog offset `upto` is durable (group commit). In either
+    /// flush mode this means fsynced; an ASYNC_FLUSH caller that only needs "written"
+    /// does not call it.
+    pub fn when_durable(&self, upto: u64, done: DurableCallback) {
+        self.group_commit.when_durable(upto, done)
+    }
+
+    /// Blocks until CommitLog offset `upto` is durable.
+    pub fn wait_durable(&self, upto: u64) -> Result<u64> {
+        self.group_commit.wait_durable(upto)
+    }
+
+    /// Reads entry `log_index` back.
+    pub fn read_entry(&self, log_index: u64) -> Result<StoredEntry> {
+        self.log.read_entry(log_index)
+    }
+
+    /// First log index not yet dispatched.
+    pub fn dispatched_next_log_index(&self) -> u64 {
+        self.dispatched.lock().unwrap().next_log_index
+    }
+
+    /// CommitLog offset up to which entries are dispatched.
+    pub fn dispatched_offset(&self) -> u64 {
+        self.dispatched.lock().unwrap().offset
+    }
+
+    /// Drops the whole log and every ConsumeQueue entry, so that the next entry
+    /// appended is `next_log_index` (a follower that installed a snapshot covering
+    /// everything before it). Writes a checkpoint so a crash right after keeps it.
+    pub fn reset(&self, next_log_index: u64, last_term: u64) -> Result<()> {
+        let mut d = self.dispatched.lock().unwrap();
+        self.log.reset(next_log_index, last_term)?;
+        let min = self.log.min_offset();
+        for (_, cq) in self.cqs.all() {
+            cq.set_min_commit_log_offset(min)?;
+        }
+        self.index.remove_files_below(min)?;
+        *d = Dispatched {
+            next_log_index,
+            offset: min,
+        };
+        drop(d);
+        self.checkpoint().map(|_| ())
+    }
+
+    /// Dispatches every entry up to and including `log_index` that has not been
+    /// dispatched: each message record gets the next queue offset of its
+    /// (topic, queue id) and is indexed by key and message id. The caller promises
+    /// these entries are committed. Returns the messages placed, in log order.
+    pub fn dispatch_through(&self, log_index: u64) -> Result<Vec<DispatchedMessage>> {
+        let mut d = self.dispatched.lock().unwrap();
+        let mut placed = Vec::new();
+        while d.next_log_index <= log_index {
+            let entry = self.log.read_entry(d.next_log_index)?;
+            for_each_record(&self.log, &entry, |view, phys| {
+                if view.kind() != RecordKind::Message {
+                    return Ok(());
+                }
+                let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
+                let queue_offset = cq.append(&CqEntry {
+                    commit_log_offset: phys,
+                    size_bytes: view.len() as u32,
+                    tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
+                })?;
+                self.index.put_record(&view, phys)?;
+                placed.push(DispatchedMessage {
+                    log_index: entry.location.log_index,
+                    topic: view.topic().to_owned(),
+                    queue_id: view.queue_id(),
+                    queue_offset,
+                    physical_offset: phys,
+                    size_bytes: view.len() as u32,
+                });
+                Ok(())
+            })?;
+            d.next_log_index += 1;
+            d.offset = entry.location.end_offset();
+        }
+        Ok(placed)
+    }
+
+    /// Removes entries at and after `log_index` (Raft conflict resolution). Refuses
+    /// with `InvalidInput` to cut an entry that was already dispatched (applied):
+    /// that would be a committed entry, which Raft never truncates.
+    pub fn truncate_from(&self, log_index: u64) -> Result<()> {
+        // Lock order everywhere: checkpoint, then dispatch state.
+        let _one_at_a_time = self.checkpoint_lock.lock().unwrap();
+        let d = self.dispatched.lock().unwrap();
+        if log_index < d.next_log_index {
+            return Err(StoreError::InvalidInput(format!(
+                "refusing to truncate from log index {log_index}: entries up to {} are already applied",
+                d.next_log_index - 1
+            )));
+        }
+        if log_index >= self.log.next_log_index() {
+            return Ok(());
+        }
+        // First move the checkpoint back to the cut, so that a crash during or after
+        // the truncation never finds a checkpoint vouching for erased entries.
+        let cut = self.log.entry_location(log_index)?;
+        let last_term = match log_index.checked_sub(1) {
+            Some(prev) if prev >= self.log.first_log_index() => self.log.entry_location(prev)?.term,
+            _ => 0,
+        };
+        // The dispatch fields keep their checkpointed values (those ConsumeQueue
+        // entries are the ones known durable); entries below the cut are made durable.
+        let mut cp = self
+            .checkpoint_file
+            .load()
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        self.log.flush()?;
+        self.log.raft_index().flush()?;
+        cp.commit_log_offset = cut.physical_offset;
+        cp.next_log_index = log_index;
+        cp.last_term = last_term;
+        cp.clean = false;
+        cp.timestamp_ms = now_ms();
+        debug_assert!(cp.dispatched_offset <= cp.commit_log_offset);
+        self.checkpoint_file.store(&cp)?;
+        self.log.truncate_from(log_index)
+    }
+
+    /// Writes a checkpoint: flushes the CommitLog, the Raft index, every ConsumeQueue
+    /// and the IndexFile, then durably records those positions. Runs every
+    /// `flush_interval_ms` in the background (this is also ASYNC_FLUSH's flush).
+    pub fn checkpoint(&self) -> Result<Checkpoint> {
+        self.write_checkpoint(false)
+    }
+
+    fn write_checkpoint(&self, clean: bool) -> Result<Checkpoint> {
+        let _one_at_a_time = self.checkpoint_lock.lock().unwrap();
+        let d = *self.dispatched.lock().unwrap();
+        let (end, next_log_index, last_term) = self.log.tail();
+        self.log.flush()?;
+        self.log.raft_index().flush()?;
+        self.cqs.flush_all()?;
+        self.index.flush()?;
+        let cp = Checkpoint {
+            commit_log_offset: end,
+            next_log_index,
+            last_term,
+            dispatched_offset: d.offset,
+            dispatched_next_log_index: d.next_log_index,
+            timestamp_ms: now_ms(),
+            clean,
+        };
+        debug_assert!(cp.dispatched_offset <= cp.commit_log_offset);
+        self.checkpoint_file.store(&cp)?;
+        Ok(cp)
+    }
+
+    /// Clean shutdown: stops the background threads, flushes everything, writes a
+    /// clean checkpoint and removes the abort file, so the next open needs no scan.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stop_threads();
+        let tail = self.log.tail();
+        let d = *self.dispatched.lock().unwrap();
+        let cp = self.write_checkpoint(true)?;
+        debug_assert_eq!(
+            (cp.commit_log_offset, cp.dispatched_offset),
+            (tail.0, d.offset)
+        );
+        self.checkpoint_file.remove_abort()
+    }
+
+    fn stop_threads(&self) {
+        {
+            let (lock, cv) = &*self.ticker_stop;
+            *lock.lock().unwrap() = true;
+            cv.notify_all();
+        }
+        if let Some(t) = self.ticker.lock().unwrap().take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        self.group_commit.stop();
+    }
+}
+
+impl Drop for MessageStore {
+    fn drop(&mut self) {
+        // Without `shutdown` this is a crash as far as the files are concerned: the
+        // abort file stays and the next open recovers.
+        self.stop_threads();
+    }
+}
+
+/// Scans the CommitLog after a crash and rebuilds the Raft index past the checkpoint.
+fn recover_log(
+    log: &CommitLog,
+    checkpoint: Option<Checkpoint>,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let min = log.min_offset();
+    let idx = log.raft_index();
+    // Trust the checkpoint only if the index it vouches for is still there.
+    let from_checkpoint = checkpoint.filter(|c| {
+        c.commit_log_offset >= min
+            && c.next_log_index <= idx.next_index()
+            && c.next_log_index >= idx.first_index()
+    });
+    let (start, next, last_term) = match from_checkpoint {
+        Some(c) => (c.commit_log_offset, Some(c.next_log_index), c.last_term),
+        None => (min, None, 0),
+    };
+    let mut first_seen = None;
+    let outcome = scan(log, start, next, last_term, |loc| {
+        if first_seen.is_none() {
+            first_seen = Some(loc.log_index);
+            match next {
+                Some(n) => idx.truncate(n)?,
+                None => idx.reset(loc.log_index)?,
+            }
+        }
+        idx.append(&loc)
+    })?;
+    if first_seen.is_none() {
+        match (next, checkpoint) {
+            (Some(n), _) => idx.truncate(n)?,
+            // An empty log (fresh, or reset after a snapshot): the checkpoint knows
+            // which index comes next.
+            (None, Some(c)) => idx.reset(c.next_log_index)?,
+            (None, None) => idx.reset(0)?,
+        }
+    }
+    if let Some((at, why)) = &outcome.damage {
+        tracing::warn!(offset = at, reason = %why, "CommitLog damaged or torn; cutting the tail");
+    }
+    erase_after(log, outcome.end_offset)?;
+    log.set_recovered_end(outcome.end_offset, outcome.last_term);
+    log.forget_purged_index_entries()?;
+    report.scanned_from = Some(start);
+    report.entries_scanned = outcome.entries;
+    report.damage = outcome.damage;
+    report.end_offset = outcome.end_offset;
+    report.next_log_index = log.next_log_index();
+    Ok(())
+}
+
+/// Calls `f(view, physical offset)` for each record of `entry`; a bad record is
+/// reported as `Corrupted` at its offset.
+pub(crate) fn for_each_record(
+    log: &CommitLog,
+    entry: &StoredEntry,
+    mut f: impl FnMut(RecordView<'_>, u64) -> Result<()>,
+) -> Result<()> {
+    let mut phys = entry.location.physical_offset;
+    for r in entry.records() {
+        let view = r.map_err(|why| log.corrupted(phys, why))?;
+        f(view, phys)?;
+        phys += view.len() as u64;
+    }
+    Ok(())
+}
+
+/// Wall clock in ms since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

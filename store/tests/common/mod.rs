@@ -1,0 +1,27 @@
+//! Helpers shared by the store's integration tests.
+#![allow(dead_code)]
+
+use ledgermq_store::record::{PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY};
+use ledgermq_store::{MessageRecord, StoreConfig};
+
+/// A small-file config under `dir`.
+pub fn small_config(dir: &std::path::Path, segment_bytes: u64) -> StoreConfig {
+    let mut c = StoreConfig::small(dir, segment_bytes);
+    c.flush_interval_ms = 50;
+    c
+}
+
+/// Message `n` of a deterministic sequence: topic T{n%2}, queue n%3, tag, key and id.
+pub fn message(n: u64, body_bytes: usize) -> MessageRecord {
+    let mut body = format!("message-{n}-").into_bytes();
+    body.resize(body_bytes.max(body.len()), b'a' + (n % 26) as u8);
+    MessageRecord::message(
+        &format!("T{}", n % 2),
+        (n % 3) as i32,
+        body,
+        1_700_000_000_000 + n as i64,
+    )
+    .with_property(PROPERTY_TAGS, if n % 2 == 0 { "even" } else { "odd" })
+    .with_property(PROPERTY_KEYS, &format!("key-{n} all"))
+    .with_property(PROPERTY_UNIQ_KEY, &format!("ID{n:08}"))
+}

@@ -1,0 +1,197 @@
+//! End-to-end behaviour of one MessageStore: append, dispatch, read, reopen, truncate,
+//! purge and queries.
+
+mod common;
+
+use common::{message, small_config};
+use ledgermq_store::{MessageStore, StoreError};
+
+#[test]
+fn append_dispatch_read_and_clean_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    let mut n = 0u64;
+    for idx in 0..50u64 {
+        let batch: Vec<_> = (0..3)
+            .map(|_| {
+                n += 1;
+                message(n, 200)
+            })
+            .collect();
+        let loc = store.append_entry(1 + idx / 20, idx, &batch).unwrap();
+        store.wait_durable(loc.end_offset()).unwrap();
+    }
+    assert!(
+        store.commit_log().segments().segments().len() > 1,
+        "segments must roll over"
+    );
+    assert!(
+        store.get_message("T0", 0, 0).is_err(),
+        "nothing is visible before dispatch"
+    );
+    let placed = store.dispatch_through(49).unwrap();
+    assert_eq!(placed.len(), 150);
+    // Queue offsets are dense per queue, in log order.
+    for (topic, q) in [("T0", 0), ("T1", 2)] {
+        let offs: Vec<u64> = placed
+            .iter()
+            .filter(|m| m.topic == topic && m.queue_id == q)
+            .map(|m| m.queue_offset)
+            .collect();
+        assert_eq!(offs, (0..offs.len() as u64).collect::<Vec<_>>());
+    }
+    let m = store.get_message("T0", 0, 0).unwrap();
+    assert_eq!(m.view().property("UNIQ_KEY"), Some("ID00000006"));
+    let (all, next) = store.get_messages("T1", 1, 0, 1000, |_| true).unwrap();
+    assert_eq!(all.len() as u64, next);
+    assert_eq!(
+        all.len(),
+        placed
+            .iter()
+            .filter(|m| m.topic == "T1" && m.queue_id == 1)
+            .count()
+    );
+
+    let hits = store.query_by_key("T1", "key-7", 0, i64::MAX, 10).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].view().property("UNIQ_KEY"), Some("ID00000007"));
+    let all_keys = store.query_by_key("T0", "all", 0, i64::MAX, 5).unwrap();
+    assert_eq!(all_keys.len(), 5);
+    let by_id = store
+        .query_by_key("T0", "ID00000100", 0, i64::MAX, 5)
+        .unwrap();
+    assert_eq!(by_id.len(), 1);
+    assert_eq!(
+        by_id[0].queue_offset,
+        placed
+            .iter()
+            .find(|m| m.physical_offset == by_id[0].physical_offset)
+            .map(|m| m.queue_offset)
+    );
+
+    let ts = message(60, 0).store_timestamp_ms;
+    let off = store.offset_by_time("T0", 0, ts).unwrap();
+    let got = store.get_message("T0", 0, off).unwrap();
+    assert!(got.view().store_timestamp_ms() >= ts);
+    if off > 0 {
+        assert!(
+            store
+                .get_message("T0", 0, off - 1)
+                .unwrap()
+                .view()
+                .store_timestamp_ms()
+                < ts
+        );
+    }
+
+    store.shutdown().unwrap();
+    drop(store);
+    let store = MessageStore::open(cfg).unwrap();
+    assert!(
+        store.recovery_report().clean,
+        "{:?}",
+        store.recovery_report()
+    );
+    assert_eq!(store.commit_log().next_log_index(), 50);
+    assert_eq!(store.dispatched_next_log_index(), 50);
+    assert_eq!(store.get_message("T0", 0, 0).unwrap(), m);
+}
+
+#[test]
+fn truncate_removes_uncommitted_tail_and_refuses_applied_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 8 * 1024);
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    for idx in 0..20u64 {
+        store.append_entry(1, idx, &[message(idx, 300)]).unwrap();
+    }
+    store.dispatch_through(9).unwrap();
+    assert!(matches!(
+        store.truncate_from(5),
+        Err(StoreError::InvalidInput(_))
+    ));
+    store.truncate_from(12).unwrap();
+    assert_eq!(store.commit_log().next_log_index(), 12);
+    assert!(store.read_entry(12).is_err());
+    // The log continues at the cut with a higher term; a lower term is refused.
+    assert!(store.append_entry(0, 12, &[message(99, 10)]).is_err());
+    store.append_entry(2, 12, &[message(99, 10)]).unwrap();
+    store.dispatch_through(12).unwrap();
+    drop(store); // crash: no clean shutdown
+    let store = MessageStore::open(cfg).unwrap();
+    assert!(!store.recovery_report().clean);
+    assert_eq!(store.commit_log().next_log_index(), 13);
+    let e = store.read_entry(12).unwrap();
+    assert_eq!(e.location.term, 2);
+    let rec = e.records().next().unwrap().unwrap();
+    assert_eq!(rec.body(), message(99, 10).body.as_slice());
+}
+
+#[test]
+fn purge_deletes_whole_segments_and_queues_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 4 * 1024);
+    let store = MessageStore::open(cfg).unwrap();
+    for idx in 0..60u64 {
+        store
+            .append_entry(1, idx, &[message(idx * 3, 400)])
+            .unwrap();
+    }
+    store.dispatch_through(59).unwrap();
+    let segs_before = store.commit_log().segments().segments().len();
+    let r = store.purge_through(30).unwrap();
+    assert!(r.segments_deleted > 0 && r.segments_deleted < segs_before);
+    assert!(
+        r.first_log_index <= 31,
+        "entries after the purge point stay: {r:?}"
+    );
+    assert!(store.read_entry(r.first_log_index).is_ok());
+    assert!(matches!(
+        store.read_entry(0),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    let (min, max) = store.queue_offsets("T0", 0);
+    assert!(min > 0 && min < max);
+    assert!(store.get_message("T0", 0, min).is_ok());
+    assert!(store.get_message("T0", 0, min - 1).is_err());
+}
+
+#[test]
+fn bad_input_gets_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 8 * 1024);
+    let store = MessageStore::open(cfg).unwrap();
+    let mut big = message(1, 0);
+    big.body = vec![0; 3000];
+    assert!(matches!(
+        store.append_entry(1, 0, &[big]),
+        Err(StoreError::MessageTooLarge { .. })
+    ));
+    let mut bad_topic = message(1, 0);
+    bad_topic.topic = "../etc".into();
+    assert!(matches!(
+        store.append_entry(1, 0, &[bad_topic]),
+        Err(StoreError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        store.append_entry(1, 5, &[message(1, 1)]),
+        Err(StoreError::NonContiguousLog { .. })
+    ));
+    assert!(matches!(
+        store.append_entry(1, 0, &[]),
+        Err(StoreError::InvalidInput(_))
+    ));
+    let many: Vec<_> = (0..10).map(|n| message(n, 1000)).collect();
+    assert!(matches!(
+        store.append_entry(1, 0, &many),
+        Err(StoreError::EntryTooLarge { .. })
+    ));
+    assert!(matches!(
+        store.get_message("T0", 0, 0),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    // Nothing failed above wrote anything.
+    assert_eq!(store.commit_log().wrote_offset(), 0);
+    store.append_entry(1, 0, &[message(0, 10)]).unwrap();
+}
