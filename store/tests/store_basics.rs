@@ -195,3 +195,76 @@ fn bad_input_gets_typed_errors() {
     assert_eq!(store.commit_log().wrote_offset(), 0);
     store.append_entry(1, 0, &[message(0, 10)]).unwrap();
 }
+
+#[test]
+fn retention_deletes_expired_segments_at_the_delete_hour_or_under_disk_pressure() {
+    use ledgermq_store::retention::RetentionClock;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 4 * 1024);
+    let store = MessageStore::open(cfg).unwrap();
+    const HOUR_MS: i64 = 3_600_000;
+    let now = 1_800_000_000_000i64;
+    // 40 entries stored 100 hours ago, then 20 stored now.
+    for idx in 0..60u64 {
+        let mut m = message(idx, 400);
+        m.store_timestamp_ms = if idx < 40 { now - 100 * HOUR_MS } else { now };
+        store.append_entry(1, idx, &[m]).unwrap();
+    }
+    let segments = store.commit_log().segments().segments().len();
+    let clock = |hour, ratio| RetentionClock {
+        now_ms: now,
+        local_hour: hour,
+        disk_used_ratio: ratio,
+    };
+    // Nothing dispatched yet: nothing may go.
+    assert_eq!(
+        store
+            .run_retention(clock(4, 0.1), u64::MAX)
+            .unwrap()
+            .segments_deleted,
+        0
+    );
+    store.dispatch_through(59).unwrap();
+    // Not the delete hour and plenty of disk: nothing goes.
+    assert_eq!(
+        store
+            .run_retention(clock(3, 0.1), u64::MAX)
+            .unwrap()
+            .segments_deleted,
+        0
+    );
+    // At 04:00 the expired segments go, and only those.
+    let r = store.run_retention(clock(4, 0.1), u64::MAX).unwrap();
+    assert!(r.segments_deleted > 0, "{r:?}");
+    assert!(
+        r.first_log_index <= 40,
+        "an unexpired entry was deleted: {r:?}"
+    );
+    let first = store.read_entry(r.first_log_index).unwrap();
+    assert!(
+        first
+            .records()
+            .next()
+            .unwrap()
+            .unwrap()
+            .store_timestamp_ms()
+            < now
+    );
+    assert_eq!(
+        store
+            .run_retention(clock(4, 0.1), u64::MAX)
+            .unwrap()
+            .segments_deleted,
+        0
+    );
+    // Under forced cleaning the oldest go even though young, but never the active segment,
+    // and never past the caller's limit.
+    let limit = store.read_entry(50).unwrap().location.physical_offset;
+    let r = store.run_retention(clock(3, 0.95), limit).unwrap();
+    assert!(r.segments_deleted > 0);
+    assert!(r.min_offset <= limit);
+    assert!(store.commit_log().segments().segments().len() < segments);
+    assert!(store.read_entry(59).is_ok());
+    let (lo, hi) = store.queue_offsets("T0", 0);
+    assert!(lo > 0 && lo <= hi);
+}
