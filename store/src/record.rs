@@ -194,7 +194,7 @@ fn host_len(addr: &SocketAddr) -> usize {
 
 /// Encodes properties in RocketMQ's `key 0x01 value 0x02` form.
 pub fn encode_properties(props: &BTreeMap<String, String>) -> String {
-    let mut s = String::new();
+    let mut s = String::with_capacity(props.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
     for (k, v) in props {
         s.push_str(k);
         s.push(NAME_VALUE_SEPARATOR);
