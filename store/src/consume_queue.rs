@@ -72,6 +72,36 @@ fn validate_queue_id(queue_id: i32) -> Result<()> {
     Ok(())
 }
 
+const BASE_FILE: &str = "base";
+
+/// The base offset left by the last [`ConsumeQueue::reset`], if any.
+fn read_base(dir: &Path) -> Result<Option<u64>> {
+    let path = dir.join(BASE_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => {
+            let arr: [u8; 8] = b.as_slice().try_into().map_err(|_| StoreError::Corrupted {
+                path: path.clone(),
+                file_offset: 0,
+                reason: format!("base offset file holds {} bytes, expected 8", b.len()),
+            })?;
+            Ok(Some(u64::from_be_bytes(arr)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).at(&path),
+    }
+}
+
+/// Durably records `base` (write temp, fsync, rename, fsync directory).
+fn write_base(dir: &Path, base: u64) -> Result<()> {
+    let tmp = dir.join("base.tmp");
+    std::fs::write(&tmp, base.to_be_bytes()).at(&tmp)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .at(&tmp)?;
+    std::fs::rename(&tmp, dir.join(BASE_FILE)).at(&tmp)?;
+    fsync_dir(dir)
+}
+
 /// One ConsumeQueue entry: where a message of the queue sits in the CommitLog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CqEntry {
@@ -158,6 +188,11 @@ impl ConsumeQueue {
             fsync_dir(&topic_dir)?;
             fsync_dir(consume_queue_root)?;
         }
+        if let Some(base) = read_base(&dir)? {
+            if log.max() < base {
+                log.reset(base)?;
+            }
+        }
         let q = Self {
             topic: topic.to_string(),
             queue_id,
@@ -166,6 +201,17 @@ impl ConsumeQueue {
         };
         q.refresh_last();
         Ok(q)
+    }
+
+    /// Drops every entry and makes `next_offset` the next queue offset (a follower
+    /// that installed a snapshot taken when the queue was that long). The base offset
+    /// is written durably to `<dir>/base`, so a restart keeps it even before any entry
+    /// is appended.
+    pub fn reset(&self, next_offset: u64) -> Result<()> {
+        write_base(self.log.dir(), next_offset)?;
+        self.log.reset(next_offset)?;
+        self.refresh_last();
+        Ok(())
     }
 
     /// Re-reads the last entry's CommitLog offset after the end moved backwards.

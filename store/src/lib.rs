@@ -35,4 +35,4 @@ pub use error::{Result, StoreError};
 pub use queries::StoredMessage;
 pub use raft_index::EntryLocation;
 pub use record::{MessageRecord, RecordKind, RecordView};
-pub use store::{DispatchedMessage, MessageStore, RecoveryReport};
+pub use store::{DispatchedMessage, MessageStore, QueuePosition, RecoveryReport};

@@ -105,7 +105,7 @@ pub mod pos {
 }
 
 /// Kind of a record, from its magic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RecordKind {
     /// A user message, dispatched to a ConsumeQueue when its entry is applied.
     Message,
@@ -115,7 +115,7 @@ pub enum RecordKind {
 
 /// A message as the store writes it: everything except the Raft term, log index and
 /// physical offset, which the CommitLog fills in on append.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MessageRecord {
     /// Message or system record.
     pub kind: RecordKind,

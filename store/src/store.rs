@@ -34,6 +34,17 @@ pub struct DispatchedMessage {
     pub size_bytes: u32,
 }
 
+/// Where a message queue continues: its next queue offset.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueuePosition {
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// The queue offset the next message gets.
+    pub next_offset: u64,
+}
+
 /// How the last open went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -392,6 +403,45 @@ impl MessageStore {
             d.offset = entry.location.end_offset();
         }
         Ok(placed)
+    }
+
+    /// The next queue offset of every message queue, sorted by (topic, queue id): what
+    /// a Raft snapshot records so a follower installing it continues the same offsets.
+    pub fn queue_next_offsets(&self) -> Vec<QueuePosition> {
+        self.cqs
+            .all()
+            .into_iter()
+            .map(|((topic, queue_id), cq)| QueuePosition {
+                topic,
+                queue_id,
+                next_offset: cq.max_offset(),
+            })
+            .collect()
+    }
+
+    /// Installs a snapshot's dispatch position: every entry before `next_log_index` counts
+    /// as dispatched (the snapshot covers it) and each listed queue continues at its
+    /// `next_offset`. Queues already at or past it are left alone. Entries at and after
+    /// `next_log_index` are dispatched as usual later.
+    pub fn skip_dispatch_to(&self, next_log_index: u64, positions: &[QueuePosition]) -> Result<()> {
+        let mut d = self.dispatched.lock().unwrap();
+        for p in positions {
+            let cq = self.cqs.get_or_create(&p.topic, p.queue_id)?;
+            if cq.max_offset() < p.next_offset {
+                cq.reset(p.next_offset)?;
+            }
+        }
+        if next_log_index > d.next_log_index {
+            let offset = match self.log.entry_location(next_log_index) {
+                Ok(loc) => loc.physical_offset,
+                Err(_) => self.log.wrote_offset(),
+            };
+            *d = Dispatched {
+                next_log_index,
+                offset: offset.max(d.offset),
+            };
+        }
+        Ok(())
     }
 
     /// Removes entries at and after `log_index` (Raft conflict resolution). Refuses

@@ -268,3 +268,28 @@ fn retention_deletes_expired_segments_at_the_delete_hour_or_under_disk_pressure(
     let (lo, hi) = store.queue_offsets("T0", 0);
     assert!(lo > 0 && lo <= hi);
 }
+
+#[test]
+fn a_snapshot_dispatch_position_survives_a_restart() {
+    use ledgermq_store::QueuePosition;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 8 * 1024);
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    // A follower that lagged: its log is dropped and it continues at index 100 with
+    // queue T0/0 at offset 40 (as on the leader when the snapshot was taken).
+    store.reset(100, 3).unwrap();
+    let pos = [QueuePosition {
+        topic: "T0".into(),
+        queue_id: 0,
+        next_offset: 40,
+    }];
+    store.skip_dispatch_to(100, &pos).unwrap();
+    assert_eq!(store.queue_offsets("T0", 0), (40, 40));
+    drop(store); // crash before anything else is written
+    let store = MessageStore::open(cfg).unwrap();
+    assert_eq!(store.queue_offsets("T0", 0), (40, 40));
+    assert_eq!(store.commit_log().next_log_index(), 100);
+    store.append_entry(3, 100, &[message(0, 10)]).unwrap();
+    let placed = store.dispatch_through(100).unwrap();
+    assert_eq!(placed[0].queue_offset, 40);
+}

@@ -1,0 +1,52 @@
+//! The raft crate's one error type.
+
+use crate::types::NodeId;
+
+/// Failures of a Raft node and its storage.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftNodeError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] ledgermq_store::StoreError),
+    /// The metadata database failed.
+    #[error("metadata database: {0}")]
+    Meta(#[from] sled::Error),
+    /// Encoding or decoding a value failed.
+    #[error("encoding: {0}")]
+    Codec(#[from] postcard::Error),
+    /// This node is not the leader (`leader` is the one it knows, if any).
+    #[error("this node is not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// The leader known to this node.
+        leader: Option<NodeId>,
+    },
+    /// This node is not the leader and no leader is known right now.
+    #[error("no leader is known for the group right now")]
+    NoLeader,
+    /// The leader could not be reached to forward a write.
+    #[error("forwarding to leader {leader} failed: {reason}")]
+    Forward {
+        /// The leader's node id.
+        leader: NodeId,
+        /// Why.
+        reason: String,
+    },
+    /// The write did not commit within its deadline; it may still commit later.
+    #[error("the write did not commit within {timeout_ms} ms (it may still commit)")]
+    Timeout {
+        /// The deadline in ms.
+        timeout_ms: u64,
+    },
+    /// openraft refused or failed.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// Bad input (empty batch, bad configuration, ...).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The node is shutting down.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+    /// Network or server setup failed.
+    #[error("transport: {0}")]
+    Transport(String),
+}

@@ -1,0 +1,183 @@
+//! openraft's `RaftLogStorage` over the store's CommitLog: the Raft log is the
+//! CommitLog, read and written through [`MessageStore`].
+//!
+//! Durability: under SYNC_FLUSH the append callback runs only after the group-commit
+//! fsync covered the entries. Under ASYNC_FLUSH it runs once they are written to the
+//! page cache: a process crash loses nothing, but a power loss can lose the entries
+//! written since the last background flush (500 ms by default) on that node, and an
+//! entry acknowledged by a majority can be lost if a majority loses power at once.
+
+use std::fmt::Debug;
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+use ledgermq_store::{FlushMode, MessageStore};
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
+
+use crate::codec::{entry_to_records, log_id, records_to_entry};
+use crate::meta::MetaDb;
+use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig};
+
+/// The Raft log of one node. Cheap to clone (readers are clones).
+#[derive(Clone)]
+pub struct LogStore {
+    store: Arc<MessageStore>,
+    meta: MetaDb,
+}
+
+fn io_err(e: impl std::error::Error + 'static) -> AnyError {
+    AnyError::new(&e)
+}
+
+impl LogStore {
+    /// The log of `store`, with vote and purge state in `meta`.
+    pub fn new(store: Arc<MessageStore>, meta: MetaDb) -> Self {
+        Self { store, meta }
+    }
+
+    fn last_purged(&self) -> Result<Option<LogId>, StorageError> {
+        MetaDb::get(&self.meta.raft, "last_purged")
+            .map_err(|e| StorageIOError::read_logs(io_err(e)).into())
+    }
+
+    fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+        let log = self.store.commit_log();
+        let (first, next) = (log.first_log_index(), log.next_log_index());
+        let mut out = Vec::new();
+        for index in start.max(first)..end.min(next) {
+            let stored = self
+                .store
+                .read_entry(index)
+                .map_err(|e| StorageIOError::read_log_at_index(index, io_err(e)))?;
+            let records: Result<Vec<_>, String> = stored.records().collect();
+            let entry = records
+                .and_then(|rs| records_to_entry(stored.location.term, index, rs))
+                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?;
+            out.push(entry);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        use std::ops::Bound;
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => u64::MAX,
+        };
+        self.read_range(start, end)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged_log_id = self.last_purged()?;
+        let last = self
+            .store
+            .commit_log()
+            .last_entry()
+            .map_err(|e| StorageIOError::read_logs(io_err(e)))?
+            .map(|loc| log_id(loc.term, loc.log_index));
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id: last.or(last_purged_log_id),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        // Durable before returning: sled's flush writes and fsyncs.
+        MetaDb::put(&self.meta.raft, "vote", vote)
+            .and_then(|_| self.meta.flush())
+            .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        MetaDb::get(&self.meta.raft, "vote")
+            .map_err(|e| StorageIOError::read_vote(io_err(e)).into())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Need not be durable (openraft re-learns the commit index); it only lets a
+        // restarted node re-apply sooner.
+        MetaDb::put(&self.meta.raft, "committed", &committed)
+            .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(MetaDb::get::<Option<LogId>>(&self.meta.raft, "committed")
+            .map_err(|e| StorageIOError::read_logs(io_err(e)))?
+            .flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut end = None;
+        for entry in entries {
+            let id = entry.log_id;
+
+            let records = entry_to_records(entry)
+                .map_err(|e| StorageIOError::write_log_entry(id, io_err(e)))?;
+            let loc = self
+                .store
+                .append_entry(id.leader_id.term, id.index, &records)
+                .map_err(|e| StorageIOError::write_log_entry(id, io_err(e)))?;
+            end = Some(loc.end_offset());
+        }
+        match (self.store.flush_mode(), end) {
+            (FlushMode::Sync, Some(end)) => self.store.when_durable(
+                end,
+                Box::new(move |r| {
+                    callback.log_io_completed(r.map(|_| ()).map_err(std::io::Error::other));
+                }),
+            ),
+            // ASYNC_FLUSH: "persisted" means written (see the module docs).
+            _ => callback.log_io_completed(Ok(())),
+        }
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.store
+            .truncate_from(log_id.index)
+            .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // Record the purge point durably before deleting anything.
+        MetaDb::put(&self.meta.raft, "last_purged", &Some(log_id))
+            .and_then(|_| self.meta.flush())
+            .map_err(|e| StorageIOError::write_logs(io_err(e)))?;
+        let next = self.store.commit_log().next_log_index();
+        let r = if log_id.index + 1 >= next {
+            // Everything goes (a snapshot covers more than this node's log).
+            self.store.reset(log_id.index + 1, log_id.leader_id.term)
+        } else {
+            self.store.purge_through(log_id.index).map(|_| ())
+        };
+        r.map_err(|e| StorageIOError::write_logs(io_err(e)).into())
+    }
+}

@@ -1,0 +1,218 @@
+//! The peer transport: a tonic gRPC service per node (`proto/raft_peer.proto`) and
+//! openraft's `RaftNetwork` client over it. Every call carries openraft's deadline
+//! (`RPCOption::hard_ttl`); channels connect lazily and reconnect by themselves, so a
+//! dead peer costs a failed call, never a stalled group.
+//!
+//! A [`NetworkFilter`] can drop traffic between chosen pairs of nodes, in either
+//! direction, for fault injection in tests.
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::types::{NodeId, TypeConfig};
+
+/// Generated gRPC code for `ledgermq.raft`.
+pub mod pb {
+    tonic::include_proto!("ledgermq.raft");
+}
+
+use pb::raft_peer_client::RaftPeerClient;
+
+/// gRPC metadata key naming the sending node.
+pub const FROM_HEADER: &str = "x-ledgermq-from";
+
+/// Pairs `(from, to)` whose traffic is dropped. Shared by every node of an
+/// in-process test cluster; empty in production.
+#[derive(Clone, Default, Debug)]
+pub struct NetworkFilter {
+    blocked: Arc<RwLock<HashSet<(NodeId, NodeId)>>>,
+}
+
+impl NetworkFilter {
+    /// Drops traffic from `from` to `to` (one way).
+    pub fn block(&self, from: NodeId, to: NodeId) {
+        self.blocked.write().unwrap().insert((from, to));
+    }
+
+    /// Cuts `node` off from every node in `others`, both ways.
+    pub fn isolate(&self, node: NodeId, others: impl IntoIterator<Item = NodeId>) {
+        for o in others {
+            self.block(node, o);
+            self.block(o, node);
+        }
+    }
+
+    /// Restores all traffic.
+    pub fn heal(&self) {
+        self.blocked.write().unwrap().clear();
+    }
+
+    /// True if traffic from `from` to `to` is dropped.
+    pub fn is_blocked(&self, from: NodeId, to: NodeId) -> bool {
+        self.blocked.read().unwrap().contains(&(from, to))
+    }
+}
+
+/// Encodes a value for a [`pb::Payload`].
+pub fn encode<T: Serialize>(v: &T) -> Result<pb::Payload, tonic::Status> {
+    postcard::to_stdvec(v)
+        .map(|data| pb::Payload { data })
+        .map_err(|e| tonic::Status::internal(format!("encode: {e}")))
+}
+
+/// Decodes a value from a [`pb::Payload`].
+pub fn decode<T: DeserializeOwned>(p: &pb::Payload) -> Result<T, tonic::Status> {
+    postcard::from_bytes(&p.data)
+        .map_err(|e| tonic::Status::invalid_argument(format!("decode: {e}")))
+}
+
+/// A lazily connected channel to `addr` (`host:port`).
+pub fn lazy_channel(addr: &str, connect_timeout: Duration) -> Result<Channel, String> {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| e.to_string())
+        .map(|e| {
+            e.connect_timeout(connect_timeout)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .keep_alive_timeout(Duration::from_secs(5))
+                .connect_lazy()
+        })
+}
+
+/// Builds one [`PeerClient`] per target.
+#[derive(Clone)]
+pub struct PeerNetworkFactory {
+    /// This node.
+    pub from: NodeId,
+    /// Fault injection.
+    pub filter: NetworkFilter,
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        PeerClient {
+            from: self.from,
+            target,
+            channel: lazy_channel(&node.addr, Duration::from_millis(500)),
+            filter: self.filter.clone(),
+        }
+    }
+}
+
+/// openraft's client for one peer.
+pub struct PeerClient {
+    from: NodeId,
+    target: NodeId,
+    channel: Result<Channel, String>,
+    filter: NetworkFilter,
+}
+
+type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        method: Method,
+        req: &Req,
+        ttl: Duration,
+    ) -> Result<Resp, RpcErr<E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        if self.filter.is_blocked(self.from, self.target) {
+            return Err(RPCError::Unreachable(Unreachable::new(&TransportError(
+                "blocked by the network filter".into(),
+            ))));
+        }
+        let channel = match &self.channel {
+            Ok(c) => c.clone(),
+            Err(e) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&TransportError(
+                    e.clone(),
+                ))))
+            }
+        };
+        let payload = encode(req).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
+        let mut request = tonic::Request::new(payload);
+        request.set_timeout(ttl);
+        request.metadata_mut().insert(
+            FROM_HEADER,
+            self.from
+                .to_string()
+                .parse()
+                .expect("a number is a valid header"),
+        );
+        let mut client = RaftPeerClient::new(channel);
+        let reply = match method {
+            Method::AppendEntries => client.append_entries(request).await,
+            Method::Vote => client.vote(request).await,
+            Method::InstallSnapshot => client.install_snapshot(request).await,
+        };
+        let reply = reply.map_err(|s| match s.code() {
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+                RPCError::Unreachable(Unreachable::new(&s))
+            }
+            _ => RPCError::Network(NetworkError::new(&s)),
+        })?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            decode(reply.get_ref()).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
+        self.call(Method::AppendEntries, &rpc, option.hard_ttl())
+            .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
+        self.call(Method::InstallSnapshot, &rpc, option.hard_ttl())
+            .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcErr> {
+        self.call(Method::Vote, &rpc, option.hard_ttl()).await
+    }
+}

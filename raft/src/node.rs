@@ -1,0 +1,461 @@
+//! [`RaftNode`]: one member of a broker group — the store, openraft, the peer server,
+//! leader-side batching, forwarding of writes from followers, leadership transfer.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledgermq_store::{MessageRecord, MessageStore, StoreConfig};
+use openraft::{BasicNode, ServerState, SnapshotPolicy};
+use tokio::task::JoinHandle;
+
+use crate::error::RaftNodeError;
+use crate::log_store::LogStore;
+use crate::meta::MetaDb;
+use crate::network::pb::raft_peer_client::RaftPeerClient;
+use crate::network::pb::raft_peer_server::RaftPeerServer;
+use crate::network::{
+    decode, encode, lazy_channel, NetworkFilter, PeerNetworkFactory, FROM_HEADER,
+};
+use crate::server::PeerService;
+use crate::state_machine::{SharedMeta, StateMachine};
+use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
+use crate::writer::{BatchConfig, Writer};
+
+/// Raft timing. The defaults give about one second of failover on a loaded 2-core
+/// machine: a heartbeat every 150 ms, and an election after 600–1000 ms of silence
+/// (four heartbeats lost at least, so a busy machine does not trigger spurious
+/// elections).
+#[derive(Debug, Clone)]
+pub struct RaftTiming {
+    /// Leader heartbeat period in ms.
+    pub heartbeat_interval_ms: u64,
+    /// Lower bound of the randomized election timeout in ms.
+    pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomized election timeout in ms.
+    pub election_timeout_max_ms: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: 150,
+            election_timeout_min_ms: 600,
+            election_timeout_max_ms: 1000,
+        }
+    }
+}
+
+/// Everything a node needs.
+#[derive(Debug, Clone)]
+pub struct RaftNodeConfig {
+    /// This node's id within the group.
+    pub node_id: NodeId,
+    /// Address the peer gRPC server listens on.
+    pub listen_addr: SocketAddr,
+    /// Every member of the group (this node included): id → peer address `host:port`.
+    pub members: BTreeMap<NodeId, String>,
+    /// The store; its metadata database lives in `<root>/meta`.
+    pub store: StoreConfig,
+    /// Raft timing.
+    pub timing: RaftTiming,
+    /// Leader-side batching.
+    pub batch: BatchConfig,
+    /// Address written as the store host of messages this node accepts as leader.
+    pub store_host: SocketAddr,
+    /// How long a write may wait for its commit before it answers Timeout, in ms.
+    pub write_timeout_ms: u64,
+    /// Name of the openraft cluster (the broker group's name).
+    pub cluster_name: String,
+}
+
+/// One running member of a broker group.
+pub struct RaftNode {
+    id: NodeId,
+    raft: Raft,
+    store: Arc<MessageStore>,
+    meta: MetaDb,
+    shared: SharedMeta,
+    writer: Arc<Writer>,
+    filter: NetworkFilter,
+    server: std::sync::Mutex<Option<(JoinHandle<()>, tokio::sync::oneshot::Sender<()>)>>,
+    write_timeout: Duration,
+}
+
+impl RaftNode {
+    /// Opens the store and metadata (recovering after a crash), starts openraft and
+    /// the peer server, and initializes the group's membership if this node has
+    /// never been part of one (every member may do so with the same member list).
+    pub async fn start(
+        cfg: RaftNodeConfig,
+        filter: NetworkFilter,
+    ) -> Result<Arc<Self>, RaftNodeError> {
+        if !cfg.members.contains_key(&cfg.node_id) {
+            return Err(RaftNodeError::InvalidInput(format!(
+                "node {} is not among the members",
+                cfg.node_id
+            )));
+        }
+        let store = MessageStore::open(cfg.store.clone())?;
+        let meta = MetaDb::open(&cfg.store.root.join("meta"))?;
+        let log_store = LogStore::new(store.clone(), meta.clone());
+        let sm = StateMachine::open(store.clone(), meta.clone())?;
+        let shared = sm.shared();
+        let config = openraft::Config {
+            cluster_name: cfg.cluster_name.clone(),
+            heartbeat_interval: cfg.timing.heartbeat_interval_ms,
+            election_timeout_min: cfg.timing.election_timeout_min_ms,
+            election_timeout_max: cfg.timing.election_timeout_max_ms,
+            // Snapshots are metadata only (offsets, configs, queue positions): cheap.
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
+            // The log is purged by retention (`purge_log`), never just because a
+            // snapshot exists: consumers may still need those messages.
+            max_in_snapshot_log_to_keep: u64::MAX,
+            max_payload_entries: 64,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| RaftNodeError::InvalidInput(e.to_string()))?;
+        let network = PeerNetworkFactory {
+            from: cfg.node_id,
+            filter: filter.clone(),
+        };
+        let raft = Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm)
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        let writer = Writer::start(raft.clone(), cfg.batch.clone(), cfg.store_host);
+        let service = PeerService {
+            node_id: cfg.node_id,
+            raft: raft.clone(),
+            writer: writer.clone(),
+            filter: filter.clone(),
+        };
+        let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
+            .await
+            .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            if let Err(e) = tonic::transport::Server::builder()
+                .add_service(RaftPeerServer::new(service).max_decoding_message_size(256 << 20))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            {
+                tracing::error!(error = %e, "raft peer server stopped");
+            }
+        });
+        let node = Arc::new(Self {
+            id: cfg.node_id,
+            raft,
+            store,
+            meta,
+            shared,
+            writer,
+            filter,
+            server: std::sync::Mutex::new(Some((server, stop_tx))),
+            write_timeout: Duration::from_millis(cfg.write_timeout_ms),
+        });
+        if !node
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?
+        {
+            let members: BTreeMap<NodeId, BasicNode> = cfg
+                .members
+                .iter()
+                .map(|(&id, addr)| (id, BasicNode::new(addr.clone())))
+                .collect();
+            if let Err(e) = node.raft.initialize(members).await {
+                tracing::debug!(error = %e, "membership already initialized elsewhere");
+            }
+        }
+        Ok(node)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The openraft handle (metrics, triggers).
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<MessageStore> {
+        &self.store
+    }
+
+    /// The group metadata as of the last applied entry.
+    pub fn shared_meta(&self) -> &SharedMeta {
+        &self.shared
+    }
+
+    /// The fault-injection filter of this node's transport.
+    pub fn filter(&self) -> &NetworkFilter {
+        &self.filter
+    }
+
+    /// The leader this node knows of, with its peer address.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .addr
+            .clone();
+        Some((leader, addr))
+    }
+
+    /// True if this node currently leads.
+    pub fn is_leader(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
+    /// Commits `messages` and returns where each was placed, from any node: a
+    /// follower forwards to the leader. Fails with `Timeout` if the commit takes
+    /// longer than the write timeout (the messages may still commit later),
+    /// `NotLeader` / `NoLeader` during an election.
+    pub async fn write_messages(
+        &self,
+        messages: Vec<MessageRecord>,
+    ) -> Result<Vec<Placed>, RaftNodeError> {
+        match self.write(Request::Messages(messages)).await? {
+            Response::Messages(p) => Ok(p),
+            Response::Applied => Err(RaftNodeError::Raft(
+                "a message write applied as a command".into(),
+            )),
+        }
+    }
+
+    /// Commits a metadata command, from any node.
+    pub async fn write_command(&self, command: Command) -> Result<Response, RaftNodeError> {
+        self.write(Request::Command(command)).await
+    }
+
+    async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
+        let timeout_ms = self.write_timeout.as_millis() as u64;
+        let attempt = async {
+            if self.is_leader() {
+                match self.writer.write_local(request.clone()).await {
+                    Err(RaftNodeError::NotLeader { .. }) => {}
+                    other => return other,
+                }
+            }
+            self.forward(request).await
+        };
+        tokio::time::timeout(self.write_timeout, attempt)
+            .await
+            .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
+    }
+
+    async fn forward(&self, request: Request) -> Result<Response, RaftNodeError> {
+        let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
+        if leader == self.id {
+            return self.writer.write_local(request).await;
+        }
+        if self.filter.is_blocked(self.id, leader) {
+            return Err(RaftNodeError::Forward {
+                leader,
+                reason: "blocked by the network filter".into(),
+            });
+        }
+        let fail = |reason: String| RaftNodeError::Forward { leader, reason };
+        let channel = lazy_channel(&addr, Duration::from_millis(500)).map_err(fail)?;
+        let mut req = tonic::Request::new(encode(&request).map_err(|s| fail(s.to_string()))?);
+        req.set_timeout(self.write_timeout);
+        req.metadata_mut().insert(
+            FROM_HEADER,
+            self.id
+                .to_string()
+                .parse()
+                .expect("a number is a valid header"),
+        );
+        let reply = RaftPeerClient::new(channel)
+            .forward(req)
+            .await
+            .map_err(|s| fail(s.to_string()))?;
+        let result: Result<Response, String> =
+            decode(reply.get_ref()).map_err(|s| fail(s.to_string()))?;
+        result.map_err(fail)
+    }
+
+    /// Graceful leadership transfer (rolling restarts): waits until `target` (or the
+    /// most caught-up follower) has every entry of this leader's log, then asks it to
+    /// start an election at once (Raft's TimeoutNow). Returns the new leader.
+    pub async fn transfer_leadership(
+        &self,
+        target: Option<NodeId>,
+        timeout: Duration,
+    ) -> Result<NodeId, RaftNodeError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let target = loop {
+            let m = self.raft.metrics().borrow().clone();
+            if m.current_leader != Some(self.id) {
+                return Err(RaftNodeError::NotLeader {
+                    leader: m.current_leader,
+                });
+            }
+            let last = m.last_log_index;
+            let repl = m.replication.clone().unwrap_or_default();
+            let caught_up = repl
+                .iter()
+                .filter(|(id, _)| **id != self.id && target.is_none_or(|t| t == **id))
+                .filter(|(_, matched)| matched.map(|l| l.index) >= last)
+                .map(|(id, _)| *id)
+                .next();
+            if let Some(t) = caught_up {
+                break t;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RaftNodeError::Timeout {
+                    timeout_ms: timeout.as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let addr = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&target)
+            .map(|n| n.addr.clone())
+            .ok_or(RaftNodeError::InvalidInput(format!(
+                "node {target} is not a member"
+            )))?;
+        // openraft 0.9 followers refuse votes while the leader's lease (the maximum
+        // election timeout since its last heartbeat) holds, so the leader stops
+        // heartbeating and stays out of elections, and keeps asking the target to
+        // campaign until it wins.
+        let rc = self.raft.runtime_config();
+        rc.heartbeat(false);
+        rc.elect(false);
+        let result = self.campaign_until_leader(target, &addr, deadline).await;
+        rc.heartbeat(true);
+        rc.elect(true);
+        result.map_err(|e| match e {
+            RaftNodeError::Timeout { .. } => RaftNodeError::Timeout {
+                timeout_ms: timeout.as_millis() as u64,
+            },
+            other => other,
+        })
+    }
+
+    async fn campaign_until_leader(
+        &self,
+        target: NodeId,
+        addr: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<NodeId, RaftNodeError> {
+        let fail = |reason: String| RaftNodeError::Forward {
+            leader: target,
+            reason,
+        };
+        let channel = lazy_channel(addr, Duration::from_millis(500)).map_err(fail)?;
+        let mut rx = self.raft.metrics();
+        loop {
+            let mut req = tonic::Request::new(encode(&()).map_err(|s| fail(s.to_string()))?);
+            req.set_timeout(Duration::from_secs(1));
+            req.metadata_mut().insert(
+                FROM_HEADER,
+                self.id
+                    .to_string()
+                    .parse()
+                    .expect("a number is a valid header"),
+            );
+            if let Err(s) = RaftPeerClient::new(channel.clone()).timeout_now(req).await {
+                tracing::warn!(target, error = %s, "TimeoutNow failed");
+            }
+            let round_end =
+                (tokio::time::Instant::now() + Duration::from_millis(200)).min(deadline);
+            loop {
+                let leader = rx.borrow().current_leader;
+                if let Some(l) = leader.filter(|l| *l != self.id) {
+                    return Ok(l);
+                }
+                if tokio::time::timeout_at(round_end, rx.changed())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RaftNodeError::Timeout { timeout_ms: 0 });
+            }
+        }
+    }
+
+    /// Purges the Raft log through `upto` (retention): takes a snapshot covering it
+    /// first if needed, since openraft purges only what a snapshot covers. Purging is
+    /// asynchronous and waits for replication tasks that still read those entries.
+    pub async fn purge_log_through(
+        &self,
+        upto: u64,
+        timeout: Duration,
+    ) -> Result<(), RaftNodeError> {
+        let covered = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
+            m.snapshot.is_some_and(|s| s.index >= upto)
+        };
+        if !covered(&self.raft.metrics().borrow()) {
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+            let mut rx = self.raft.metrics();
+            let deadline = tokio::time::Instant::now() + timeout;
+            while !covered(&rx.borrow()) {
+                if tokio::time::timeout_at(deadline, rx.changed())
+                    .await
+                    .is_err()
+                {
+                    return Err(RaftNodeError::Timeout {
+                        timeout_ms: timeout.as_millis() as u64,
+                    });
+                }
+            }
+        }
+        self.raft
+            .trigger()
+            .purge_log(upto)
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))
+    }
+
+    /// Stops Raft and the server; with `clean`, flushes and shuts the store down so the
+    /// next start needs no recovery scan. Without it the files are left as a crash
+    /// would leave them (the page cache still holds what was written).
+    pub async fn stop(&self, clean: bool) -> Result<(), RaftNodeError> {
+        let _ = self.raft.shutdown().await;
+        // Close the listener and every open connection (peers then reconnect to
+        // whatever serves this address next).
+        let server = self.server.lock().unwrap().take();
+        if let Some((task, stop)) = server {
+            let _ = stop.send(());
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        if clean {
+            self.meta.flush()?;
+            self.store.shutdown()?;
+        }
+        Ok(())
+    }
+}

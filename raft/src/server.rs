@@ -1,0 +1,89 @@
+//! The peer gRPC service of one node: openraft's RPCs, write forwarding from
+//! followers, and TimeoutNow for leadership transfer.
+
+use std::sync::Arc;
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use tonic::{Request, Response, Status};
+
+use crate::network::pb::raft_peer_server::RaftPeer;
+use crate::network::pb::Payload;
+use crate::network::{decode, encode, NetworkFilter, FROM_HEADER};
+use crate::types::{NodeId, Raft, TypeConfig};
+use crate::writer::Writer;
+
+/// The service; cheap to clone.
+#[derive(Clone)]
+pub struct PeerService {
+    /// This node.
+    pub node_id: NodeId,
+    /// The local Raft.
+    pub raft: Raft,
+    /// Leader-local writes (for forwarded requests).
+    pub writer: Arc<Writer>,
+    /// Fault injection.
+    pub filter: NetworkFilter,
+}
+
+impl PeerService {
+    fn admit(&self, req: &Request<Payload>) -> Result<(), Status> {
+        let from = req
+            .metadata()
+            .get(FROM_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<NodeId>().ok());
+        match from {
+            Some(f) if self.filter.is_blocked(f, self.node_id) => {
+                Err(Status::unavailable("dropped by the network filter"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RaftPeer for PeerService {
+    async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        self.admit(&req)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
+        let res: Result<_, RaftError<NodeId>> = self.raft.append_entries(rpc).await;
+        Ok(Response::new(encode(&res)?))
+    }
+
+    async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        self.admit(&req)?;
+        let rpc: VoteRequest<NodeId> = decode(req.get_ref())?;
+        let res: Result<_, RaftError<NodeId>> = self.raft.vote(rpc).await;
+        Ok(Response::new(encode(&res)?))
+    }
+
+    async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        self.admit(&req)?;
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req.get_ref())?;
+        let res: Result<_, RaftError<NodeId, InstallSnapshotError>> =
+            self.raft.install_snapshot(rpc).await;
+        Ok(Response::new(encode(&res)?))
+    }
+
+    async fn forward(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        self.admit(&req)?;
+        let request = decode(req.get_ref())?;
+        let res = self
+            .writer
+            .write_local(request)
+            .await
+            .map_err(|e| e.to_string());
+        Ok(Response::new(encode(&res)?))
+    }
+
+    async fn timeout_now(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        self.admit(&req)?;
+        tracing::info!(
+            node = self.node_id,
+            "asked to take over leadership: starting an election"
+        );
+        let res = self.raft.trigger().elect().await.map_err(|e| e.to_string());
+        Ok(Response::new(encode(&res)?))
+    }
+}

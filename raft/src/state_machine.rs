@@ -1,0 +1,358 @@
+//! openraft's `RaftStateMachine`: applying a committed entry dispatches its messages
+//! into the ConsumeQueues and IndexFile (the store assigns queue offsets in log
+//! order, identically on every replica) and applies metadata commands.
+//!
+//! Metadata (consumer offsets, topic and group configs, last applied log id,
+//! membership) lives in sled and is the snapshot, with every queue's next offset;
+//! message bytes stay in the log. A follower installing a snapshot continues each
+//! queue at the snapshot's next offset.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::sync::{Arc, RwLock};
+
+use ledgermq_store::{MessageStore, QueuePosition};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageIOError,
+    StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RaftNodeError;
+use crate::meta::{offset_key, parse_offset_key, MetaDb};
+use crate::types::{
+    Command, Entry, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
+    TopicConfig, TypeConfig,
+};
+
+type Membership = StoredMembership<NodeId, openraft::BasicNode>;
+
+/// The group's metadata as the state machine holds it (a read-only copy is shared
+/// with the broker through [`SharedMeta`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMeta {
+    /// (group, topic, queue id) → next queue offset to consume.
+    pub offsets: BTreeMap<(String, String, i32), u64>,
+    /// Topic configs by name.
+    pub topics: BTreeMap<String, TopicConfig>,
+    /// Consumer group configs by name.
+    pub groups: BTreeMap<String, GroupConfig>,
+}
+
+/// Metadata shared with readers (the broker); updated on every apply.
+pub type SharedMeta = Arc<RwLock<GroupMeta>>;
+
+/// What a snapshot holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SnapshotData {
+    meta: GroupMeta,
+    queues: Vec<QueuePosition>,
+}
+
+fn io_err(e: impl std::error::Error + 'static) -> AnyError {
+    AnyError::new(&e)
+}
+
+/// The state machine of one node.
+pub struct StateMachine {
+    store: Arc<MessageStore>,
+    db: MetaDb,
+    shared: SharedMeta,
+    last_applied: Option<LogId>,
+    membership: Membership,
+    snapshot_seq: u64,
+}
+
+impl StateMachine {
+    /// Loads the metadata from `db` and brings the store's dispatch up to the last
+    /// applied entry (ConsumeQueue entries past the store's checkpoint are rebuilt
+    /// after a crash; if the log no longer holds them, the last snapshot's queue
+    /// positions are reinstalled).
+    pub fn open(store: Arc<MessageStore>, db: MetaDb) -> Result<Self, RaftNodeError> {
+        let last_applied: Option<LogId> =
+            MetaDb::get::<Option<LogId>>(&db.sm, "last_applied")?.flatten();
+        let membership: Membership = MetaDb::get(&db.sm, "membership")?.unwrap_or_default();
+        let mut meta = GroupMeta::default();
+        for kv in db.offsets.iter() {
+            let (k, v) = kv?;
+            if let (Some(key), Ok(v)) = (parse_offset_key(&k), <[u8; 8]>::try_from(v.as_ref())) {
+                meta.offsets.insert(key, u64::from_be_bytes(v));
+            }
+        }
+        for kv in db.topics.iter() {
+            let (_, v) = kv?;
+            let t: TopicConfig = postcard::from_bytes(&v)?;
+            meta.topics.insert(t.name.clone(), t);
+        }
+        for kv in db.groups.iter() {
+            let (_, v) = kv?;
+            let g: GroupConfig = postcard::from_bytes(&v)?;
+            meta.groups.insert(g.name.clone(), g);
+        }
+        if let Some(applied) = last_applied {
+            let log = store.commit_log();
+            if store.dispatched_next_log_index() < log.first_log_index() {
+                // The log no longer holds the next entry to dispatch: a snapshot
+                // covers it; continue from the snapshot's queue positions.
+                let snap_meta: Option<SnapshotMeta<NodeId, openraft::BasicNode>> =
+                    MetaDb::get(&db.sm, "snapshot_meta")?;
+                if let (Some(m), Some(bytes)) = (snap_meta, db.sm.get("snapshot")?) {
+                    let data: SnapshotData = postcard::from_bytes(&bytes)?;
+                    store
+                        .skip_dispatch_to(m.last_log_id.map_or(0, |l| l.index + 1), &data.queues)?;
+                }
+            }
+            if store.dispatched_next_log_index() <= applied.index
+                && log.next_log_index() > applied.index
+            {
+                // ConsumeQueue entries lost with the store's last checkpoint: rebuild.
+                store.dispatch_through(applied.index)?;
+            }
+        }
+        Ok(Self {
+            store,
+            db,
+            shared: Arc::new(RwLock::new(meta)),
+            last_applied,
+            membership,
+            snapshot_seq: 0,
+        })
+    }
+
+    /// The metadata readers see.
+    pub fn shared(&self) -> SharedMeta {
+        self.shared.clone()
+    }
+
+    fn apply_command(&self, meta: &mut GroupMeta, cmd: Command) -> Result<(), RaftNodeError> {
+        match cmd {
+            Command::CommitOffsets(commits) => {
+                for c in commits {
+                    self.db.offsets.insert(
+                        offset_key(&c.group, &c.topic, c.queue_id),
+                        &c.offset.to_be_bytes(),
+                    )?;
+                    meta.offsets
+                        .insert((c.group, c.topic, c.queue_id), c.offset);
+                }
+            }
+            Command::UpdateTopic(t) => {
+                MetaDb::put(&self.db.topics, &t.name, &t)?;
+                meta.topics.insert(t.name.clone(), t);
+            }
+            Command::DeleteTopic(name) => {
+                self.db.topics.remove(&name)?;
+                meta.topics.remove(&name);
+            }
+            Command::UpdateGroup(g) => {
+                MetaDb::put(&self.db.groups, &g.name, &g)?;
+                meta.groups.insert(g.name.clone(), g);
+            }
+            Command::DeleteGroup(name) => {
+                self.db.groups.remove(&name)?;
+                let keys: Vec<_> = meta
+                    .offsets
+                    .keys()
+                    .filter(|k| k.0 == name)
+                    .cloned()
+                    .collect();
+                for k in keys {
+                    self.db.offsets.remove(offset_key(&k.0, &k.1, k.2))?;
+                    meta.offsets.remove(&k);
+                }
+                meta.groups.remove(&name);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_one(&mut self, entry: Entry) -> Result<Response, RaftNodeError> {
+        let index = entry.log_id.index;
+        // Dispatch is by log index, in order: it places exactly this entry's messages
+        // (nothing if a restart already dispatched it).
+        // Applied entries are always in the local log (committed ⇒ appended here);
+        // dispatch reads them from it.
+        let placed = self.store.dispatch_through(index)?;
+        debug_assert!(placed.iter().all(|p| p.log_index == index));
+        let response = match entry.payload {
+            EntryPayload::Normal(Request::Messages(_)) => Response::Messages(
+                placed
+                    .into_iter()
+                    .map(|p| Placed {
+                        queue_id: p.queue_id,
+                        queue_offset: p.queue_offset,
+                        physical_offset: p.physical_offset,
+                    })
+                    .collect(),
+            ),
+            EntryPayload::Normal(Request::Command(cmd)) => {
+                let mut meta = self.shared.write().unwrap();
+                self.apply_command(&mut meta, cmd)?;
+                Response::Applied
+            }
+            EntryPayload::Blank => Response::Applied,
+            EntryPayload::Membership(m) => {
+                self.membership = StoredMembership::new(Some(entry.log_id), m);
+                MetaDb::put(&self.db.sm, "membership", &self.membership)?;
+                Response::Applied
+            }
+        };
+        self.last_applied = Some(entry.log_id);
+        Ok(response)
+    }
+
+    fn snapshot_data(&self) -> SnapshotData {
+        SnapshotData {
+            meta: self.shared.read().unwrap().clone(),
+            queues: self.store.queue_next_offsets(),
+        }
+    }
+}
+
+/// Builds a snapshot from a copy taken between two applies.
+pub struct SnapshotBuilder {
+    data: Vec<u8>,
+    meta: SnapshotMeta<NodeId, openraft::BasicNode>,
+    db: MetaDb,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let sig = Some(self.meta.signature());
+        MetaDb::put(&self.db.sm, "snapshot_meta", &self.meta)
+            .and_then(|_| {
+                self.db.sm.insert("snapshot", self.data.as_slice())?;
+                self.db.flush()
+            })
+            .map_err(|e| StorageIOError::write_snapshot(sig, io_err(e)))?;
+        Ok(Snapshot {
+            meta: self.meta.clone(),
+            snapshot: Box::new(Cursor::new(self.data.clone())),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        let mut last = None;
+        for entry in entries {
+            let id = entry.log_id;
+            out.push(
+                self.apply_one(entry)
+                    .map_err(|e| StorageIOError::apply(id, io_err(e)))?,
+            );
+            last = Some(id);
+        }
+        if let Some(id) = last {
+            // Not fsynced: on restart, entries after the persisted last_applied are
+            // applied again, and applying is idempotent (dispatch skips what is
+            // dispatched; commands set values).
+            MetaDb::put(&self.db.sm, "last_applied", &Some(id))
+                .map_err(|e| StorageIOError::apply(id, io_err(e)))?;
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshot_seq += 1;
+        let last = self.last_applied;
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: self.membership.clone(),
+            snapshot_id: format!(
+                "{}-{}-{}",
+                last.map_or(0, |l| l.leader_id.term),
+                last.map_or(0, |l| l.index),
+                self.snapshot_seq
+            ),
+        };
+        let data = postcard::to_stdvec(&self.snapshot_data()).expect("metadata always encodes");
+        SnapshotBuilder {
+            data,
+            meta,
+            db: self.db.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let sig = Some(meta.signature());
+        let bytes = snapshot.into_inner();
+        let fail = |e: RaftNodeError| {
+            StorageError::from(StorageIOError::read_snapshot(sig.clone(), io_err(e)))
+        };
+        let data: SnapshotData = postcard::from_bytes(&bytes).map_err(|e| fail(e.into()))?;
+        let next = meta.last_log_id.map_or(0, |l| l.index + 1);
+        self.store
+            .skip_dispatch_to(next, &data.queues)
+            .map_err(|e| fail(e.into()))?;
+        let persist = || -> Result<(), RaftNodeError> {
+            self.db.offsets.clear()?;
+            self.db.topics.clear()?;
+            self.db.groups.clear()?;
+            for ((g, t, q), off) in &data.meta.offsets {
+                self.db
+                    .offsets
+                    .insert(offset_key(g, t, *q), &off.to_be_bytes())?;
+            }
+            for t in data.meta.topics.values() {
+                MetaDb::put(&self.db.topics, &t.name, t)?;
+            }
+            for g in data.meta.groups.values() {
+                MetaDb::put(&self.db.groups, &g.name, g)?;
+            }
+            MetaDb::put(&self.db.sm, "last_applied", &meta.last_log_id)?;
+            MetaDb::put(&self.db.sm, "membership", &meta.last_membership)?;
+            MetaDb::put(&self.db.sm, "snapshot_meta", meta)?;
+            self.db.sm.insert("snapshot", bytes.as_slice())?;
+            self.db.flush()
+        };
+        persist().map_err(fail)?;
+        *self.shared.write().unwrap() = data.meta;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let read = || -> Result<Option<Snapshot<TypeConfig>>, RaftNodeError> {
+            let Some(meta) = MetaDb::get::<SnapshotMeta<NodeId, openraft::BasicNode>>(
+                &self.db.sm,
+                "snapshot_meta",
+            )?
+            else {
+                return Ok(None);
+            };
+            let data = self
+                .db
+                .sm
+                .get("snapshot")?
+                .map(|v| v.to_vec())
+                .unwrap_or_default();
+            Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(data)),
+            }))
+        };
+        read().map_err(|e| StorageIOError::read_snapshot(None, io_err(e)).into())
+    }
+}

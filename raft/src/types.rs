@@ -1,0 +1,133 @@
+//! The openraft type configuration and the application data carried by Raft entries.
+
+use std::io::Cursor;
+
+use ledgermq_store::MessageRecord;
+use serde::{Deserialize, Serialize};
+
+/// Node id of a group member (RocketMQ's broker id within a broker group).
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// LedgerMQ's Raft types. Built with openraft's `single-term-leader` feature: one
+    /// leader per term, so a log id is exactly (term, log index), which is what every
+    /// CommitLog record carries.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A Raft log id: (term, log index).
+pub type LogId = openraft::LogId<NodeId>;
+/// A Raft entry of this configuration.
+pub type Entry = openraft::Entry<TypeConfig>;
+/// The openraft handle.
+pub type Raft = openraft::Raft<TypeConfig>;
+/// Storage error of this configuration.
+pub type StorageError = openraft::StorageError<NodeId>;
+
+/// What a client write asks the group to commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Messages, stored one CommitLog record each. The leader sets their store
+    /// timestamp and host before proposing, so every replica writes the same bytes.
+    Messages(Vec<MessageRecord>),
+    /// A change of the group's metadata.
+    Command(Command),
+}
+
+/// Metadata changes, applied to the state machine (sled) on every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Consumer offsets committed by consumers (last writer wins per queue).
+    CommitOffsets(Vec<OffsetCommit>),
+    /// Create or replace a topic's configuration.
+    UpdateTopic(TopicConfig),
+    /// Delete a topic's configuration (its stored messages age out by retention).
+    DeleteTopic(String),
+    /// Create or replace a consumer group's configuration.
+    UpdateGroup(GroupConfig),
+    /// Delete a consumer group and its offsets.
+    DeleteGroup(String),
+}
+
+/// One consumer offset: the next queue offset `group` will consume from a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetCommit {
+    /// Consumer group.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// Next queue offset to consume.
+    pub offset: u64,
+}
+
+/// Kind of messages a topic accepts (RocketMQ 5's `TopicMessageType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum TopicMessageType {
+    /// Normal messages.
+    #[default]
+    Normal,
+    /// FIFO messages (message groups).
+    Fifo,
+    /// Delay / timer messages.
+    Delay,
+    /// Transactional messages.
+    Transaction,
+}
+
+/// A topic's configuration (RocketMQ's `TopicConfig`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    /// Topic name.
+    pub name: String,
+    /// Number of message queues (RocketMQ's read = write queue count here).
+    pub queue_count: u32,
+    /// RocketMQ permission bits: 2 = writable, 4 = readable (6 = both).
+    pub perm: u32,
+    /// Accepted message type.
+    pub message_type: TopicMessageType,
+}
+
+/// A consumer group's configuration (RocketMQ's `SubscriptionGroupConfig`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupConfig {
+    /// Group name.
+    pub name: String,
+    /// Strict order per message group.
+    pub fifo: bool,
+    /// Broadcasting (every consumer gets every message) rather than clustering.
+    pub broadcast: bool,
+    /// Deliveries before a message goes to the dead-letter queue (RocketMQ: 16).
+    pub max_delivery_attempts: u32,
+}
+
+/// Where one committed message was placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    /// Message queue id.
+    pub queue_id: i32,
+    /// Assigned queue offset.
+    pub queue_offset: u64,
+    /// CommitLog offset on the node that applied it (the same on every replica that
+    /// holds the whole log).
+    pub physical_offset: u64,
+}
+
+/// What applying an entry returns to the writer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Response {
+    /// The entry's messages, in order, with their queue offsets. Empty when the entry
+    /// had been dispatched already (a restart replaying the log).
+    Messages(Vec<Placed>),
+    /// A command or a Raft system entry was applied.
+    #[default]
+    Applied,
+}

@@ -1,0 +1,185 @@
+//! Leader-side writes. Client messages that arrive while earlier batches are being
+//! appended and replicated are gathered into the next Raft entry, so one entry (one
+//! append, one fsync, one replication round) carries many messages: openraft 0.9
+//! appends one entry batch at a time, so group commit has to happen here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ledgermq_store::MessageRecord;
+use openraft::error::{ClientWriteError, RaftError};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::error::RaftNodeError;
+use crate::types::{NodeId, Placed, Raft, Request, Response};
+
+/// Batching limits.
+#[derive(Debug, Clone)]
+pub struct BatchConfig {
+    /// Most messages in one entry.
+    pub max_messages: usize,
+    /// Most body bytes in one entry.
+    pub max_bytes: usize,
+    /// Entries proposed and not yet committed at once; while all are in flight, new
+    /// messages wait and join the next entry.
+    pub in_flight: usize,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_messages: 1024,
+            max_bytes: 4 << 20,
+            in_flight: 2,
+        }
+    }
+}
+
+struct Pending {
+    messages: Vec<MessageRecord>,
+    done: oneshot::Sender<Result<Vec<Placed>, RaftNodeError>>,
+}
+
+/// Writes proposed by this node while it leads.
+pub struct Writer {
+    raft: Raft,
+    tx: mpsc::Sender<Pending>,
+}
+
+pub(crate) fn map_write_error(
+    e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>,
+) -> RaftNodeError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftNodeError::NotLeader {
+            leader: f.leader_id,
+        },
+        RaftError::APIError(other) => RaftNodeError::Raft(other.to_string()),
+        RaftError::Fatal(f) => match f {
+            openraft::error::Fatal::Stopped => RaftNodeError::ShuttingDown,
+            other => RaftNodeError::Raft(other.to_string()),
+        },
+    }
+}
+
+impl Writer {
+    /// Starts the batching task for `raft`; messages get `store_host` and the
+    /// proposal time as store host and store timestamp.
+    pub fn start(raft: Raft, cfg: BatchConfig, store_host: SocketAddr) -> Arc<Self> {
+        let (tx, rx) = mpsc::channel(65_536);
+        tokio::spawn(batch_loop(raft.clone(), cfg, store_host, rx));
+        Arc::new(Self { raft, tx })
+    }
+
+    /// Commits `request` through the local Raft (this node must lead).
+    pub async fn write_local(&self, request: Request) -> Result<Response, RaftNodeError> {
+        match request {
+            Request::Messages(messages) => {
+                self.write_messages(messages).await.map(Response::Messages)
+            }
+            command => self
+                .raft
+                .client_write(command)
+                .await
+                .map(|r| r.data)
+                .map_err(map_write_error),
+        }
+    }
+
+    /// Commits `messages` in some upcoming entry (with others' messages); returns where
+    /// each was placed, in order.
+    pub async fn write_messages(
+        &self,
+        messages: Vec<MessageRecord>,
+    ) -> Result<Vec<Placed>, RaftNodeError> {
+        if messages.is_empty() {
+            return Err(RaftNodeError::InvalidInput("no messages to write".into()));
+        }
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Pending { messages, done })
+            .await
+            .map_err(|_| RaftNodeError::ShuttingDown)?;
+        rx.await.map_err(|_| RaftNodeError::ShuttingDown)?
+    }
+}
+
+async fn batch_loop(
+    raft: Raft,
+    cfg: BatchConfig,
+    store_host: SocketAddr,
+    mut rx: mpsc::Receiver<Pending>,
+) {
+    let permits = Arc::new(Semaphore::new(cfg.in_flight.max(1)));
+    loop {
+        // Wait for a free slot first: while every slot is busy, messages queue up and
+        // all go into the next entry.
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = rx.recv().await else { return };
+        let mut bytes = first.messages.iter().map(|m| m.body.len()).sum::<usize>();
+        let mut count = first.messages.len();
+        let mut batch = vec![first];
+        while count < cfg.max_messages && bytes < cfg.max_bytes {
+            let Ok(p) = rx.try_recv() else { break };
+            count += p.messages.len();
+            bytes += p.messages.iter().map(|m| m.body.len()).sum::<usize>();
+            batch.push(p);
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let now = ledgermq_store::store::now_ms();
+            let mut sizes = Vec::with_capacity(batch.len());
+            let mut all = Vec::with_capacity(count);
+            let mut waiters = Vec::with_capacity(batch.len());
+            for p in batch {
+                sizes.push(p.messages.len());
+                for mut m in p.messages {
+                    m.store_timestamp_ms = now;
+                    m.store_host = store_host;
+                    all.push(m);
+                }
+                waiters.push(p.done);
+            }
+            let result = raft.client_write(Request::Messages(all)).await;
+            drop(permit);
+            match result {
+                Ok(resp) => {
+                    let Response::Messages(placed) = resp.data else {
+                        for w in waiters {
+                            let _ = w.send(Err(RaftNodeError::Raft(
+                                "a message entry applied without placements".into(),
+                            )));
+                        }
+                        return;
+                    };
+                    if placed.len() != sizes.iter().sum::<usize>() {
+                        // The entry was dispatched before (cannot happen for a fresh proposal).
+                        for w in waiters {
+                            let _ = w.send(Err(RaftNodeError::Raft(
+                                "placements missing for a committed entry".into(),
+                            )));
+                        }
+                        return;
+                    }
+                    let mut it = placed.into_iter();
+                    for (w, n) in waiters.into_iter().zip(sizes) {
+                        let _ = w.send(Ok(it.by_ref().take(n).collect()));
+                    }
+                }
+                Err(e) => {
+                    let e = map_write_error(e);
+                    for w in waiters {
+                        let _ = w.send(Err(match &e {
+                            RaftNodeError::NotLeader { leader } => {
+                                RaftNodeError::NotLeader { leader: *leader }
+                            }
+                            RaftNodeError::ShuttingDown => RaftNodeError::ShuttingDown,
+                            other => RaftNodeError::Raft(other.to_string()),
+                        }));
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,338 @@
+//! Three real nodes on loopback (files, openraft, gRPC): election, failover, log
+//! truncation, catch-up and replica audits.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::{message, Cluster};
+use ledgermq_raft::{
+    Command, GroupConfig, OffsetCommit, RaftNodeError, TopicConfig, TopicMessageType,
+};
+use ledgermq_store::FlushMode;
+
+const T: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elects_a_leader_and_commits_from_any_node() {
+    let c = Cluster::start(3, FlushMode::Sync).await;
+    c.wait_leader(T).await;
+    let mut acked = Vec::new();
+    for round in 0..20 {
+        for id in 0..3u64 {
+            let body = format!("m-{round}-{id}");
+            let placed = c
+                .node(id)
+                .write_messages(vec![message("TopicA", (round % 2) as i32, &body)])
+                .await
+                .unwrap();
+            assert_eq!(placed.len(), 1);
+            acked.push((placed[0].queue_id, placed[0].queue_offset, body));
+        }
+    }
+    c.wait_converged(T).await;
+    c.audit();
+    for q in 0..2 {
+        let expect: Vec<String> = acked
+            .iter()
+            .filter(|a| a.0 == q)
+            .map(|a| a.2.clone())
+            .collect();
+        let offsets: Vec<u64> = acked.iter().filter(|a| a.0 == q).map(|a| a.1).collect();
+        assert_eq!(
+            offsets,
+            (0..expect.len() as u64).collect::<Vec<_>>(),
+            "queue offsets are dense, in commit order"
+        );
+        for id in 0..3 {
+            assert_eq!(
+                c.queue_bodies(id, "TopicA", q),
+                expect,
+                "node {id} queue {q}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_leader_is_replaced_and_committed_entries_survive() {
+    let mut c = Cluster::start(3, FlushMode::Sync).await;
+    let old = c.wait_leader(T).await;
+    let mut acked = Vec::new();
+    for i in 0..50 {
+        let body = format!("before-{i}");
+        c.node(old)
+            .write_messages(vec![message("TopicK", 0, &body)])
+            .await
+            .unwrap();
+        acked.push(body);
+    }
+    c.crash(old).await;
+    let killed_at = Instant::now();
+    let new = c.wait_leader(T).await;
+    assert_ne!(new, old);
+    // The new leader serves writes.
+    let follower = (0..3).find(|&i| i != old && i != new).unwrap();
+    loop {
+        match c
+            .node(follower)
+            .write_messages(vec![message("TopicK", 0, "after-0")])
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => assert!(
+                killed_at.elapsed() < T,
+                "no write succeeded after the kill: {e}"
+            ),
+        }
+    }
+    acked.push("after-0".into());
+    eprintln!(
+        "first commit {} ms after the leader was killed",
+        killed_at.elapsed().as_millis()
+    );
+    for i in 1..30 {
+        let body = format!("after-{i}");
+        c.node(new)
+            .write_messages(vec![message("TopicK", 0, &body)])
+            .await
+            .unwrap();
+        acked.push(body);
+    }
+    c.restart(old).await;
+    c.wait_converged(T).await;
+    c.audit();
+    for id in 0..3 {
+        assert_eq!(c.queue_bodies(id, "TopicK", 0), acked, "node {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncommitted_tail_of_an_isolated_leader_is_truncated_and_never_dispatched() {
+    let c = Cluster::start(3, FlushMode::Sync).await;
+    let old = c.wait_leader(T).await;
+    c.node(old)
+        .write_messages(vec![message("TopicU", 0, "committed-0")])
+        .await
+        .unwrap();
+    c.wait_converged(T).await;
+    c.filter.isolate(old, (0..3).filter(|&i| i != old));
+    // Writes to the isolated leader append locally but cannot commit.
+    let isolated = c.node(old).clone();
+    let doomed = tokio::spawn(async move {
+        let mut results = Vec::new();
+        for i in 0..5 {
+            results.push(
+                isolated
+                    .write_messages(vec![message("TopicU", 0, &format!("doomed-{i}"))])
+                    .await,
+            );
+        }
+        results
+    });
+    // The majority elects a new leader and commits other messages.
+    let new = loop {
+        let l = c
+            .live()
+            .filter(|n| n.id() != old && n.is_leader())
+            .map(|n| n.id())
+            .next();
+        if let Some(l) = l {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for i in 0..10 {
+        c.node(new)
+            .write_messages(vec![message("TopicU", 0, &format!("new-{i}"))])
+            .await
+            .unwrap();
+    }
+    let results = doomed.await.unwrap();
+    assert!(
+        results.iter().all(|r| r.is_err()),
+        "a write to an isolated leader must not be acknowledged: {results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .any(|r| matches!(r, Err(RaftNodeError::Timeout { .. }))),
+        "{results:?}"
+    );
+    // While isolated, the old leader never dispatched its uncommitted entries.
+    assert!(!c
+        .queue_bodies(old, "TopicU", 0)
+        .iter()
+        .any(|b| b.starts_with("doomed")));
+    c.filter.heal();
+    c.wait_leader(T).await;
+    c.wait_converged(T).await;
+    c.audit();
+    let expect: Vec<String> = std::iter::once("committed-0".to_string())
+        .chain((0..10).map(|i| format!("new-{i}")))
+        .collect();
+    for id in 0..3 {
+        assert_eq!(c.queue_bodies(id, "TopicU", 0), expect, "node {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_and_partitioned_nodes_catch_up() {
+    let mut c = Cluster::start(3, FlushMode::Async).await;
+    let leader = c.wait_leader(T).await;
+    let down = (leader + 1) % 3;
+    let cut = (leader + 2) % 3;
+    c.crash(down).await;
+    let mut expect = Vec::new();
+    for i in 0..400 {
+        let body = format!("{i:04}-{}", "x".repeat(300)); // rolls 64 KiB segments
+        c.node(leader)
+            .write_messages(vec![message("TopicC", 0, &body)])
+            .await
+            .unwrap();
+        expect.push(body);
+    }
+    c.restart(down).await;
+    c.wait_converged(T).await;
+    // Now a long partition of another follower, then heal.
+    c.filter.isolate(cut, (0..3).filter(|&i| i != cut));
+    let leader = c.wait_leader(T).await;
+    assert_ne!(leader, cut);
+    for i in 400..600 {
+        let body = format!("{i:04}");
+        c.node(leader)
+            .write_messages(vec![message("TopicC", 0, &body)])
+            .await
+            .unwrap();
+        expect.push(body);
+    }
+    c.filter.heal();
+    c.wait_converged(T).await;
+    c.audit();
+    for id in 0..3 {
+        assert_eq!(c.queue_bodies(id, "TopicC", 0), expect, "node {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_behind_the_purge_point_catches_up_by_snapshot() {
+    let mut c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(T).await;
+    let lagging = (leader + 1) % 3;
+    c.crash(lagging).await;
+    for i in 0..300 {
+        let body = format!("{i:04}-{}", "y".repeat(400));
+        c.node(leader)
+            .write_messages(vec![message("TopicS", 1, &body)])
+            .await
+            .unwrap();
+    }
+    c.node(leader)
+        .write_command(Command::CommitOffsets(vec![OffsetCommit {
+            group: "G".into(),
+            topic: "TopicS".into(),
+            queue_id: 1,
+            offset: 123,
+        }]))
+        .await
+        .unwrap();
+    // Snapshot, then purge most of the log (as retention would).
+    let raft = c.node(leader).raft().clone();
+    let last = raft.metrics().borrow().last_applied.unwrap().index;
+    c.node(leader)
+        .purge_log_through(last - 10, T)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + T;
+    while c.node(leader).store().commit_log().first_log_index() == 0 {
+        assert!(Instant::now() < deadline, "the leader did not purge");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.restart(lagging).await;
+    c.wait_converged(T).await;
+    let lag = c.node(lagging);
+    let (lo, hi) = lag.store().queue_offsets("TopicS", 1);
+    assert_eq!(
+        hi, 300,
+        "the lagging follower continues the leader's queue offsets"
+    );
+    assert!(lo > 0, "the purged messages are not on the follower");
+    assert_eq!(
+        lag.shared_meta()
+            .read()
+            .unwrap()
+            .offsets
+            .get(&("G".into(), "TopicS".into(), 1)),
+        Some(&123)
+    );
+    // New messages get the same queue offsets everywhere.
+    let p = c
+        .node(leader)
+        .write_messages(vec![message("TopicS", 1, "fresh")])
+        .await
+        .unwrap();
+    assert_eq!(p[0].queue_offset, 300);
+    c.wait_converged(T).await;
+    c.audit();
+    for id in 0..3 {
+        assert_eq!(
+            c.node(id)
+                .store()
+                .get_message("TopicS", 1, 300)
+                .unwrap()
+                .view()
+                .body(),
+            b"fresh"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_transfer_and_metadata_replication() {
+    let mut c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(T).await;
+    let target = (leader + 2) % 3;
+    c.node(leader)
+        .write_command(Command::UpdateTopic(TopicConfig {
+            name: "TopicM".into(),
+            queue_count: 4,
+            perm: 6,
+            message_type: TopicMessageType::Fifo,
+        }))
+        .await
+        .unwrap();
+    c.node(target)
+        .write_command(Command::UpdateGroup(GroupConfig {
+            name: "G1".into(),
+            fifo: true,
+            broadcast: false,
+            max_delivery_attempts: 16,
+        }))
+        .await
+        .unwrap();
+    let new = c
+        .node(leader)
+        .transfer_leadership(Some(target), T)
+        .await
+        .unwrap();
+    assert_eq!(new, target);
+    assert_eq!(c.wait_leader(T).await, target);
+    c.node(leader)
+        .write_messages(vec![message("TopicM", 0, "after-transfer")])
+        .await
+        .unwrap();
+    c.wait_converged(T).await;
+    c.audit();
+    let metas: HashSet<_> = c
+        .live()
+        .map(|n| format!("{:?}", n.shared_meta().read().unwrap()))
+        .collect();
+    assert_eq!(metas.len(), 1, "every node holds the same metadata");
+    // Metadata survives a restart.
+    c.crash(leader).await;
+    c.restart(leader).await;
+    let m = c.node(leader).shared_meta().read().unwrap().clone();
+    assert_eq!(m.topics["TopicM"].queue_count, 4);
+    assert!(m.groups["G1"].fifo);
+}

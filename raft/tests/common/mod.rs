@@ -1,0 +1,204 @@
+//! An in-process test cluster: three real nodes (store files, openraft, tonic peer
+//! servers on loopback) sharing one fault-injection filter.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ledgermq_raft::{BatchConfig, NetworkFilter, NodeId, RaftNode, RaftNodeConfig, RaftTiming};
+use ledgermq_store::{FlushMode, MessageRecord, StoreConfig};
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub cfgs: BTreeMap<NodeId, RaftNodeConfig>,
+    pub nodes: BTreeMap<NodeId, Option<Arc<RaftNode>>>,
+    pub filter: NetworkFilter,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn message(topic: &str, queue_id: i32, body: &str) -> MessageRecord {
+    MessageRecord::message(topic, queue_id, body.as_bytes().to_vec(), 0).with_property("KEYS", body)
+}
+
+impl Cluster {
+    pub async fn start(n: u64, flush: FlushMode) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let members: BTreeMap<NodeId, String> = (0..n)
+            .map(|i| (i, format!("127.0.0.1:{}", free_port())))
+            .collect();
+        let mut cfgs = BTreeMap::new();
+        for (&id, addr) in &members {
+            let mut store = StoreConfig::small(dir.path().join(format!("n{id}")), 64 * 1024);
+            store.flush_mode = flush;
+            store.flush_interval_ms = 100;
+            cfgs.insert(
+                id,
+                RaftNodeConfig {
+                    node_id: id,
+                    listen_addr: addr.parse().unwrap(),
+                    members: members.clone(),
+                    store,
+                    timing: RaftTiming {
+                        heartbeat_interval_ms: 100,
+                        election_timeout_min_ms: 500,
+                        election_timeout_max_ms: 900,
+                    },
+                    batch: BatchConfig::default(),
+                    store_host: addr.parse().unwrap(),
+                    write_timeout_ms: 3000,
+                    cluster_name: "test-group".into(),
+                },
+            );
+        }
+        let mut c = Self {
+            dir,
+            cfgs,
+            nodes: BTreeMap::new(),
+            filter: NetworkFilter::default(),
+        };
+        for id in 0..n {
+            c.restart(id).await;
+        }
+        c
+    }
+
+    pub async fn restart(&mut self, id: NodeId) {
+        let node = RaftNode::start(self.cfgs[&id].clone(), self.filter.clone())
+            .await
+            .unwrap();
+        self.nodes.insert(id, Some(node));
+    }
+
+    /// Stops a node as a crash would (no clean shutdown of the store).
+    pub async fn crash(&mut self, id: NodeId) {
+        if let Some(n) = self.nodes.insert(id, None).flatten() {
+            n.stop(false).await.unwrap();
+        }
+    }
+
+    pub fn node(&self, id: NodeId) -> &Arc<RaftNode> {
+        self.nodes[&id].as_ref().expect("node is running")
+    }
+
+    pub fn live(&self) -> impl Iterator<Item = &Arc<RaftNode>> {
+        self.nodes.values().flatten()
+    }
+
+    /// Waits until the live nodes that can talk to a leader agree on it.
+    pub async fn wait_leader(&self, timeout: Duration) -> NodeId {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let leaders: Vec<_> = self
+                .live()
+                .filter(|n| n.is_leader())
+                .map(|n| n.id())
+                .collect();
+            if let [l] = leaders[..] {
+                let agree = self
+                    .live()
+                    .filter(|n| {
+                        !self.filter.is_blocked(n.id(), l) && !self.filter.is_blocked(l, n.id())
+                    })
+                    .all(|n| n.leader().map(|x| x.0) == Some(l));
+                if agree {
+                    return l;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no single leader within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every live node has applied everything the leader has.
+    pub async fn wait_converged(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ms: Vec<_> = self
+                .live()
+                .map(|n| n.raft().metrics().borrow().clone())
+                .collect();
+            let last = ms.iter().filter_map(|m| m.last_log_index).max();
+            if ms
+                .iter()
+                .all(|m| m.last_applied.map(|l| l.index) == last && m.last_log_index == last)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nodes did not converge: {:?}",
+                ms.iter()
+                    .map(|m| (m.id, m.last_log_index, m.last_applied))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Replica audit: the committed (applied) prefixes of all live nodes are identical
+    /// record by record (log index, term, CRC), and no ConsumeQueue holds an entry
+    /// past a node's applied index.
+    pub fn audit(&self) {
+        let mut prefixes = Vec::new();
+        for n in self.live() {
+            let applied = n
+                .raft()
+                .metrics()
+                .borrow()
+                .last_applied
+                .map_or(0, |l| l.index + 1);
+            let store = n.store();
+            assert!(
+                store.dispatched_next_log_index() <= applied,
+                "node {} dispatched past its applied index",
+                n.id()
+            );
+            let mut entries = BTreeMap::new();
+            for idx in store.commit_log().first_log_index()..applied {
+                let e = store.read_entry(idx).unwrap();
+                let crcs: Vec<u32> = e.records().map(|r| r.unwrap().crc()).collect();
+                entries.insert(idx, (e.location.term, crcs));
+            }
+            prefixes.push((n.id(), entries));
+        }
+        for (a, pa) in &prefixes {
+            for (b, pb) in &prefixes {
+                for (idx, ea) in pa {
+                    if let Some(eb) = pb.get(idx) {
+                        assert_eq!(ea, eb, "nodes {a} and {b} differ at log index {idx}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The bodies of every message in a queue of one node, in queue order.
+    pub fn queue_bodies(&self, id: NodeId, topic: &str, queue_id: i32) -> Vec<String> {
+        let store = self.node(id).store();
+        let (lo, hi) = store.queue_offsets(topic, queue_id);
+        let (msgs, _) = store
+            .get_messages(topic, queue_id, lo, (hi - lo) as usize, |_| true)
+            .unwrap();
+        msgs.iter()
+            .map(|m| String::from_utf8(m.view().body().to_vec()).unwrap())
+            .collect()
+    }
+}
