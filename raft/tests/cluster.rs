@@ -24,7 +24,7 @@ async fn elects_a_leader_and_commits_from_any_node() {
             let body = format!("m-{round}-{id}");
             let placed = c
                 .node(id)
-                .write_messages(vec![message("TopicA", (round % 2) as i32, &body)])
+                .write_messages(vec![message("TopicA", round % 2, &body)])
                 .await
                 .unwrap();
             assert_eq!(placed.len(), 1);
