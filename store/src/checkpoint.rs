@@ -14,7 +14,7 @@
 //! | 28 | 8 | `dispatched_offset`: ConsumeQueue / IndexFile entries of records below it are durable |
 //! | 36 | 8 | `dispatched_next_log_index`: first log index not yet dispatched at that point |
 //! | 44 | 8 | `timestamp_ms`: wall clock when written |
-//! | 52 | 4 | flags: bit 0 = written by a clean shutdown |
+//! | 52 | 4 | flags: bit 0 = written by a clean shutdown; bit 1 = written by a reset (the log is empty from `commit_log_offset` on; anything below it is to be deleted) |
 //! | 56 | 4 | reserved (0) |
 //! | 60 | 4 | CRC32 of bytes `[0, 60)` |
 //!
@@ -49,6 +49,10 @@ pub struct Checkpoint {
     pub timestamp_ms: i64,
     /// Written by a clean shutdown.
     pub clean: bool,
+    /// Written by a reset: every CommitLog byte below `commit_log_offset` is to be
+    /// deleted and the log continues at `next_log_index` (recovery finishes a reset a
+    /// crash interrupted).
+    pub reset: bool,
 }
 
 impl Checkpoint {
@@ -62,7 +66,8 @@ impl Checkpoint {
         b[28..36].copy_from_slice(&self.dispatched_offset.to_be_bytes());
         b[36..44].copy_from_slice(&self.dispatched_next_log_index.to_be_bytes());
         b[44..52].copy_from_slice(&self.timestamp_ms.to_be_bytes());
-        b[52..56].copy_from_slice(&u32::from(self.clean).to_be_bytes());
+        let flags = u32::from(self.clean) | (u32::from(self.reset) << 1);
+        b[52..56].copy_from_slice(&flags.to_be_bytes());
         let crc = crc32fast::hash(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_be_bytes());
         b
@@ -77,6 +82,7 @@ impl Checkpoint {
             return None;
         }
         let u = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap());
+        let flags = u32::from_be_bytes(b[52..56].try_into().unwrap());
         Some(Self {
             commit_log_offset: u(4),
             next_log_index: u(12),
@@ -84,7 +90,8 @@ impl Checkpoint {
             dispatched_offset: u(28),
             dispatched_next_log_index: u(36),
             timestamp_ms: u(44) as i64,
-            clean: u32::from_be_bytes(b[52..56].try_into().unwrap()) & 1 == 1,
+            clean: flags & 1 == 1,
+            reset: flags & 2 == 2,
         })
     }
 }
@@ -179,6 +186,7 @@ mod tests {
             dispatched_next_log_index: 12,
             timestamp_ms: 1_700_000_000_000,
             clean: true,
+            reset: true,
         };
         let b = cp.encode();
         assert_eq!(Checkpoint::decode(&b), Some(cp));

@@ -433,6 +433,12 @@ impl CommitLog {
             });
         }
         let cut = self.raft_index.get(log_index)?.physical_offset;
+        if cut < self.min_offset() || cut > self.wrote_offset() {
+            return Err(self.corrupted(
+                cut,
+                format!("the raft index puts log index {log_index} outside the written log"),
+            ));
+        }
         let _f = self.flush_lock.lock().unwrap();
         let _erase = self.erase.write().unwrap();
         let old_end = self.wrote.swap(cut, Ordering::AcqRel);
@@ -467,16 +473,16 @@ impl CommitLog {
     /// Drops the whole log; the next entry appended must be `next_log_index` and goes
     /// at the start of a fresh segment (used after installing a snapshot).
     pub fn reset(&self, next_log_index: u64, last_term: u64) -> Result<()> {
+        let max_index = u64::MAX / crate::raft_index::RAFT_INDEX_ENTRY_BYTES as u64;
+        if next_log_index >= max_index {
+            return Err(StoreError::InvalidInput(format!(
+                "log index {next_log_index} is beyond the largest the index can hold ({max_index})"
+            )));
+        }
         let mut w = self.writer.lock().unwrap();
         let _f = self.flush_lock.lock().unwrap();
         let _erase = self.erase.write().unwrap();
-        let end = self.wrote_offset();
-        let seg = self.cfg.segment_bytes;
-        let fresh = if end % seg == 0 {
-            end
-        } else {
-            end - end % seg + seg
-        };
+        let fresh = self.reset_offset();
         self.segments.remove_all()?;
         self.raft_index.reset(next_log_index)?;
         self.wrote.store(fresh, Ordering::Release);
@@ -484,6 +490,12 @@ impl CommitLog {
         self.min_offset.store(fresh, Ordering::Release);
         w.last_term = last_term;
         Ok(())
+    }
+
+    /// Where the log starts after a [`CommitLog::reset`]: the first segment boundary at
+    /// or after the written end, so offsets are never reused.
+    pub fn reset_offset(&self) -> u64 {
+        self.wrote_offset().div_ceil(self.cfg.segment_bytes) * self.cfg.segment_bytes
     }
 
     /// Deletes the oldest segments while `expired(segment start, segment end)` says so,
@@ -496,10 +508,12 @@ impl CommitLog {
         mut expired: impl FnMut(u64, u64) -> bool,
     ) -> Result<u64> {
         let _w = self.writer.lock().unwrap();
+        // Never delete what is not durable yet: a later flush must still find it.
+        let durable = self.flushed_offset();
         let wrote = self.wrote_offset();
         let removed = self.segments.remove_oldest_while(|f| {
             f.end_offset() <= limit_offset
-                && f.end_offset() <= wrote
+                && f.end_offset() <= durable
                 && expired(f.start_offset(), f.end_offset())
         })?;
         if removed > 0 {
@@ -536,7 +550,13 @@ impl CommitLog {
         let Some(f) = self.segments.find(offset) else {
             return Ok(None);
         };
-        match parse_header(f.slice(0, 8), f.size_bytes()) {
+        let head = {
+            let _guard = self.erase.read().unwrap();
+            let mut h = [0u8; 8];
+            h.copy_from_slice(f.slice(0, 8));
+            h
+        };
+        match parse_header(&head, f.size_bytes()) {
             Ok(Header::Record { len, .. }) => {
                 let bytes = self.read_record(offset, len as usize)?;
                 Ok(Some(
@@ -559,7 +579,13 @@ impl CommitLog {
         if segment_start >= self.wrote_offset() {
             return Ok(None);
         }
-        match parse_header(f.slice(0, 8), f.size_bytes()) {
+        let head = {
+            let _guard = self.erase.read().unwrap();
+            let mut h = [0u8; 8];
+            h.copy_from_slice(f.slice(0, 8));
+            h
+        };
+        match parse_header(&head, f.size_bytes()) {
             Ok(Header::Record { len, .. }) => {
                 let bytes = self.read_record(segment_start, len as usize)?;
                 Ok(Some(

@@ -8,7 +8,7 @@
 //! |-------:|-----:|-------|
 //! | 0  | 8 | CommitLog offset i64 of the message's record |
 //! | 8  | 4 | size i32 of the record in bytes (> 0, so an entry is never all zero) |
-//! | 16 | 8 | tag hash code i64 |
+//! | 12 | 8 | tag hash code i64 |
 //!
 //! Files live in `<store_root>/consumequeue/<topic>/<queue_id>/`, named by the
 //! 20-digit byte offset of their first entry, [`DEFAULT_ENTRIES_PER_FILE`] entries each
@@ -308,9 +308,26 @@ impl ConsumeQueue {
 
     /// Drops every entry whose CommitLog offset is `>= phys` (the CommitLog was cut
     /// there). Binary search, then [`ConsumeQueue::truncate`].
+    ///
+    /// Used by crash recovery, so an entry that does not decode (a hole left by a
+    /// power loss past the last flush) counts as past the cut: entries below `phys`
+    /// were flushed before the checkpoint that named `phys`, so they form a valid
+    /// prefix and everything after it goes.
     pub fn truncate_from_commit_log_offset(&self, phys: u64) -> Result<()> {
-        let q = self.lower_bound(phys)?;
+        let q = self
+            .log
+            .partition_point(self.log.min(), self.log.max(), |_, bytes| {
+                Ok(CqEntry::decode(bytes).is_ok_and(|e| e.commit_log_offset < phys))
+            })?;
         self.truncate(q)
+    }
+
+    /// CommitLog offset of the last entry, if any.
+    pub fn last_commit_log_offset(&self) -> Option<u64> {
+        match self.last_commit_log_offset.load(Ordering::Acquire) {
+            NO_LAST => None,
+            v => Some(v),
+        }
     }
 
     /// The queue offset of the entry whose CommitLog offset is exactly `phys`, if any.

@@ -220,9 +220,18 @@ impl IndexService {
         }
         starts.sort_unstable();
         let mut files: Vec<IndexFile> = Vec::with_capacity(starts.len());
+        let newest = starts.last().copied();
         for start in starts {
             let path = dir.join(segment_name(start));
             let len = std::fs::metadata(&path).at(&path)?.len();
+            if len == 0 && Some(start) == newest {
+                // A crash between creating the newest file and sizing it: it holds
+                // nothing durable (derived data; recovery re-indexes its records).
+                tracing::warn!(path = %path.display(), len, "dropping a partly created index file");
+                std::fs::remove_file(&path).at(&path)?;
+                fsync_dir(dir)?;
+                continue;
+            }
             if len != size_bytes {
                 let reason = format!("index file is {len} bytes, expected {size_bytes}");
                 return Err(corrupted(&path, len.min(size_bytes), reason));

@@ -34,6 +34,17 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
+/// Sizes `file` to `size_bytes` with its blocks allocated (`posix_fallocate`), so a
+/// full disk is reported here as an error (ENOSPC) rather than as SIGBUS when a
+/// write through the mapping first touches an unallocated page.
+fn allocate(file: &File, size_bytes: u64) -> std::io::Result<()> {
+    fs4::fs_std::FileExt::allocate(file, size_bytes)?;
+    if file.metadata()?.len() < size_bytes {
+        file.set_len(size_bytes)?;
+    }
+    Ok(())
+}
+
 /// One memory-mapped segment file of `size_bytes` bytes whose first byte sits at
 /// `start_offset` in the logical space.
 pub struct MappedFile {
@@ -59,7 +70,7 @@ impl MappedFile {
             .create_new(true)
             .open(&path)
             .at(&path)?;
-        file.set_len(size_bytes).at(&path)?;
+        allocate(&file, size_bytes).at(&path)?;
         file.sync_all().at(&path)?;
         fsync_dir(dir)?;
         Self::map(path, file, start_offset, size_bytes)
@@ -82,7 +93,7 @@ impl MappedFile {
             });
         }
         if len < size_bytes {
-            file.set_len(size_bytes).at(path)?;
+            allocate(&file, size_bytes).at(path)?;
             file.sync_all().at(path)?;
         }
         Self::map(path.to_path_buf(), file, start_offset, size_bytes)
@@ -371,7 +382,8 @@ impl MappedFileQueue {
         to: u64,
         mut op: impl FnMut(&MappedFile, u64, u64) -> Result<()>,
     ) -> Result<()> {
-        let mut at = from;
+        // Segments below the oldest one were deleted: nothing left to do there.
+        let mut at = from.max(self.first_start().unwrap_or(from));
         while at < to {
             let Some(f) = self.find(at) else { break };
             let end = to.min(f.end_offset());

@@ -22,6 +22,13 @@ impl MessageStore {
     /// `limit_offset` (what the Raft layer allows to be purged). ConsumeQueue minimum
     /// offsets and IndexFiles follow.
     pub fn run_retention(&self, clock: RetentionClock, limit_offset: u64) -> Result<PurgeReport> {
+        let offset = self.retention_offset(clock)?;
+        self.remove_segments_below(offset.min(limit_offset))
+    }
+
+    /// The CommitLog offset below which retention would delete segments now (the
+    /// oldest offset if nothing is due). The Raft layer turns it into a log purge.
+    pub fn retention_offset(&self, clock: RetentionClock) -> Result<u64> {
         let log = self.commit_log();
         let segments = log.segments().segments();
         let mut ages = Vec::with_capacity(segments.len());
@@ -35,8 +42,30 @@ impl MessageStore {
             });
         }
         let n = segments_to_delete(&self.config().retention, &ages, clock);
-        let delete_below = segments.get(n).map(|s| s.start_offset()).unwrap_or(0);
-        self.remove_segments_below(delete_below.min(limit_offset))
+        Ok(segments
+            .get(n)
+            .map_or(log.min_offset(), |s| s.start_offset()))
+    }
+
+    /// The last log index held wholly below CommitLog `offset` (what a Raft purge
+    /// through it deletes), if any.
+    pub fn last_log_index_below(&self, offset: u64) -> Result<Option<u64>> {
+        let log = self.commit_log();
+        let (first, next) = (log.first_log_index(), log.next_log_index());
+        if first == next || log.entry_location(first)?.end_offset() > offset {
+            return Ok(None);
+        }
+        // Binary search: the last entry that ends at or before `offset`.
+        let (mut lo, mut hi) = (first, next);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if log.entry_location(mid)?.end_offset() <= offset {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(Some(lo))
     }
 
     /// Deletes whole CommitLog segments all of whose entries have log index <=
@@ -47,7 +76,7 @@ impl MessageStore {
         if log_index < log.first_log_index() {
             return self.remove_segments_below(log.min_offset());
         }
-        if log_index + 1 >= next {
+        if log_index.saturating_add(1) >= next {
             // Keep at least the entry the next one must follow.
             return self.remove_segments_below(
                 log.entry_location(next.saturating_sub(1))?.physical_offset,
@@ -58,6 +87,11 @@ impl MessageStore {
 
     /// Deletes every segment that ends at or before `offset` (and is dispatched).
     fn remove_segments_below(&self, offset: u64) -> Result<PurgeReport> {
+        if self.is_closed() {
+            return Err(crate::error::StoreError::NotWritable(
+                "the store is shut down".into(),
+            ));
+        }
         let log = self.commit_log();
         let limit = offset.min(self.dispatched_offset());
         let before = log.segments().segments().len();

@@ -104,6 +104,9 @@ impl MessageStore {
         };
         let crashed = checkpoint_file.abort_exists() || !checkpoint.is_some_and(|c| c.clean);
         let cp = checkpoint.unwrap_or_default();
+        if crashed && cp.reset {
+            finish_interrupted_reset(&cfg, &cp)?;
+        }
         let log = Arc::new(CommitLog::open_at(
             cfg.commit_log.clone(),
             &cfg.root,
@@ -158,10 +161,12 @@ impl MessageStore {
                     offset: log.min_offset(),
                 };
             }
-            for ((_, _), cq) in cqs.all() {
-                cq.truncate_from_commit_log_offset(dispatched.offset)?;
-            }
             report.dispatched_next_log_index = dispatched.next_log_index;
+        }
+        // ConsumeQueue entries past the dispatch position (written after the last
+        // checkpoint, possibly torn) go; dispatch rebuilds them from the CommitLog.
+        for ((_, _), cq) in cqs.all() {
+            cq.truncate_from_commit_log_offset(dispatched.offset)?;
         }
         // Retention state is derived, not stored: queues start at the oldest
         // CommitLog offset still held.
@@ -200,7 +205,12 @@ impl MessageStore {
         let Some(begin) = self.index.remove_last_file()? else {
             return Ok(());
         };
-        if begin >= dispatched.offset || begin < self.log.min_offset() {
+        if begin >= dispatched.offset {
+            return Ok(());
+        }
+        // Retention may have deleted the file's first records: start at the oldest kept.
+        let begin = begin.max(self.log.min_offset());
+        if begin >= self.log.wrote_offset() {
             return Ok(());
         }
         let mut log_index = self.log_index_at(begin)?;
@@ -294,6 +304,11 @@ impl MessageStore {
         self.cfg.flush_mode
     }
 
+    /// True after [`MessageStore::shutdown`].
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(StoreError::NotWritable("the store is shut down".into()));
@@ -352,21 +367,58 @@ impl MessageStore {
 
     /// Drops the whole log and every ConsumeQueue entry, so that the next entry
     /// appended is `next_log_index` (a follower that installed a snapshot covering
-    /// everything before it). Writes a checkpoint so a crash right after keeps it.
+    /// everything before it). The reset is first recorded in the checkpoint, so a
+    /// crash part way is finished by the next open.
     pub fn reset(&self, next_log_index: u64, last_term: u64) -> Result<()> {
+        self.check_open()?;
+        let _one_at_a_time = self.checkpoint_lock.lock().unwrap();
         let mut d = self.dispatched.lock().unwrap();
+        let fresh = self.log.reset_offset();
+        self.cqs.flush_all()?;
+        self.index.flush()?;
+        let cp = Checkpoint {
+            commit_log_offset: fresh,
+            next_log_index,
+            last_term,
+            dispatched_offset: fresh,
+            dispatched_next_log_index: next_log_index,
+            timestamp_ms: now_ms(),
+            clean: false,
+            reset: true,
+        };
+        self.checkpoint_file.store(&cp)?;
         self.log.reset(next_log_index, last_term)?;
-        let min = self.log.min_offset();
+        debug_assert_eq!(self.log.min_offset(), fresh);
         for (_, cq) in self.cqs.all() {
-            cq.set_min_commit_log_offset(min)?;
+            cq.set_min_commit_log_offset(fresh)?;
         }
-        self.index.remove_files_below(min)?;
+        self.index.remove_files_below(fresh)?;
         *d = Dispatched {
             next_log_index,
-            offset: min,
+            offset: fresh,
         };
-        drop(d);
-        self.checkpoint().map(|_| ())
+        Ok(())
+    }
+
+    /// Rebuilds every ConsumeQueue from the CommitLog from `log_index` on: their
+    /// entries for records at or after that entry are dropped and the next
+    /// `dispatch_through` places them again (same queue offsets: dispatch is
+    /// deterministic). `OutOfRange` if the log no longer holds `log_index`.
+    pub fn rebuild_consume_queues_from(&self, log_index: u64) -> Result<()> {
+        self.check_open()?;
+        let mut d = self.dispatched.lock().unwrap();
+        if log_index >= d.next_log_index {
+            return Ok(());
+        }
+        let at = self.log.entry_location(log_index)?.physical_offset;
+        for (_, cq) in self.cqs.all() {
+            cq.truncate_from_commit_log_offset(at)?;
+        }
+        *d = Dispatched {
+            next_log_index: log_index,
+            offset: at,
+        };
+        Ok(())
     }
 
     /// Dispatches every entry up to and including `log_index` that has not been
@@ -374,6 +426,7 @@ impl MessageStore {
     /// (topic, queue id) and is indexed by key and message id. The caller promises
     /// these entries are committed. Returns the messages placed, in log order.
     pub fn dispatch_through(&self, log_index: u64) -> Result<Vec<DispatchedMessage>> {
+        self.check_open()?;
         let mut d = self.dispatched.lock().unwrap();
         let mut placed = Vec::new();
         while d.next_log_index <= log_index {
@@ -383,11 +436,23 @@ impl MessageStore {
                     return Ok(());
                 }
                 let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
-                let queue_offset = cq.append(&CqEntry {
-                    commit_log_offset: phys,
-                    size_bytes: view.len() as u32,
-                    tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
-                })?;
+                let queue_offset = match cq.last_commit_log_offset() {
+                    // Placed by an earlier attempt that failed later on (e.g. in the
+                    // IndexFile): keep that placement.
+                    Some(last) if phys <= last => {
+                        cq.find_by_commit_log_offset(phys)?.ok_or_else(|| {
+                            self.log.corrupted(
+                                phys,
+                                "a dispatched message is missing from its ConsumeQueue".into(),
+                            )
+                        })?
+                    }
+                    _ => cq.append(&CqEntry {
+                        commit_log_offset: phys,
+                        size_bytes: view.len() as u32,
+                        tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
+                    })?,
+                };
                 self.index.put_record(&view, phys)?;
                 placed.push(DispatchedMessage {
                     log_index: entry.location.log_index,
@@ -424,6 +489,7 @@ impl MessageStore {
     /// `next_offset`. Queues already at or past it are left alone. Entries at and after
     /// `next_log_index` are dispatched as usual later.
     pub fn skip_dispatch_to(&self, next_log_index: u64, positions: &[QueuePosition]) -> Result<()> {
+        self.check_open()?;
         let mut d = self.dispatched.lock().unwrap();
         for p in positions {
             let cq = self.cqs.get_or_create(&p.topic, p.queue_id)?;
@@ -448,6 +514,7 @@ impl MessageStore {
     /// with `InvalidInput` to cut an entry that was already dispatched (applied):
     /// that would be a committed entry, which Raft never truncates.
     pub fn truncate_from(&self, log_index: u64) -> Result<()> {
+        self.check_open()?;
         // Lock order everywhere: checkpoint, then dispatch state.
         let _one_at_a_time = self.checkpoint_lock.lock().unwrap();
         let d = self.dispatched.lock().unwrap();
@@ -510,6 +577,7 @@ impl MessageStore {
             dispatched_next_log_index: d.next_log_index,
             timestamp_ms: now_ms(),
             clean,
+            reset: false,
         };
         debug_assert!(cp.dispatched_offset <= cp.commit_log_offset);
         self.checkpoint_file.store(&cp)?;
@@ -554,6 +622,41 @@ impl Drop for MessageStore {
         // abort file stays and the next open recovers.
         self.stop_threads();
     }
+}
+
+/// A crash interrupted [`MessageStore::reset`]: delete every CommitLog segment below
+/// the reset point and the Raft index files (recovery rebuilds the index from the
+/// records that follow the reset point).
+fn finish_interrupted_reset(cfg: &StoreConfig, cp: &Checkpoint) -> Result<()> {
+    let seg = cfg.commit_log.segment_bytes;
+    for (dir, keep_later) in [("commitlog", true), ("raftindex", false)] {
+        let dir = cfg.root.join(dir);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut removed = false;
+        for e in entries {
+            let path = e.at(&dir)?.path();
+            let start = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(start) = start {
+                if !keep_later || start.saturating_add(seg) <= cp.commit_log_offset {
+                    std::fs::remove_file(&path).at(&path)?;
+                    removed = true;
+                }
+            }
+        }
+        if removed {
+            crate::mapped_file::fsync_dir(&dir)?;
+        }
+    }
+    tracing::warn!(
+        next_log_index = cp.next_log_index,
+        "finished a reset that a crash interrupted"
+    );
+    Ok(())
 }
 
 /// Scans the CommitLog after a crash and rebuilds the Raft index past the checkpoint.

@@ -190,3 +190,40 @@ fn a_flip_in_checkpointed_data_is_reported_on_read_and_a_full_scan_cuts_there() 
     std::fs::remove_file(cfg.root.join("checkpoint")).unwrap();
     check_recovered(&cfg, victim as u64, 40, 7);
 }
+
+#[test]
+fn a_hole_in_a_consume_queue_past_the_checkpoint_is_cut_and_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crash_config(dir.path());
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    for idx in 0..40u64 {
+        store
+            .append_entry(1, idx, &[message(idx * 6, 100)])
+            .unwrap(); // all T0, queue 0
+    }
+    store.dispatch_through(9).unwrap();
+    store.checkpoint().unwrap();
+    store.dispatch_through(39).unwrap();
+    let expect: Vec<Vec<u8>> = (0..40)
+        .map(|q| store.get_message("T0", 0, q).unwrap().bytes)
+        .collect();
+    drop(store);
+    // A power loss kept the later entries but not the ones right after the checkpoint.
+    let cq_file = cfg
+        .root
+        .join("consumequeue/T0/0")
+        .join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&cq_file).unwrap();
+    bytes[12 * 20..20 * 20].fill(0);
+    std::fs::write(&cq_file, bytes).unwrap();
+    let store = MessageStore::open(cfg).unwrap();
+    assert_eq!(
+        store.queue_offsets("T0", 0),
+        (0, 10),
+        "entries past the hole were dropped"
+    );
+    store.dispatch_through(39).unwrap();
+    for (q, want) in expect.iter().enumerate() {
+        assert_eq!(&store.get_message("T0", 0, q as u64).unwrap().bytes, want);
+    }
+}

@@ -148,6 +148,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Purge(pct) => {
                 if m.dispatched > 0 {
                     let through = (m.dispatched - 1) * pct / 100;
+                    s.commit_log().flush().unwrap();
                     let first_before = s.commit_log().first_log_index();
                     let r = s.purge_through(through).unwrap();
                     prop_assert!(r.first_log_index <= (through + 1).max(first_before));

@@ -139,6 +139,9 @@ fn purge_deletes_whole_segments_and_queues_follow() {
             .unwrap();
     }
     store.dispatch_through(59).unwrap();
+    // Nothing that is not durable yet is ever deleted.
+    assert_eq!(store.purge_through(30).unwrap().segments_deleted, 0);
+    store.commit_log().flush().unwrap();
     let segs_before = store.commit_log().segments().segments().len();
     let r = store.purge_through(30).unwrap();
     assert!(r.segments_deleted > 0 && r.segments_deleted < segs_before);
@@ -225,6 +228,7 @@ fn retention_deletes_expired_segments_at_the_delete_hour_or_under_disk_pressure(
         0
     );
     store.dispatch_through(59).unwrap();
+    store.commit_log().flush().unwrap();
     // Not the delete hour and plenty of disk: nothing goes.
     assert_eq!(
         store
@@ -292,4 +296,72 @@ fn a_snapshot_dispatch_position_survives_a_restart() {
     store.append_entry(3, 100, &[message(0, 10)]).unwrap();
     let placed = store.dispatch_through(100).unwrap();
     assert_eq!(placed[0].queue_offset, 40);
+}
+
+#[test]
+fn a_reset_interrupted_by_a_crash_is_finished_on_open() {
+    use ledgermq_store::checkpoint::{Checkpoint, CheckpointFile};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 4 * 1024);
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    for idx in 0..30u64 {
+        store.append_entry(1, idx, &[message(idx, 300)]).unwrap();
+    }
+    store.dispatch_through(29).unwrap();
+    store.checkpoint().unwrap();
+    let fresh = store.commit_log().reset_offset();
+    drop(store);
+    // The crash hit after the reset was recorded and before any file was deleted.
+    CheckpointFile::new(dir.path())
+        .store(&Checkpoint {
+            commit_log_offset: fresh,
+            next_log_index: 100,
+            last_term: 4,
+            dispatched_offset: fresh,
+            dispatched_next_log_index: 100,
+            timestamp_ms: 0,
+            clean: false,
+            reset: true,
+        })
+        .unwrap();
+    let store = MessageStore::open(cfg).unwrap();
+    let log = store.commit_log();
+    assert_eq!((log.first_log_index(), log.next_log_index()), (100, 100));
+    assert!(store.read_entry(29).is_err());
+    assert!(
+        log.segments().segments().is_empty(),
+        "the old segments are gone"
+    );
+    store.append_entry(4, 100, &[message(1, 10)]).unwrap();
+    let placed = store.dispatch_through(100).unwrap();
+    // Queue offsets continue after the reset.
+    assert_eq!(placed[0].queue_offset, store.queue_offsets("T1", 1).1 - 1);
+    assert!(placed[0].queue_offset > 0);
+}
+
+#[test]
+fn the_index_file_survives_a_crash_after_its_first_records_were_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 4 * 1024);
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    for idx in 0..40u64 {
+        store.append_entry(1, idx, &[message(idx, 300)]).unwrap();
+    }
+    store.dispatch_through(39).unwrap();
+    store.commit_log().flush().unwrap();
+    assert!(store.purge_through(20).unwrap().segments_deleted > 0);
+    store.checkpoint().unwrap();
+    for idx in 40..50u64 {
+        store.append_entry(1, idx, &[message(idx, 300)]).unwrap();
+    }
+    store.dispatch_through(49).unwrap();
+    drop(store); // crash
+    let store = MessageStore::open(cfg).unwrap();
+    store.dispatch_through(49).unwrap();
+    for n in [30u64, 45] {
+        let hits = store
+            .query_by_key(&format!("T{}", n % 2), &format!("key-{n}"), 0, i64::MAX, 4)
+            .unwrap();
+        assert_eq!(hits.len(), 1, "key-{n} lost from the IndexFile");
+    }
 }
