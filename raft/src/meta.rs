@@ -28,10 +28,12 @@ pub struct MetaDb {
 impl MetaDb {
     /// Opens (creating) the database in `dir`.
     pub fn open(dir: &Path) -> Result<Self, RaftNodeError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .flush_every_ms(Some(200))
-            .open()?;
+        // No periodic background flush: sled's flush stalls every insert while it
+        // runs (tens of ms here), which would stall every apply. Durability comes from
+        // explicit flushes where Raft needs them (vote, purge point, snapshot,
+        // shutdown); what the state machine writes between them is re-derived on
+        // restart by re-applying the log from the last persisted `last_applied`.
+        let db = sled::Config::new().path(dir).flush_every_ms(None).open()?;
         Ok(Self {
             raft: db.open_tree("raft")?,
             sm: db.open_tree("sm")?,

@@ -32,6 +32,13 @@ pub mod pb {
 
 use pb::raft_peer_client::RaftPeerClient;
 
+/// HTTP/2 flow-control windows for peer traffic. h2's 64 KiB default makes a large
+/// AppendEntries wait for window updates mid-message; replication wants megabytes in
+/// flight.
+pub const HTTP2_STREAM_WINDOW_BYTES: u32 = 8 << 20;
+/// See [`HTTP2_STREAM_WINDOW_BYTES`].
+pub const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 32 << 20;
+
 /// gRPC metadata key naming the sending node.
 pub const FROM_HEADER: &str = "x-ledgermq-from";
 
@@ -87,6 +94,8 @@ pub fn lazy_channel(addr: &str, connect_timeout: Duration) -> Result<Channel, St
         .map(|e| {
             e.connect_timeout(connect_timeout)
                 .tcp_nodelay(true)
+                .initial_stream_window_size(Some(HTTP2_STREAM_WINDOW_BYTES))
+                .initial_connection_window_size(Some(HTTP2_CONNECTION_WINDOW_BYTES))
                 .http2_keep_alive_interval(Duration::from_secs(5))
                 .keep_alive_timeout(Duration::from_secs(5))
                 .connect_lazy()
@@ -165,11 +174,18 @@ impl PeerClient {
                 .expect("a number is a valid header"),
         );
         let mut client = RaftPeerClient::new(channel);
-        let reply = match method {
-            Method::AppendEntries => client.append_entries(request).await,
-            Method::Vote => client.vote(request).await,
-            Method::InstallSnapshot => client.install_snapshot(request).await,
+        // The deadline is also enforced here: the grpc-timeout header alone does not
+        // stop a server that hangs.
+        let call = async {
+            match method {
+                Method::AppendEntries => client.append_entries(request).await,
+                Method::Vote => client.vote(request).await,
+                Method::InstallSnapshot => client.install_snapshot(request).await,
+            }
         };
+        let reply = tokio::time::timeout(ttl, call)
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("peer call timed out")));
         let reply = reply.map_err(|s| match s.code() {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
                 RPCError::Unreachable(Unreachable::new(&s))

@@ -336,3 +336,53 @@ async fn leadership_transfer_and_metadata_replication() {
     assert_eq!(m.topics["TopicM"].queue_count, 4);
     assert!(m.groups["G1"].fifo);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_the_log_on_every_node_and_writes_go_on() {
+    let c = Cluster::start_with(3, FlushMode::Sync, |cfg| {
+        cfg.retention_interval_ms = 300;
+        // Disk pressure forces deletion of the oldest segments regardless of age.
+        cfg.store.retention.disk_force_clean_ratio = 0.0;
+        cfg.store.retention.delete_files_batch_max = 2;
+    })
+    .await;
+    let leader = c.wait_leader(T).await;
+    for i in 0..300 {
+        let body = format!("{i:04}-{}", "z".repeat(400));
+        c.node(leader)
+            .write_messages(vec![message("TopicR", 0, &body)])
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + T;
+    while c
+        .live()
+        .any(|n| n.store().commit_log().first_log_index() == 0)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "retention did not purge every node"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let p = c
+        .node(leader)
+        .write_messages(vec![message("TopicR", 0, "late")])
+        .await
+        .unwrap();
+    assert_eq!(p[0].queue_offset, 300);
+    c.wait_converged(T).await;
+    c.audit();
+    for n in c.live() {
+        let (lo, hi) = n.store().queue_offsets("TopicR", 0);
+        assert!(lo > 0 && hi == 301, "node {}: queue [{lo}, {hi})", n.id());
+        assert_eq!(
+            n.store()
+                .get_message("TopicR", 0, 300)
+                .unwrap()
+                .view()
+                .body(),
+            b"late"
+        );
+    }
+}

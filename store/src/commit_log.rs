@@ -492,6 +492,43 @@ impl CommitLog {
         Ok(())
     }
 
+    /// Prepares the `ahead_bytes` after the written end for the writer: creates the
+    /// next segment early when that range reaches it (under the writer lock, so it
+    /// never races a truncation or reset), and faults the range's pages in. Returns
+    /// the offset prepared up to. Called by the store's warm-up thread; appends then
+    /// neither create files nor take page faults while holding the writer lock.
+    pub fn warm_ahead(&self, from: u64, ahead_bytes: u64) -> Result<u64> {
+        let wrote = self.wrote_offset();
+        let from = from.max(wrote);
+        let target = wrote + ahead_bytes;
+        if from >= target {
+            return Ok(from);
+        }
+        let seg = self.cfg.segment_bytes;
+        let next_start = (wrote / seg + 1) * seg;
+        if target > next_start && self.segments.find(next_start).is_none() {
+            let _w = self.writer.lock().unwrap();
+            let wrote_now = self.wrote_offset();
+            if (wrote_now / seg + 1) * seg == next_start && self.segments.find(wrote_now).is_some()
+            {
+                self.segments.find_or_create(next_start)?;
+            }
+        }
+        let mut at = from;
+        while at < target {
+            let Some(f) = self.segments.find(at) else {
+                break;
+            };
+            let end = target.min(f.end_offset());
+            if let Err(e) = f.populate(at - f.start_offset(), end - f.start_offset()) {
+                tracing::debug!(error = %e, "MADV_POPULATE_WRITE unavailable; appends take page faults");
+                return Ok(target);
+            }
+            at = end;
+        }
+        Ok(at)
+    }
+
     /// Where the log starts after a [`CommitLog::reset`]: the first segment boundary at
     /// or after the written end, so offsets are never reused.
     pub fn reset_offset(&self) -> u64 {

@@ -183,6 +183,22 @@ impl MappedFile {
             .at(&self.path)
     }
 
+    /// Faults in `[from, to)` writable without changing its contents
+    /// (`madvise(MADV_POPULATE_WRITE)`), so later writes through the mapping do not
+    /// stall on page faults. Safe while the range is being written. Fails on kernels
+    /// before 5.14 (callers treat that as "not available").
+    pub fn populate(&self, from: u64, to: u64) -> std::io::Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        self.check(from, (to - from) as usize);
+        self.map.advise_range(
+            memmap2::Advice::PopulateWrite,
+            from as usize,
+            (to - from) as usize,
+        )
+    }
+
     /// Schedules `[from, to)` for write-back without waiting (`MS_ASYNC`). Not durable.
     pub fn flush_range_async(&self, from: u64, to: u64) -> Result<()> {
         if to <= from {

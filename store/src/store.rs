@@ -17,6 +17,14 @@ use crate::raft_index::EntryLocation;
 use crate::record::{tag_hash, MessageRecord, RecordKind, RecordView, PROPERTY_TAGS};
 use crate::recovery::{erase_after, scan};
 
+/// How far ahead of the written end the warm-up thread keeps the CommitLog's pages
+/// faulted in (and the next segment created).
+pub const WARM_AHEAD_BYTES: u64 = 16 << 20;
+
+/// Most bytes the warm-up thread faults in at a time (small steps keep it from
+/// competing with the writer in bursts).
+const WARM_STEP_BYTES: u64 = 1 << 20;
+
 /// A message placed in a ConsumeQueue by [`MessageStore::dispatch_through`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchedMessage {
@@ -81,6 +89,7 @@ pub struct MessageStore {
     checkpoint_lock: Mutex<()>,
     group_commit: GroupCommit,
     ticker: Mutex<Option<JoinHandle<()>>>,
+    warmer: Mutex<Option<JoinHandle<()>>>,
     ticker_stop: Arc<(Mutex<bool>, Condvar)>,
     closed: AtomicBool,
     report: RecoveryReport,
@@ -184,6 +193,7 @@ impl MessageStore {
             checkpoint_lock: Mutex::new(()),
             group_commit,
             ticker: Mutex::new(None),
+            warmer: Mutex::new(None),
             ticker_stop: Arc::new((Mutex::new(false), Condvar::new())),
             closed: AtomicBool::new(false),
             report,
@@ -193,6 +203,7 @@ impl MessageStore {
         }
         store.checkpoint_file.create_abort()?;
         store.start_ticker();
+        store.start_warmer();
         tracing::info!(report = ?store.report, "store opened");
         Ok(store)
     }
@@ -272,6 +283,45 @@ impl MessageStore {
             })
             .expect("spawning the checkpoint thread");
         *self.ticker.lock().unwrap() = Some(handle);
+    }
+
+    /// Keeps the next [`WARM_AHEAD_BYTES`] of the CommitLog created and faulted in.
+    fn start_warmer(self: &Arc<Self>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let stop = self.ticker_stop.clone();
+        let ahead = WARM_AHEAD_BYTES.min(self.cfg.commit_log.segment_bytes);
+        let handle = std::thread::Builder::new()
+            .name("ledgermq-warmer".into())
+            .spawn(move || {
+                let mut warmed = 0u64;
+                loop {
+                    {
+                        let (lock, cv) = &*stop;
+                        let stopped = cv
+                            .wait_timeout_while(lock.lock().unwrap(), std::time::Duration::from_millis(2), |s| !*s)
+                            .unwrap()
+                            .0;
+                        if *stopped {
+                            return;
+                        }
+                    }
+                    let Some(store) = weak.upgrade() else { return };
+                    let log = &store.log;
+                    if warmed > log.wrote_offset() + 2 * ahead {
+                        warmed = 0; // the log was truncated or reset
+                    }
+                    if warmed >= log.wrote_offset() + ahead / 2 {
+                        continue;
+                    }
+                                        let step_to = (warmed.max(log.wrote_offset()) + WARM_STEP_BYTES) - log.wrote_offset();
+                    match log.warm_ahead(warmed, step_to.min(ahead)) {
+                        Ok(w) => warmed = w,
+                        Err(e) => tracing::warn!(error = %e, "preparing the CommitLog ahead of the writer failed"),
+                    }
+                }
+            })
+            .expect("spawning the warm-up thread");
+        *self.warmer.lock().unwrap() = Some(handle);
     }
 
     /// The settings the store was opened with.
@@ -607,9 +657,11 @@ impl MessageStore {
             *lock.lock().unwrap() = true;
             cv.notify_all();
         }
-        if let Some(t) = self.ticker.lock().unwrap().take() {
-            if t.thread().id() != std::thread::current().id() {
-                let _ = t.join();
+        for slot in [&self.ticker, &self.warmer] {
+            if let Some(t) = slot.lock().unwrap().take() {
+                if t.thread().id() != std::thread::current().id() {
+                    let _ = t.join();
+                }
             }
         }
         self.group_commit.stop();

@@ -30,6 +30,10 @@ pub fn message(topic: &str, queue_id: i32, body: &str) -> MessageRecord {
 
 impl Cluster {
     pub async fn start(n: u64, flush: FlushMode) -> Self {
+        Self::start_with(n, flush, |_| {}).await
+    }
+
+    pub async fn start_with(n: u64, flush: FlushMode, tweak: impl Fn(&mut RaftNodeConfig)) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -62,8 +66,10 @@ impl Cluster {
                     store_host: addr.parse().unwrap(),
                     write_timeout_ms: 3000,
                     cluster_name: "test-group".into(),
+                    retention_interval_ms: 0,
                 },
             );
+            tweak(cfgs.get_mut(&id).unwrap());
         }
         let mut c = Self {
             dir,
