@@ -130,7 +130,7 @@ fn torn_tail_cut_at_random_positions() {
         let cut_at = rng.gen_range(durable_end..end);
         let (path, in_file) = segment_path(&cfg, cut_at);
         cut_file(&path, in_file);
-                // Later segments (including any created ahead of the writer) never reached
+        // Later segments (including any created ahead of the writer) never reached
         // the disk either.
         let cut_segment = cut_at - in_file;
         for e in std::fs::read_dir(cfg.root.join("commitlog")).unwrap() {

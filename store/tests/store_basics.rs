@@ -328,8 +328,11 @@ fn a_reset_interrupted_by_a_crash_is_finished_on_open() {
     let log = store.commit_log();
     assert_eq!((log.first_log_index(), log.next_log_index()), (100, 100));
     assert!(store.read_entry(29).is_err());
-        assert!(
-        log.segments().segments().iter().all(|f| f.start_offset() >= fresh),
+    assert!(
+        log.segments()
+            .segments()
+            .iter()
+            .all(|f| f.start_offset() >= fresh),
         "the old segments are gone"
     );
     store.append_entry(4, 100, &[message(1, 10)]).unwrap();
