@@ -1,3 +1,6 @@
-//! LedgerMQ's broker node: the RocketMQ 5 gRPC client protocol, consumer groups,
-//! FIFO, heartbeats to name servers and the `mqbroker` binary. Filled by issue 5;
-//! nothing here yet.
+//! LedgerMQ's broker node: the RocketMQ 5 gRPC protocol over a Raft group (issue 5),
+//! and the announcements that keep every name server's routes current.
+//!
+//! - [`announce`]: turns the Raft node's state into name-server registrations.
+
+pub mod announce;

@@ -1,2 +1,45 @@
-//! LedgerMQ's name server: the route registry brokers register with and clients query,
-//! and the `mqnamesrv` binary. Filled by issue 4; nothing here yet.
+//! LedgerMQ's name server (RocketMQ's NameServer): broker nodes register and
+//! heartbeat to every name server; name servers never talk to each other; routes
+//! (topic → broker groups with each group's current leader) are derived from what the
+//! nodes last said. Restarting a name server loses nothing that matters: the next
+//! heartbeats repopulate it.
+//!
+//! - [`registry`]: the registry and route derivation (no I/O).
+//! - [`server`]: the gRPC service, the expiry scan, `serve`.
+//! - [`registrar`]: what a broker node runs: one heartbeat task per name server.
+
+pub mod registrar;
+pub mod registry;
+pub mod server;
+
+/// Generated code of `proto/namesrv.proto` (`ledgermq.namesrv`).
+pub mod pb {
+    tonic::include_proto!("ledgermq.namesrv");
+}
+
+/// Failures of the name server and its clients.
+#[derive(Debug, thiserror::Error)]
+pub enum NameSrvError {
+    /// The configuration file could not be read or parsed.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// Binding or serving failed.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// A call to a name server failed.
+    #[error("name server {addr}: {reason}")]
+    Call {
+        /// The name server's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Wall clock in ms since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

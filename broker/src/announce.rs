@@ -1,0 +1,84 @@
+//! Keeps the name servers told what this node is: its role, term, applied index and
+//! the group's topics, from the Raft metrics and the replicated metadata. A change of
+//! role or term is sent at once (the registrar's urgent path); the rest rides on
+//! the periodic heartbeat.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledgermq_namesrv::pb::{BrokerNode, MessageType, Role, TopicConfig};
+use ledgermq_namesrv::registrar::Registrar;
+use ledgermq_raft::{RaftNode, TopicMessageType};
+use openraft::ServerState;
+use tokio::task::JoinHandle;
+
+/// Who this node is to clients.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// RocketMQ cluster name.
+    pub cluster: String,
+    /// Broker group (RocketMQ's broker name); one Raft group.
+    pub broker_group: String,
+    /// The address clients reach this node's gRPC service at, `host:port`.
+    pub client_addr: String,
+}
+
+/// The name-server view of `node` right now.
+pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
+    let m = node.raft().metrics().borrow().clone();
+    let role = match m.state {
+        ServerState::Leader => Role::Leader,
+        ServerState::Follower => Role::Follower,
+        ServerState::Candidate => Role::Candidate,
+        ServerState::Learner | ServerState::Shutdown => Role::Learner,
+    };
+    let topics = node
+        .shared_meta()
+        .read()
+        .unwrap()
+        .topics
+        .values()
+        .map(|t| TopicConfig {
+            name: t.name.clone(),
+            queue_count: t.queue_count,
+            perm: t.perm,
+            message_type: match t.message_type {
+                TopicMessageType::Normal => MessageType::Normal,
+                TopicMessageType::Fifo => MessageType::Fifo,
+                TopicMessageType::Delay => MessageType::Delay,
+                TopicMessageType::Transaction => MessageType::Transaction,
+            } as i32,
+        })
+        .collect();
+    BrokerNode {
+        cluster: id.cluster.clone(),
+        broker_group: id.broker_group.clone(),
+        node_id: node.id(),
+        client_addr: id.client_addr.clone(),
+        role: role as i32,
+        term: m.current_term,
+        commit_index: m.last_applied.map_or(0, |l| l.index),
+        topics,
+    }
+}
+
+/// Feeds `registrar` with [`describe`] on every Raft metrics change and at least
+/// every `refresh` (topics change through applied entries).
+pub fn spawn_announcer(
+    node: Arc<RaftNode>,
+    registrar: Arc<Registrar>,
+    id: Identity,
+    refresh: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut metrics = node.raft().metrics();
+        let mut tick = tokio::time::interval(refresh);
+        loop {
+            registrar.update(describe(&node, &id));
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return },
+                _ = tick.tick() => {}
+            }
+        }
+    })
+}

@@ -1,0 +1,49 @@
+//! `mqnamesrv [-c FILE] [--listen HOST:PORT]`: runs one LedgerMQ name server.
+
+use anyhow::Result;
+use clap::Parser;
+use ledgermq_namesrv::server::{bind, serve, NameServerConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mqnamesrv",
+    about = "LedgerMQ name server (RocketMQ NameServer)"
+)]
+struct Args {
+    /// TOML configuration file (keys: listen, scan_interval_ms, node_expiry_ms).
+    #[arg(short = 'c', long = "config")]
+    config: Option<std::path::PathBuf>,
+    /// Address to listen on; overrides the file (default 0.0.0.0:9876).
+    #[arg(long)]
+    listen: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let mut cfg = match &args.config {
+        Some(p) => NameServerConfig::load(p)?,
+        None => NameServerConfig::default(),
+    };
+    if let Some(l) = args.listen {
+        cfg.listen = l;
+    }
+    let (listener, addr) = bind(&cfg.listen).await?;
+    tracing::info!(%addr, "mqnamesrv listening");
+    println!("mqnamesrv listening on {addr}");
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    serve(&cfg, listener, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! What a broker node runs to stay known: one task per name server that registers
+//! every `heartbeat_interval` and at once when the node's role, term or topics change
+//! (so a new leader shows in routes within about a second of its election). Each
+//! name server has its own task and deadline, so one that is down never delays the
+//! heartbeats to the others.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::Endpoint;
+
+use crate::pb::name_server_client::NameServerClient;
+use crate::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
+
+/// Heartbeats to every name server.
+pub struct Registrar {
+    tx: watch::Sender<Option<BrokerNode>>,
+    tasks: Vec<JoinHandle<()>>,
+    addrs: Vec<String>,
+    call_timeout: Duration,
+}
+
+/// What makes a change worth an immediate heartbeat.
+fn urgent_key(n: &BrokerNode) -> (i32, u64, Vec<crate::pb::TopicConfig>) {
+    (n.role, n.term, n.topics.clone())
+}
+
+impl Registrar {
+    /// Starts one heartbeat task per address in `namesrv_addrs` (`host:port`).
+    pub fn start(
+        namesrv_addrs: Vec<String>,
+        heartbeat_interval: Duration,
+        call_timeout: Duration,
+    ) -> Self {
+        let (tx, _) = watch::channel(None::<BrokerNode>);
+        let tasks = namesrv_addrs
+            .iter()
+            .map(|addr| {
+                tokio::spawn(heartbeat_loop(
+                    addr.clone(),
+                    tx.subscribe(),
+                    heartbeat_interval,
+                    call_timeout,
+                ))
+            })
+            .collect();
+        Self {
+            tx,
+            tasks,
+            addrs: namesrv_addrs,
+            call_timeout,
+        }
+    }
+
+    /// Publishes the node's current description; the tasks send it at once if its
+    /// role, term or topics changed, else with the next periodic heartbeat.
+    pub fn update(&self, node: BrokerNode) {
+        self.tx.send_replace(Some(node));
+    }
+
+    /// Stops heartbeating and, with `unregister`, tells every name server the node
+    /// is gone (each call bounded by the call timeout).
+    pub async fn stop(self, unregister: bool) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        let last = self.tx.borrow().clone();
+        if let (true, Some(n)) = (unregister, last) {
+            let calls = self.addrs.iter().map(|addr| {
+                let req = UnregisterBrokerRequest {
+                    cluster: n.cluster.clone(),
+                    broker_group: n.broker_group.clone(),
+                    node_id: n.node_id,
+                };
+                let (addr, timeout) = (addr.clone(), self.call_timeout);
+                async move {
+                    let Some(mut c) = client(&addr, timeout) else {
+                        return;
+                    };
+                    let _ = tokio::time::timeout(timeout, c.unregister_broker(req)).await;
+                }
+            });
+            futures_join_all(calls).await;
+        }
+    }
+}
+
+async fn futures_join_all(
+    calls: impl Iterator<Item = impl std::future::Future<Output = ()> + Send + 'static>,
+) {
+    let handles: Vec<_> = calls.map(tokio::spawn).collect();
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+fn client(addr: &str, timeout: Duration) -> Option<NameServerClient<tonic::transport::Channel>> {
+    let ep = Endpoint::from_shared(format!("http://{addr}")).ok()?;
+    Some(NameServerClient::new(
+        ep.connect_timeout(timeout).tcp_nodelay(true).connect_lazy(),
+    ))
+}
+
+async fn heartbeat_loop(
+    addr: String,
+    mut rx: watch::Receiver<Option<BrokerNode>>,
+    every: Duration,
+    timeout: Duration,
+) {
+    let Some(mut c) = client(&addr, timeout) else {
+        tracing::error!(%addr, "bad name server address");
+        return;
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_key = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let key = rx.borrow().as_ref().map(urgent_key);
+                if key == last_key {
+                    continue;
+                }
+            }
+        }
+        let Some(node) = rx.borrow_and_update().clone() else {
+            continue;
+        };
+        let key = Some(urgent_key(&node));
+        let req = RegisterBrokerRequest { node: Some(node) };
+        match tokio::time::timeout(timeout, c.register_broker(req)).await {
+            Ok(Ok(_)) => last_key = key,
+            Ok(Err(s)) => tracing::warn!(%addr, error = %s, "heartbeat to name server failed"),
+            Err(_) => tracing::warn!(%addr, "heartbeat to name server timed out"),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The name server's gRPC service and its expiry scan.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tonic::{Request, Response, Status};
+
+use crate::pb::name_server_server::{NameServer, NameServerServer};
+use crate::pb::*;
+use crate::registry::Registry;
+use crate::{now_ms, NameSrvError};
+
+/// Name server settings (`mqnamesrv -c FILE`, TOML).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NameServerConfig {
+    /// Address to listen on (RocketMQ's default port 9876).
+    pub listen: String,
+    /// How often silent nodes are looked for, in ms (RocketMQ: 10 s).
+    pub scan_interval_ms: u64,
+    /// A node silent for longer than this is dropped, in ms (RocketMQ: 120 s).
+    pub node_expiry_ms: u64,
+}
+
+impl Default for NameServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "0.0.0.0:9876".into(),
+            scan_interval_ms: 10_000,
+            node_expiry_ms: 120_000,
+        }
+    }
+}
+
+impl NameServerConfig {
+    /// Reads a TOML file; missing keys take the defaults.
+    pub fn load(path: &Path) -> Result<Self, NameSrvError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| NameSrvError::Config(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| NameSrvError::Config(format!("{}: {e}", path.display())))
+    }
+}
+
+/// The service over a shared registry.
+#[derive(Clone, Default)]
+pub struct NameServerService {
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl NameServerService {
+    /// Drops nodes silent for longer than `expiry_ms`.
+    pub fn expire(&self, expiry_ms: u64) {
+        for n in self.registry.lock().unwrap().expire(now_ms(), expiry_ms) {
+            tracing::info!(cluster = %n.cluster, group = %n.broker_group, node = n.node_id, "node expired");
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl NameServer for NameServerService {
+    async fn register_broker(
+        &self,
+        req: Request<RegisterBrokerRequest>,
+    ) -> Result<Response<RegisterBrokerResponse>, Status> {
+        let node = req
+            .into_inner()
+            .node
+            .ok_or_else(|| Status::invalid_argument("RegisterBroker needs a node"))?;
+        if node.cluster.is_empty() || node.broker_group.is_empty() || node.client_addr.is_empty() {
+            return Err(Status::invalid_argument(
+                "cluster, broker_group and client_addr are required",
+            ));
+        }
+        self.registry.lock().unwrap().register(node, now_ms());
+        Ok(Response::new(RegisterBrokerResponse {}))
+    }
+
+    async fn unregister_broker(
+        &self,
+        req: Request<UnregisterBrokerRequest>,
+    ) -> Result<Response<UnregisterBrokerResponse>, Status> {
+        let r = req.into_inner();
+        self.registry
+            .lock()
+            .unwrap()
+            .unregister(&r.cluster, &r.broker_group, r.node_id);
+        Ok(Response::new(UnregisterBrokerResponse {}))
+    }
+
+    async fn query_route(
+        &self,
+        req: Request<QueryRouteRequest>,
+    ) -> Result<Response<QueryRouteResponse>, Status> {
+        let topic = req.into_inner().topic;
+        Ok(Response::new(
+            self.registry.lock().unwrap().route(&topic, now_ms()),
+        ))
+    }
+
+    async fn list_cluster(
+        &self,
+        _req: Request<ListClusterRequest>,
+    ) -> Result<Response<ListClusterResponse>, Status> {
+        Ok(Response::new(ListClusterResponse {
+            nodes: self.registry.lock().unwrap().cluster(now_ms()),
+        }))
+    }
+}
+
+/// Serves the name server on `listener` until `shutdown` resolves, scanning for silent
+/// nodes every `scan_interval_ms`.
+pub async fn serve(
+    cfg: &NameServerConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), NameSrvError> {
+    let service = NameServerService::default();
+    let scanner = {
+        let s = service.clone();
+        let (every, expiry) = (
+            Duration::from_millis(cfg.scan_interval_ms.max(1)),
+            cfg.node_expiry_ms,
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                s.expire(expiry);
+            }
+        })
+    };
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let r = tonic::transport::Server::builder()
+        .add_service(NameServerServer::new(service))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|e| NameSrvError::Transport(e.to_string()));
+    scanner.abort();
+    r
+}
+
+/// Binds `cfg.listen` (or `addr`) and returns the listener and its address.
+pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), NameSrvError> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| NameSrvError::Transport(format!("binding {addr}: {e}")))?;
+    let local = l
+        .local_addr()
+        .map_err(|e| NameSrvError::Transport(e.to_string()))?;
+    Ok((l, local))
+}
