@@ -87,6 +87,23 @@ pub fn decode<T: DeserializeOwned>(p: &pb::Payload) -> Result<T, tonic::Status> 
         .map_err(|e| tonic::Status::invalid_argument(format!("decode: {e}")))
 }
 
+/// A peer request carrying `value`, with its deadline and the sender's id.
+pub fn peer_request<T: Serialize>(
+    from: NodeId,
+    value: &T,
+    timeout: Duration,
+) -> Result<tonic::Request<pb::Payload>, tonic::Status> {
+    let mut req = tonic::Request::new(encode(value)?);
+    req.set_timeout(timeout);
+    req.metadata_mut().insert(
+        FROM_HEADER,
+        from.to_string()
+            .parse()
+            .expect("a number is a valid header"),
+    );
+    Ok(req)
+}
+
 /// A lazily connected channel to `addr` (`host:port`).
 pub fn lazy_channel(addr: &str, connect_timeout: Duration) -> Result<Channel, String> {
     Endpoint::from_shared(format!("http://{addr}"))
@@ -163,16 +180,8 @@ impl PeerClient {
                 ))))
             }
         };
-        let payload = encode(req).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
-        let mut request = tonic::Request::new(payload);
-        request.set_timeout(ttl);
-        request.metadata_mut().insert(
-            FROM_HEADER,
-            self.from
-                .to_string()
-                .parse()
-                .expect("a number is a valid header"),
-        );
+        let request = peer_request(self.from, req, ttl)
+            .map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
         let mut client = RaftPeerClient::new(channel);
         // The deadline is also enforced here: the grpc-timeout header alone does not
         // stop a server that hangs.

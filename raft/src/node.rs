@@ -15,9 +15,7 @@ use crate::log_store::LogStore;
 use crate::meta::MetaDb;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
 use crate::network::pb::raft_peer_server::RaftPeerServer;
-use crate::network::{
-    decode, encode, lazy_channel, NetworkFilter, PeerNetworkFactory, FROM_HEADER,
-};
+use crate::network::{decode, lazy_channel, peer_request, NetworkFilter, PeerNetworkFactory};
 use crate::server::PeerService;
 use crate::state_machine::{SharedMeta, StateMachine};
 use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
@@ -285,15 +283,8 @@ impl RaftNode {
         }
         let fail = |reason: String| RaftNodeError::Forward { leader, reason };
         let channel = lazy_channel(&addr, Duration::from_millis(500)).map_err(fail)?;
-        let mut req = tonic::Request::new(encode(&request).map_err(|s| fail(s.to_string()))?);
-        req.set_timeout(self.write_timeout);
-        req.metadata_mut().insert(
-            FROM_HEADER,
-            self.id
-                .to_string()
-                .parse()
-                .expect("a number is a valid header"),
-        );
+        let req =
+            peer_request(self.id, &request, self.write_timeout).map_err(|s| fail(s.to_string()))?;
         let reply = tokio::time::timeout(
             self.write_timeout,
             RaftPeerClient::new(channel).forward(req),
@@ -384,15 +375,8 @@ impl RaftNode {
         let channel = lazy_channel(addr, Duration::from_millis(500)).map_err(fail)?;
         let mut rx = self.raft.metrics();
         loop {
-            let mut req = tonic::Request::new(encode(&()).map_err(|s| fail(s.to_string()))?);
-            req.set_timeout(Duration::from_secs(1));
-            req.metadata_mut().insert(
-                FROM_HEADER,
-                self.id
-                    .to_string()
-                    .parse()
-                    .expect("a number is a valid header"),
-            );
+            let req = peer_request(self.id, &(), Duration::from_secs(1))
+                .map_err(|s| fail(s.to_string()))?;
             let mut client = RaftPeerClient::new(channel.clone());
             match tokio::time::timeout(Duration::from_secs(1), client.timeout_now(req)).await {
                 Ok(Ok(_)) => {}
