@@ -2,5 +2,7 @@
 //! and the announcements that keep every name server's routes current.
 //!
 //! - [`announce`]: turns the Raft node's state into name-server registrations.
+//! - [`config`]: the `mqbroker -c FILE` configuration.
 
 pub mod announce;
+pub mod config;

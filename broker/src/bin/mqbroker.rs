@@ -1,0 +1,110 @@
+//! `mqbroker -c FILE [--store-dir DIR]`: runs one node of a broker group.
+//!
+//! It opens the store (recovering after a crash), joins the group's Raft group and
+//! keeps every name server told of its role. On SIGTERM/SIGINT it hands leadership
+//! to a caught-up follower first (rolling restarts), unregisters and shuts the store
+//! down cleanly. The RocketMQ client protocol service arrives with issue 5.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use ledgermq_broker::announce::{spawn_announcer, Identity};
+use ledgermq_broker::config::BrokerConfig;
+use ledgermq_namesrv::registrar::Registrar;
+use ledgermq_raft::{BatchConfig, NetworkFilter, RaftNode, RaftNodeConfig, RaftTiming};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mqbroker",
+    about = "LedgerMQ broker node (one member of a Raft broker group)"
+)]
+struct Args {
+    /// TOML configuration file.
+    #[arg(short = 'c', long = "config")]
+    config: std::path::PathBuf,
+    /// Store root; overrides `store_root` of the file.
+    #[arg(long)]
+    store_dir: Option<std::path::PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let mut cfg = BrokerConfig::load(&args.config)?;
+    if let Some(dir) = args.store_dir {
+        cfg.store_root = dir;
+    }
+    let members = cfg.members().map_err(anyhow::Error::msg)?;
+    let raft_addr = members
+        .get(&cfg.node_id)
+        .context("node_id not among peers")?
+        .clone();
+    let node = RaftNode::start(
+        RaftNodeConfig {
+            node_id: cfg.node_id,
+            listen_addr: raft_addr.parse().context("peer address of this node")?,
+            members,
+            store: cfg.store_config().map_err(anyhow::Error::msg)?,
+            timing: RaftTiming {
+                heartbeat_interval_ms: cfg.raft_heartbeat_ms,
+                election_timeout_min_ms: cfg.raft_election_min_ms,
+                election_timeout_max_ms: cfg.raft_election_max_ms,
+            },
+            batch: BatchConfig::default(),
+            store_host: cfg.client_addr.parse().context("client_addr")?,
+            write_timeout_ms: 3000,
+            cluster_name: cfg.broker_group.clone(),
+            retention_interval_ms: 10_000,
+        },
+        NetworkFilter::default(),
+    )
+    .await?;
+    let registrar = Arc::new(Registrar::start(
+        cfg.namesrv_addrs.clone(),
+        Duration::from_millis(cfg.namesrv_heartbeat_ms),
+        Duration::from_secs(3),
+    ));
+    let identity = Identity {
+        cluster: cfg.cluster.clone(),
+        broker_group: cfg.broker_group.clone(),
+        client_addr: cfg.client_addr.clone(),
+    };
+    let announcer = spawn_announcer(
+        node.clone(),
+        registrar.clone(),
+        identity,
+        Duration::from_secs(1),
+    );
+    tracing::info!(node = cfg.node_id, group = %cfg.broker_group, "mqbroker started");
+    println!("mqbroker {} node {} started", cfg.broker_group, cfg.node_id);
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    if node.is_leader() {
+        match node.transfer_leadership(None, Duration::from_secs(5)).await {
+            Ok(to) => tracing::info!(to, "leadership handed over"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not hand leadership over; followers will elect")
+            }
+        }
+    }
+    announcer.abort();
+    let _ = announcer.await; // drops its handle on the registrar
+    match Arc::try_unwrap(registrar) {
+        Ok(r) => r.stop(true).await,
+        Err(_) => tracing::warn!("registrar still shared; not unregistering"),
+    }
+    node.stop(true).await?;
+    Ok(())
+}

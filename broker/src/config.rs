@@ -1,0 +1,173 @@
+//! `mqbroker -c FILE`: the broker node's TOML configuration.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ledgermq_store::{FlushMode, StoreConfig};
+use serde::Deserialize;
+
+/// One broker node's settings. Example (`deploy/local/n0.toml`):
+///
+/// ```toml
+/// cluster = "DefaultCluster"
+/// broker_group = "broker-a"
+/// node_id = 0
+/// client_addr = "127.0.0.1:8081"
+/// namesrv_addrs = ["127.0.0.1:9876"]
+/// store_root = "/tmp/ledgermq/n0"
+/// flush = "sync"
+///
+/// [peers]
+/// 0 = "127.0.0.1:40911"
+/// 1 = "127.0.0.1:40912"
+/// 2 = "127.0.0.1:40913"
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// RocketMQ cluster name.
+    pub cluster: String,
+    /// Broker group name (RocketMQ's broker name); one Raft group.
+    pub broker_group: String,
+    /// This node's id within the group.
+    pub node_id: u64,
+    /// Every member of the group: node id (as a string key) → Raft peer address.
+    pub peers: BTreeMap<String, String>,
+    /// Address of this node's client gRPC service, `host:port`.
+    pub client_addr: String,
+    /// Name servers to register with, `host:port` each.
+    #[serde(default)]
+    pub namesrv_addrs: Vec<String>,
+    /// Store root directory.
+    pub store_root: PathBuf,
+    /// `sync` (SYNC_FLUSH) or `async` (ASYNC_FLUSH).
+    #[serde(default = "default_flush")]
+    pub flush: String,
+    /// CommitLog segment size in bytes (RocketMQ: 1 GiB).
+    #[serde(default = "default_segment_bytes")]
+    pub commit_log_segment_bytes: u64,
+    /// Name-server heartbeat period in ms (RocketMQ: 30 s).
+    #[serde(default = "default_heartbeat_ms")]
+    pub namesrv_heartbeat_ms: u64,
+    /// Raft heartbeat period in ms.
+    #[serde(default = "default_raft_heartbeat_ms")]
+    pub raft_heartbeat_ms: u64,
+    /// Raft election timeout lower bound in ms.
+    #[serde(default = "default_election_min_ms")]
+    pub raft_election_min_ms: u64,
+    /// Raft election timeout upper bound in ms.
+    #[serde(default = "default_election_max_ms")]
+    pub raft_election_max_ms: u64,
+}
+
+fn default_flush() -> String {
+    "sync".into()
+}
+fn default_segment_bytes() -> u64 {
+    ledgermq_store::commit_log::DEFAULT_SEGMENT_BYTES
+}
+fn default_heartbeat_ms() -> u64 {
+    30_000
+}
+fn default_raft_heartbeat_ms() -> u64 {
+    ledgermq_raft::RaftTiming::default().heartbeat_interval_ms
+}
+fn default_election_min_ms() -> u64 {
+    ledgermq_raft::RaftTiming::default().election_timeout_min_ms
+}
+fn default_election_max_ms() -> u64 {
+    ledgermq_raft::RaftTiming::default().election_timeout_max_ms
+}
+
+/// A configuration that cannot be used, with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("broker configuration {path}: {reason}")]
+pub struct ConfigError {
+    /// The file.
+    pub path: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl BrokerConfig {
+    /// Reads and checks a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let err = |reason: String| ConfigError {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let cfg: Self = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let members = cfg.members().map_err(err)?;
+        cfg.flush_mode().map_err(err)?;
+        if !members.contains_key(&cfg.node_id) {
+            return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
+        }
+        Ok(cfg)
+    }
+
+    /// The peers with numeric ids.
+    pub fn members(&self) -> Result<BTreeMap<u64, String>, String> {
+        self.peers
+            .iter()
+            .map(|(k, v)| {
+                k.parse::<u64>()
+                    .map(|id| (id, v.clone()))
+                    .map_err(|_| format!("peer id {k:?} is not a number"))
+            })
+            .collect()
+    }
+
+    /// The flush mode.
+    pub fn flush_mode(&self) -> Result<FlushMode, String> {
+        self.flush.parse()
+    }
+
+    /// The store settings (RocketMQ defaults with this node's root, segment size and
+    /// flush mode).
+    pub fn store_config(&self) -> Result<StoreConfig, String> {
+        let mut s = StoreConfig::new(&self.store_root);
+        s.commit_log.segment_bytes = self.commit_log_segment_bytes;
+        s.flush_mode = self.flush_mode()?;
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_deploy_configs_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local");
+        for n in ["n0", "n1", "n2"] {
+            let c = BrokerConfig::load(&root.join(format!("{n}.toml"))).unwrap();
+            assert_eq!(c.members().unwrap().len(), 3);
+            assert_eq!(c.namesrv_addrs, vec!["127.0.0.1:9876".to_string()]);
+        }
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        let base =
+            "cluster='c'\nbroker_group='g'\nclient_addr='127.0.0.1:1'\nstore_root='/tmp/x'\n";
+        for (extra, needle) in [
+            ("node_id=5\n[peers]\n0='127.0.0.1:2'\n", "not among"),
+            (
+                "node_id=0\nflush='sometimes'\n[peers]\n0='127.0.0.1:2'\n",
+                "flush mode",
+            ),
+            ("node_id=0\n[peers]\nx='127.0.0.1:2'\n", "not a number"),
+            (
+                "node_id=0\ncolour='red'\n[peers]\n0='127.0.0.1:2'\n",
+                "unknown field",
+            ),
+        ] {
+            std::fs::write(&p, format!("{base}{extra}")).unwrap();
+            let e = BrokerConfig::load(&p).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+}
