@@ -3,27 +3,24 @@
 //! dispatches committed entries into the ConsumeQueues and the IndexFile.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::checkpoint::{Checkpoint, CheckpointFile};
 use crate::commit_log::{CommitLog, StoredEntry};
 use crate::config::{FlushMode, StoreConfig};
-use crate::consume_queue::{ConsumeQueueTable, CqEntry};
+use crate::consume_queue::ConsumeQueueTable;
 use crate::error::{IoContext, Result, StoreError};
 use crate::group_commit::{DurableCallback, GroupCommit};
 use crate::index_file::IndexService;
 use crate::raft_index::EntryLocation;
-use crate::record::{tag_hash, MessageRecord, RecordKind, RecordView, PROPERTY_TAGS};
+use crate::record::{MessageRecord, RecordKind, RecordView};
 use crate::recovery::{erase_after, scan};
 
-/// How far ahead of the written end the warm-up thread keeps the CommitLog's pages
-/// faulted in (and the next segment created).
-pub const WARM_AHEAD_BYTES: u64 = 16 << 20;
+mod background;
+mod dispatch;
 
-/// Most bytes the warm-up thread faults in at a time (small steps keep it from
-/// competing with the writer in bursts).
-const WARM_STEP_BYTES: u64 = 1 << 20;
+pub use background::WARM_AHEAD_BYTES;
 
 /// A message placed in a ConsumeQueue by [`MessageStore::dispatch_through`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,71 +256,6 @@ impl MessageStore {
             .log_index())
     }
 
-    fn start_ticker(self: &Arc<Self>) {
-        let weak: Weak<Self> = Arc::downgrade(self);
-        let stop = self.ticker_stop.clone();
-        let period = std::time::Duration::from_millis(self.cfg.flush_interval_ms.max(1));
-        let handle = std::thread::Builder::new()
-            .name("ledgermq-checkpoint".into())
-            .spawn(move || loop {
-                {
-                    let (lock, cv) = &*stop;
-                    let stopped = cv
-                        .wait_timeout_while(lock.lock().unwrap(), period, |s| !*s)
-                        .unwrap()
-                        .0;
-                    if *stopped {
-                        return;
-                    }
-                }
-                let Some(store) = weak.upgrade() else { return };
-                if let Err(e) = store.checkpoint() {
-                    tracing::error!(error = %e, "periodic flush and checkpoint failed");
-                }
-            })
-            .expect("spawning the checkpoint thread");
-        *self.ticker.lock().unwrap() = Some(handle);
-    }
-
-    /// Keeps the next [`WARM_AHEAD_BYTES`] of the CommitLog created and faulted in.
-    fn start_warmer(self: &Arc<Self>) {
-        let weak: Weak<Self> = Arc::downgrade(self);
-        let stop = self.ticker_stop.clone();
-        let ahead = WARM_AHEAD_BYTES.min(self.cfg.commit_log.segment_bytes);
-        let handle = std::thread::Builder::new()
-            .name("ledgermq-warmer".into())
-            .spawn(move || {
-                let mut warmed = 0u64;
-                loop {
-                    {
-                        let (lock, cv) = &*stop;
-                        let stopped = cv
-                            .wait_timeout_while(lock.lock().unwrap(), std::time::Duration::from_millis(2), |s| !*s)
-                            .unwrap()
-                            .0;
-                        if *stopped {
-                            return;
-                        }
-                    }
-                    let Some(store) = weak.upgrade() else { return };
-                    let log = &store.log;
-                    if warmed > log.wrote_offset() + 2 * ahead {
-                        warmed = 0; // the log was truncated or reset
-                    }
-                    if warmed >= log.wrote_offset() + ahead / 2 {
-                        continue;
-                    }
-                                        let step_to = (warmed.max(log.wrote_offset()) + WARM_STEP_BYTES) - log.wrote_offset();
-                    match log.warm_ahead(warmed, step_to.min(ahead)) {
-                        Ok(w) => warmed = w,
-                        Err(e) => tracing::warn!(error = %e, "preparing the CommitLog ahead of the writer failed"),
-                    }
-                }
-            })
-            .expect("spawning the warm-up thread");
-        *self.warmer.lock().unwrap() = Some(handle);
-    }
-
     /// The settings the store was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.cfg
@@ -405,16 +337,6 @@ impl MessageStore {
         self.log.read_entry(log_index)
     }
 
-    /// First log index not yet dispatched.
-    pub fn dispatched_next_log_index(&self) -> u64 {
-        self.dispatched.lock().unwrap().next_log_index
-    }
-
-    /// CommitLog offset up to which entries are dispatched.
-    pub fn dispatched_offset(&self) -> u64 {
-        self.dispatched.lock().unwrap().offset
-    }
-
     /// Drops the whole log and every ConsumeQueue entry, so that the next entry
     /// appended is `next_log_index` (a follower that installed a snapshot covering
     /// everything before it). The reset is first recorded in the checkpoint, so a
@@ -447,116 +369,6 @@ impl MessageStore {
             next_log_index,
             offset: fresh,
         };
-        Ok(())
-    }
-
-    /// Rebuilds every ConsumeQueue from the CommitLog from `log_index` on: their
-    /// entries for records at or after that entry are dropped and the next
-    /// `dispatch_through` places them again (same queue offsets: dispatch is
-    /// deterministic). `OutOfRange` if the log no longer holds `log_index`.
-    pub fn rebuild_consume_queues_from(&self, log_index: u64) -> Result<()> {
-        self.check_open()?;
-        let mut d = self.dispatched.lock().unwrap();
-        if log_index >= d.next_log_index {
-            return Ok(());
-        }
-        let at = self.log.entry_location(log_index)?.physical_offset;
-        for (_, cq) in self.cqs.all() {
-            cq.truncate_from_commit_log_offset(at)?;
-        }
-        *d = Dispatched {
-            next_log_index: log_index,
-            offset: at,
-        };
-        Ok(())
-    }
-
-    /// Dispatches every entry up to and including `log_index` that has not been
-    /// dispatched: each message record gets the next queue offset of its
-    /// (topic, queue id) and is indexed by key and message id. The caller promises
-    /// these entries are committed. Returns the messages placed, in log order.
-    pub fn dispatch_through(&self, log_index: u64) -> Result<Vec<DispatchedMessage>> {
-        self.check_open()?;
-        let mut d = self.dispatched.lock().unwrap();
-        let mut placed = Vec::new();
-        while d.next_log_index <= log_index {
-            let entry = self.log.read_entry(d.next_log_index)?;
-            for_each_record(&self.log, &entry, |view, phys| {
-                if view.kind() != RecordKind::Message {
-                    return Ok(());
-                }
-                let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
-                let queue_offset = match cq.last_commit_log_offset() {
-                    // Placed by an earlier attempt that failed later on (e.g. in the
-                    // IndexFile): keep that placement.
-                    Some(last) if phys <= last => {
-                        cq.find_by_commit_log_offset(phys)?.ok_or_else(|| {
-                            self.log.corrupted(
-                                phys,
-                                "a dispatched message is missing from its ConsumeQueue".into(),
-                            )
-                        })?
-                    }
-                    _ => cq.append(&CqEntry {
-                        commit_log_offset: phys,
-                        size_bytes: view.len() as u32,
-                        tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
-                    })?,
-                };
-                self.index.put_record(&view, phys)?;
-                placed.push(DispatchedMessage {
-                    log_index: entry.location.log_index,
-                    topic: view.topic().to_owned(),
-                    queue_id: view.queue_id(),
-                    queue_offset,
-                    physical_offset: phys,
-                    size_bytes: view.len() as u32,
-                });
-                Ok(())
-            })?;
-            d.next_log_index += 1;
-            d.offset = entry.location.end_offset();
-        }
-        Ok(placed)
-    }
-
-    /// The next queue offset of every message queue, sorted by (topic, queue id): what
-    /// a Raft snapshot records so a follower installing it continues the same offsets.
-    pub fn queue_next_offsets(&self) -> Vec<QueuePosition> {
-        self.cqs
-            .all()
-            .into_iter()
-            .map(|((topic, queue_id), cq)| QueuePosition {
-                topic,
-                queue_id,
-                next_offset: cq.max_offset(),
-            })
-            .collect()
-    }
-
-    /// Installs a snapshot's dispatch position: every entry before `next_log_index` counts
-    /// as dispatched (the snapshot covers it) and each listed queue continues at its
-    /// `next_offset`. Queues already at or past it are left alone. Entries at and after
-    /// `next_log_index` are dispatched as usual later.
-    pub fn skip_dispatch_to(&self, next_log_index: u64, positions: &[QueuePosition]) -> Result<()> {
-        self.check_open()?;
-        let mut d = self.dispatched.lock().unwrap();
-        for p in positions {
-            let cq = self.cqs.get_or_create(&p.topic, p.queue_id)?;
-            if cq.max_offset() < p.next_offset {
-                cq.reset(p.next_offset)?;
-            }
-        }
-        if next_log_index > d.next_log_index {
-            let offset = match self.log.entry_location(next_log_index) {
-                Ok(loc) => loc.physical_offset,
-                Err(_) => self.log.wrote_offset(),
-            };
-            *d = Dispatched {
-                next_log_index,
-                offset: offset.max(d.offset),
-            };
-        }
         Ok(())
     }
 

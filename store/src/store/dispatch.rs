@@ -1,0 +1,130 @@
+//! Dispatch: placing committed entries' messages in ConsumeQueues and the IndexFile,
+//! and moving the dispatch position (snapshots, rebuilds).
+
+use crate::consume_queue::CqEntry;
+use crate::error::Result;
+use crate::record::{tag_hash, RecordKind, PROPERTY_TAGS};
+
+use super::{for_each_record, Dispatched, DispatchedMessage, MessageStore, QueuePosition};
+
+impl MessageStore {
+    /// First log index not yet dispatched.
+    pub fn dispatched_next_log_index(&self) -> u64 {
+        self.dispatched.lock().unwrap().next_log_index
+    }
+
+    /// CommitLog offset up to which entries are dispatched.
+    pub fn dispatched_offset(&self) -> u64 {
+        self.dispatched.lock().unwrap().offset
+    }
+
+    /// Rebuilds every ConsumeQueue from the CommitLog from `log_index` on: their
+    /// entries for records at or after that entry are dropped and the next
+    /// `dispatch_through` places them again (same queue offsets: dispatch is
+    /// deterministic). `OutOfRange` if the log no longer holds `log_index`.
+    pub fn rebuild_consume_queues_from(&self, log_index: u64) -> Result<()> {
+        self.check_open()?;
+        let mut d = self.dispatched.lock().unwrap();
+        if log_index >= d.next_log_index {
+            return Ok(());
+        }
+        let at = self.log.entry_location(log_index)?.physical_offset;
+        for (_, cq) in self.cqs.all() {
+            cq.truncate_from_commit_log_offset(at)?;
+        }
+        *d = Dispatched {
+            next_log_index: log_index,
+            offset: at,
+        };
+        Ok(())
+    }
+
+    /// Dispatches every entry up to and including `log_index` that has not been
+    /// dispatched: each message record gets the next queue offset of its
+    /// (topic, queue id) and is indexed by key and message id. The caller promises
+    /// these entries are committed. Returns the messages placed, in log order.
+    pub fn dispatch_through(&self, log_index: u64) -> Result<Vec<DispatchedMessage>> {
+        self.check_open()?;
+        let mut d = self.dispatched.lock().unwrap();
+        let mut placed = Vec::new();
+        while d.next_log_index <= log_index {
+            let entry = self.log.read_entry(d.next_log_index)?;
+            for_each_record(&self.log, &entry, |view, phys| {
+                if view.kind() != RecordKind::Message {
+                    return Ok(());
+                }
+                let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
+                let queue_offset = match cq.last_commit_log_offset() {
+                    // Placed by an earlier attempt that failed later on (e.g. in the
+                    // IndexFile): keep that placement.
+                    Some(last) if phys <= last => {
+                        cq.find_by_commit_log_offset(phys)?.ok_or_else(|| {
+                            self.log.corrupted(
+                                phys,
+                                "a dispatched message is missing from its ConsumeQueue".into(),
+                            )
+                        })?
+                    }
+                    _ => cq.append(&CqEntry {
+                        commit_log_offset: phys,
+                        size_bytes: view.len() as u32,
+                        tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
+                    })?,
+                };
+                self.index.put_record(&view, phys)?;
+                placed.push(DispatchedMessage {
+                    log_index: entry.location.log_index,
+                    topic: view.topic().to_owned(),
+                    queue_id: view.queue_id(),
+                    queue_offset,
+                    physical_offset: phys,
+                    size_bytes: view.len() as u32,
+                });
+                Ok(())
+            })?;
+            d.next_log_index += 1;
+            d.offset = entry.location.end_offset();
+        }
+        Ok(placed)
+    }
+
+    /// The next queue offset of every message queue, sorted by (topic, queue id): what
+    /// a Raft snapshot records so a follower installing it continues the same offsets.
+    pub fn queue_next_offsets(&self) -> Vec<QueuePosition> {
+        self.cqs
+            .all()
+            .into_iter()
+            .map(|((topic, queue_id), cq)| QueuePosition {
+                topic,
+                queue_id,
+                next_offset: cq.max_offset(),
+            })
+            .collect()
+    }
+
+    /// Installs a snapshot's dispatch position: every entry before `next_log_index` counts
+    /// as dispatched (the snapshot covers it) and each listed queue continues at its
+    /// `next_offset`. Queues already at or past it are left alone. Entries at and after
+    /// `next_log_index` are dispatched as usual later.
+    pub fn skip_dispatch_to(&self, next_log_index: u64, positions: &[QueuePosition]) -> Result<()> {
+        self.check_open()?;
+        let mut d = self.dispatched.lock().unwrap();
+        for p in positions {
+            let cq = self.cqs.get_or_create(&p.topic, p.queue_id)?;
+            if cq.max_offset() < p.next_offset {
+                cq.reset(p.next_offset)?;
+            }
+        }
+        if next_log_index > d.next_log_index {
+            let offset = match self.log.entry_location(next_log_index) {
+                Ok(loc) => loc.physical_offset,
+                Err(_) => self.log.wrote_offset(),
+            };
+            *d = Dispatched {
+                next_log_index,
+                offset: offset.max(d.offset),
+            };
+        }
+        Ok(())
+    }
+}
