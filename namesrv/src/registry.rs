@@ -58,8 +58,14 @@ impl Registry {
     }
 
     /// The route of `topic`: every broker group one of whose nodes serves it, with the
-    /// group's leader (the node claiming leadership with the highest term) and the
-    /// topic's config as the most recent (highest-term) node reports it.
+    /// group's leader and the topic's config.
+    ///
+    /// The leader is the node claiming leadership with the highest term, unless a
+    /// majority of the group's members already report a higher term (the claim is
+    /// from before an election that node has not heard of, e.g. it crashed). One
+    /// partitioned candidate raising its term alone does not unseat a leader. The
+    /// config is the leader's; without a leader, the one of the node with the highest
+    /// (term, commit index).
     pub fn route(&self, topic: &str, now_ms: u64) -> QueryRouteResponse {
         let mut groups: BTreeMap<(&str, &str), Vec<&Seen>> = BTreeMap::new();
         for ((cluster, group, _), s) in &self.nodes {
@@ -67,22 +73,31 @@ impl Registry {
         }
         let mut out = Vec::new();
         for ((cluster, group), members) in groups {
-            let config = members
-                .iter()
-                .filter_map(|s| {
-                    s.node
-                        .topics
-                        .iter()
-                        .find(|t| t.name == topic)
-                        .map(|t| (s.node.term, t))
-                })
-                .max_by_key(|(term, _)| *term)
-                .map(|(_, t)| t.clone());
-            let Some(config) = config else { continue };
+            let majority = members.len() / 2 + 1;
             let leader = members
                 .iter()
                 .filter(|s| s.node.role == Role::Leader as i32)
-                .max_by_key(|s| s.node.term);
+                .max_by_key(|s| (s.node.term, s.node.commit_index))
+                .filter(|l| {
+                    members.iter().filter(|m| m.node.term > l.node.term).count() < majority
+                });
+            let config = leader
+                .and_then(|l| l.node.topics.iter().find(|t| t.name == topic))
+                .or_else(|| {
+                    members
+                        .iter()
+                        .filter_map(|s| {
+                            s.node
+                                .topics
+                                .iter()
+                                .find(|t| t.name == topic)
+                                .map(|t| (s, t))
+                        })
+                        .max_by_key(|(s, _)| (s.node.term, s.node.commit_index))
+                        .map(|(_, t)| t)
+                })
+                .cloned();
+            let Some(config) = config else { continue };
             out.push(GroupRoute {
                 cluster: cluster.to_owned(),
                 broker_group: group.to_owned(),
@@ -181,6 +196,22 @@ mod tests {
         assert!(!route.groups[1].has_leader);
         assert_eq!(route.groups[1].queue_count, 8);
         assert!(!r.route("nope", 0).found);
+    }
+
+    #[test]
+    fn a_stale_leader_claim_is_dropped_once_a_majority_moved_on() {
+        let mut r = Registry::default();
+        r.register(node("g1", 0, Role::Leader, 3, &[("T", 4)]), 0);
+        r.register(node("g1", 1, Role::Follower, 3, &[("T", 4)]), 0);
+        r.register(node("g1", 2, Role::Candidate, 9, &[("T", 4)]), 0);
+        // One partitioned candidate with a high term does not unseat the leader.
+        assert_eq!(r.route("T", 0).groups[0].leader_node_id, 0);
+        // A majority at a higher term: the old claim is stale, no leader until the new
+        // one announces itself.
+        r.register(node("g1", 1, Role::Candidate, 4, &[("T", 4)]), 0);
+        assert!(!r.route("T", 0).groups[0].has_leader);
+        r.register(node("g1", 1, Role::Leader, 4, &[("T", 4)]), 0);
+        assert_eq!(r.route("T", 0).groups[0].leader_node_id, 1);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError, Vote};
 
 use crate::codec::{entry_to_records, log_id, records_to_entry};
+use crate::error::RaftNodeError;
 use crate::meta::MetaDb;
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
@@ -102,9 +103,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
-        // Durable before returning: sled's flush writes and fsyncs.
-        MetaDb::put(&self.meta.raft, "vote", vote)
-            .and_then(|_| self.meta.flush())
+        // Durable before returning: sled's flush writes and fsyncs (off the async
+        // runtime's threads).
+        let (meta, vote) = (self.meta.clone(), *vote);
+        blocking(move || MetaDb::put(&meta.raft, "vote", &vote).and_then(|_| meta.flush()))
+            .await
             .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
     }
 
@@ -161,23 +164,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.store
-            .truncate_from(log_id.index)
-            .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
+        // Flushes, erases and fsyncs: off the async runtime's threads.
+        let store = self.store.clone();
+        blocking(move || {
+            store
+                .truncate_from(log_id.index)
+                .map_err(RaftNodeError::from)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        // Record the purge point durably before deleting anything.
-        MetaDb::put(&self.meta.raft, "last_purged", &Some(log_id))
-            .and_then(|_| self.meta.flush())
-            .map_err(|e| StorageIOError::write_logs(io_err(e)))?;
-        let next = self.store.commit_log().next_log_index();
-        let r = if log_id.index + 1 >= next {
-            // Everything goes (a snapshot covers more than this node's log).
-            self.store.reset(log_id.index + 1, log_id.leader_id.term)
-        } else {
-            self.store.purge_through(log_id.index).map(|_| ())
-        };
-        r.map_err(|e| StorageIOError::write_logs(io_err(e)).into())
+        let (store, meta) = (self.store.clone(), self.meta.clone());
+        blocking(move || {
+            // Record the purge point durably before deleting anything.
+            MetaDb::put(&meta.raft, "last_purged", &Some(log_id)).and_then(|_| meta.flush())?;
+            let next = store.commit_log().next_log_index();
+            if log_id.index + 1 >= next {
+                // Everything goes (a snapshot covers more than this node's log).
+                store.reset(log_id.index + 1, log_id.leader_id.term)?;
+            } else {
+                store.purge_through(log_id.index)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
     }
+}
+
+/// Runs file-system work (fsyncs, deletions) on tokio's blocking pool, so it never
+/// stalls the runtime threads that carry heartbeats.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, RaftNodeError> + Send + 'static,
+) -> Result<T, RaftNodeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RaftNodeError::Raft(format!("blocking storage task failed: {e}")))?
 }

@@ -85,9 +85,21 @@ pub struct RaftNode {
     filter: NetworkFilter,
     server: std::sync::Mutex<Option<(JoinHandle<()>, tokio::sync::oneshot::Sender<()>)>>,
     write_timeout: Duration,
+    /// One multiplexed channel per peer address, shared by forwarded writes.
+    channels: std::sync::Mutex<BTreeMap<String, tonic::transport::Channel>>,
 }
 
 impl RaftNode {
+    fn channel(&self, addr: &str) -> Result<tonic::transport::Channel, String> {
+        let mut cache = self.channels.lock().unwrap();
+        if let Some(c) = cache.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = lazy_channel(addr, Duration::from_millis(500))?;
+        cache.insert(addr.to_owned(), c.clone());
+        Ok(c)
+    }
+
     /// Opens the store and metadata (recovering after a crash), starts openraft and
     /// the peer server, and initializes the group's membership if this node has
     /// never been part of one (every member may do so with the same member list).
@@ -116,7 +128,10 @@ impl RaftNode {
             // The log is purged by retention (`purge_log`), never just because a
             // snapshot exists: consumers may still need those messages.
             max_in_snapshot_log_to_keep: u64::MAX,
-            max_payload_entries: 64,
+            // openraft 0.9 gives an AppendEntries the heartbeat interval as its
+            // deadline: at most 8 entries of at most 1 MiB each (BatchConfig) keeps
+            // a catching-up follower's RPCs well within it.
+            max_payload_entries: 8,
             ..Default::default()
         }
         .validate()
@@ -128,7 +143,12 @@ impl RaftNode {
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm)
             .await
             .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
-        let writer = Writer::start(raft.clone(), cfg.batch.clone(), cfg.store_host);
+        let writer = Writer::start(
+            raft.clone(),
+            store.clone(),
+            cfg.batch.clone(),
+            cfg.store_host,
+        );
         let service = PeerService {
             node_id: cfg.node_id,
             raft: raft.clone(),
@@ -164,6 +184,7 @@ impl RaftNode {
             filter,
             server: std::sync::Mutex::new(Some((server, stop_tx))),
             write_timeout: Duration::from_millis(cfg.write_timeout_ms),
+            channels: std::sync::Mutex::new(BTreeMap::new()),
         });
         if cfg.retention_interval_ms > 0 {
             tokio::spawn(retention_loop(
@@ -241,6 +262,10 @@ impl RaftNode {
         &self,
         messages: Vec<MessageRecord>,
     ) -> Result<Vec<Placed>, RaftNodeError> {
+        // Refuse bad input here with a typed error, whichever node leads.
+        for m in &messages {
+            self.store.validate_message(m)?;
+        }
         match self.write(Request::Messages(messages)).await? {
             Response::Messages(p) => Ok(p),
             Response::Applied => Err(RaftNodeError::Raft(
@@ -282,7 +307,7 @@ impl RaftNode {
             });
         }
         let fail = |reason: String| RaftNodeError::Forward { leader, reason };
-        let channel = lazy_channel(&addr, Duration::from_millis(500)).map_err(fail)?;
+        let channel = self.channel(&addr).map_err(fail)?;
         let req =
             peer_request(self.id, &request, self.write_timeout).map_err(|s| fail(s.to_string()))?;
         let reply = tokio::time::timeout(
@@ -308,6 +333,11 @@ impl RaftNode {
         timeout: Duration,
     ) -> Result<NodeId, RaftNodeError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        // No new writes from here on (the target must catch up with a log that
+        // stops growing); everything is restored by the guard even if this future
+        // is dropped part way.
+        let _restore = TransferGuard { node: self };
+        self.writer.set_paused(true);
         let target = loop {
             let m = self.raft.metrics().borrow().clone();
             if m.current_leader != Some(self.id) {
@@ -352,8 +382,6 @@ impl RaftNode {
         rc.heartbeat(false);
         rc.elect(false);
         let result = self.campaign_until_leader(target, &addr, deadline).await;
-        rc.heartbeat(true);
-        rc.elect(true);
         result.map_err(|e| match e {
             RaftNodeError::Timeout { .. } => RaftNodeError::Timeout {
                 timeout_ms: timeout.as_millis() as u64,
@@ -390,11 +418,10 @@ impl RaftNode {
                 if let Some(l) = leader.filter(|l| *l != self.id) {
                     return Ok(l);
                 }
-                if tokio::time::timeout_at(round_end, rx.changed())
-                    .await
-                    .is_err()
-                {
-                    break;
+                match tokio::time::timeout_at(round_end, rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(RaftNodeError::ShuttingDown),
+                    Err(_) => break,
                 }
             }
             if tokio::time::Instant::now() >= deadline {
@@ -423,13 +450,14 @@ impl RaftNode {
             let mut rx = self.raft.metrics();
             let deadline = tokio::time::Instant::now() + timeout;
             while !covered(&rx.borrow()) {
-                if tokio::time::timeout_at(deadline, rx.changed())
-                    .await
-                    .is_err()
-                {
-                    return Err(RaftNodeError::Timeout {
-                        timeout_ms: timeout.as_millis() as u64,
-                    });
+                match tokio::time::timeout_at(deadline, rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(RaftNodeError::ShuttingDown),
+                    Err(_) => {
+                        return Err(RaftNodeError::Timeout {
+                            timeout_ms: timeout.as_millis() as u64,
+                        })
+                    }
                 }
             }
         }
@@ -502,5 +530,20 @@ async fn retention_loop(node: std::sync::Weak<RaftNode>, every: Duration) {
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "retention run failed"),
         }
+    }
+}
+
+/// Re-enables heartbeats, elections and writes after a leadership transfer, however
+/// it ends.
+struct TransferGuard<'a> {
+    node: &'a RaftNode,
+}
+
+impl Drop for TransferGuard<'_> {
+    fn drop(&mut self) {
+        let rc = self.node.raft.runtime_config();
+        rc.heartbeat(true);
+        rc.elect(true);
+        self.node.writer.set_paused(false);
     }
 }

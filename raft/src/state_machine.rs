@@ -110,6 +110,17 @@ impl StateMachine {
                 store.dispatch_through(applied.index)?;
             }
         }
+        // The store may have dispatched past what sled says was applied (sled is not
+        // flushed on every apply). openraft will apply those entries again, so their
+        // ConsumeQueue entries are dropped and placed again then, in order: a
+        // snapshot taken in between must see queue positions that match its index.
+        let next_applied =
+            last_applied.map_or(store.commit_log().first_log_index(), |l| l.index + 1);
+        if store.dispatched_next_log_index() > next_applied
+            && store.commit_log().first_log_index() <= next_applied
+        {
+            store.rebuild_consume_queues_from(next_applied)?;
+        }
         Ok(Self {
             store,
             db,
@@ -268,6 +279,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.snapshot_seq += 1;
         let last = self.last_applied;
+        debug_assert_eq!(
+            self.store.dispatched_next_log_index(),
+            last.map_or(self.store.dispatched_next_log_index(), |l| l.index + 1),
+            "queue positions in a snapshot must match its last log id"
+        );
         let meta = SnapshotMeta {
             last_log_id: last,
             last_membership: self.membership.clone(),

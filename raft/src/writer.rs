@@ -4,9 +4,10 @@
 //! appends one entry batch at a time, so group commit has to happen here.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use ledgermq_store::MessageRecord;
+use ledgermq_store::{MessageRecord, MessageStore};
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -18,7 +19,9 @@ use crate::types::{NodeId, Placed, Raft, Request, Response};
 pub struct BatchConfig {
     /// Most messages in one entry.
     pub max_messages: usize,
-    /// Most body bytes in one entry.
+    /// Most encoded bytes in one entry (also capped by the CommitLog segment size).
+    /// Keep it small enough that `max_payload_entries` entries replicate within one
+    /// AppendEntries deadline.
     pub max_bytes: usize,
     /// Entries proposed and not yet committed at once; while all are in flight, new
     /// messages wait and join the next entry.
@@ -29,7 +32,7 @@ impl Default for BatchConfig {
     fn default() -> Self {
         Self {
             max_messages: 1024,
-            max_bytes: 4 << 20,
+            max_bytes: 1 << 20,
             in_flight: 2,
         }
     }
@@ -37,13 +40,16 @@ impl Default for BatchConfig {
 
 struct Pending {
     messages: Vec<MessageRecord>,
+    encoded_bytes: usize,
     done: oneshot::Sender<Result<Vec<Placed>, RaftNodeError>>,
 }
 
 /// Writes proposed by this node while it leads.
 pub struct Writer {
     raft: Raft,
+    store: Arc<MessageStore>,
     tx: mpsc::Sender<Pending>,
+    paused: AtomicBool,
 }
 
 pub(crate) fn map_write_error(
@@ -64,14 +70,45 @@ pub(crate) fn map_write_error(
 impl Writer {
     /// Starts the batching task for `raft`; messages get `store_host` and the
     /// proposal time as store host and store timestamp.
-    pub fn start(raft: Raft, cfg: BatchConfig, store_host: SocketAddr) -> Arc<Self> {
+    pub fn start(
+        raft: Raft,
+        store: Arc<MessageStore>,
+        cfg: BatchConfig,
+        store_host: SocketAddr,
+    ) -> Arc<Self> {
         let (tx, rx) = mpsc::channel(65_536);
-        tokio::spawn(batch_loop(raft.clone(), cfg, store_host, rx));
-        Arc::new(Self { raft, tx })
+        let max_entry_bytes = (cfg.max_bytes as u64).min(store.max_entry_bytes()) as usize;
+        tokio::spawn(batch_loop(
+            raft.clone(),
+            cfg,
+            max_entry_bytes,
+            store_host,
+            rx,
+        ));
+        Arc::new(Self {
+            raft,
+            store,
+            tx,
+            paused: AtomicBool::new(false),
+        })
+    }
+
+    /// While paused (a leadership transfer), writes answer `NotLeader` at once, so
+    /// no new entry refreshes the followers' leader lease.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+    }
+
+    fn check_not_paused(&self) -> Result<(), RaftNodeError> {
+        if self.paused.load(Ordering::Acquire) {
+            return Err(RaftNodeError::NotLeader { leader: None });
+        }
+        Ok(())
     }
 
     /// Commits `request` through the local Raft (this node must lead).
     pub async fn write_local(&self, request: Request) -> Result<Response, RaftNodeError> {
+        self.check_not_paused()?;
         match request {
             Request::Messages(messages) => {
                 self.write_messages(messages).await.map(Response::Messages)
@@ -94,9 +131,26 @@ impl Writer {
         if messages.is_empty() {
             return Err(RaftNodeError::InvalidInput("no messages to write".into()));
         }
+        self.check_not_paused()?;
+        // Bad input is refused here: once proposed, an entry the store cannot take
+        // would be a storage failure that stops the node.
+        let mut encoded_bytes = 0usize;
+        for m in &messages {
+            encoded_bytes += self.store.validate_message(m)?;
+        }
+        if encoded_bytes as u64 > self.store.max_entry_bytes() {
+            return Err(RaftNodeError::InvalidInput(format!(
+                "{encoded_bytes} bytes of messages exceed one entry's {} bytes",
+                self.store.max_entry_bytes()
+            )));
+        }
         let (done, rx) = oneshot::channel();
         self.tx
-            .send(Pending { messages, done })
+            .send(Pending {
+                messages,
+                encoded_bytes,
+                done,
+            })
             .await
             .map_err(|_| RaftNodeError::ShuttingDown)?;
         rx.await.map_err(|_| RaftNodeError::ShuttingDown)?
@@ -106,24 +160,37 @@ impl Writer {
 async fn batch_loop(
     raft: Raft,
     cfg: BatchConfig,
+    max_entry_bytes: usize,
     store_host: SocketAddr,
     mut rx: mpsc::Receiver<Pending>,
 ) {
     let permits = Arc::new(Semaphore::new(cfg.in_flight.max(1)));
+    // A request taken from the queue that did not fit the previous entry.
+    let mut carry: Option<Pending> = None;
     loop {
         // Wait for a free slot first: while every slot is busy, messages queue up and
         // all go into the next entry.
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let Some(first) = rx.recv().await else { return };
-        let mut bytes = first.messages.iter().map(|m| m.body.len()).sum::<usize>();
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let mut bytes = first.encoded_bytes;
         let mut count = first.messages.len();
         let mut batch = vec![first];
-        while count < cfg.max_messages && bytes < cfg.max_bytes {
+        while count < cfg.max_messages {
             let Ok(p) = rx.try_recv() else { break };
+            if bytes + p.encoded_bytes > max_entry_bytes {
+                carry = Some(p);
+                break;
+            }
             count += p.messages.len();
-            bytes += p.messages.iter().map(|m| m.body.len()).sum::<usize>();
+            bytes += p.encoded_bytes;
             batch.push(p);
         }
         let raft = raft.clone();

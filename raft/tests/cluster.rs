@@ -386,3 +386,50 @@ async fn retention_purges_the_log_on_every_node_and_writes_go_on() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_and_big_bursts_are_split_into_entries_that_fit() {
+    let c = Cluster::start(3, FlushMode::Async).await;
+    let leader = c.wait_leader(T).await;
+    let follower = (leader + 1) % 3;
+    for id in [leader, follower] {
+        let n = c.node(id);
+        assert!(matches!(
+            n.write_messages(vec![message("TopicB", -1, "x")]).await,
+            Err(RaftNodeError::Store(_))
+        ));
+        assert!(matches!(
+            n.write_messages(vec![message("a/b", 0, "x")]).await,
+            Err(RaftNodeError::Store(_))
+        ));
+        let big = "b".repeat(20 * 1024); // the small test store allows 16 KiB bodies
+        assert!(matches!(
+            n.write_messages(vec![message("TopicB", 0, &big)]).await,
+            Err(RaftNodeError::Store(_))
+        ));
+    }
+    // 400 concurrent writers of 400-byte messages: far more than one 64 KiB segment
+    // holds; the batcher must cut entries that fit.
+    let mut tasks = Vec::new();
+    for i in 0..400 {
+        let n = c.node(follower).clone();
+        tasks.push(tokio::spawn(async move {
+            n.write_messages(vec![message(
+                "TopicB",
+                i % 4,
+                &format!("{i:04}-{}", "q".repeat(400)),
+            )])
+            .await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert!(c.node(leader).is_leader(), "the leader survived");
+    c.wait_converged(T).await;
+    c.audit();
+    let total: u64 = (0..4)
+        .map(|q| c.node(leader).store().queue_offsets("TopicB", q).1)
+        .sum();
+    assert_eq!(total, 400);
+}

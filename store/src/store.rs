@@ -309,15 +309,44 @@ impl MessageStore {
     ) -> Result<EntryLocation> {
         self.check_open()?;
         for r in records.iter().filter(|r| r.kind == RecordKind::Message) {
-            crate::consume_queue::validate_topic(&r.topic)?;
-            if r.queue_id < 0 {
-                return Err(StoreError::InvalidInput(format!(
-                    "queue id {} is negative",
-                    r.queue_id
-                )));
-            }
+            self.validate_message(r)?;
         }
         self.log.append_entry(term, log_index, records)
+    }
+
+    /// Checks that `m` can be stored and dispatched: a valid topic name, a non-negative
+    /// queue id, a body within `max_message_size_bytes`, fields the layout can carry, and
+    /// a record that fits a segment. Returns its encoded size in bytes. The Raft layer
+    /// calls it before proposing, so bad input never reaches the log.
+    pub fn validate_message(&self, m: &MessageRecord) -> Result<usize> {
+        crate::consume_queue::validate_topic(&m.topic)?;
+        if m.queue_id < 0 {
+            return Err(StoreError::InvalidInput(format!(
+                "queue id {} is negative",
+                m.queue_id
+            )));
+        }
+        let max = self.cfg.commit_log.max_message_size_bytes;
+        if m.body.len() > max {
+            return Err(StoreError::MessageTooLarge {
+                size_bytes: m.body.len(),
+                max_bytes: max,
+            });
+        }
+        let props = crate::record::encode_properties(&m.properties);
+        let len = crate::record::encoded_len(m, &props).map_err(StoreError::InvalidInput)?;
+        if len as u64 > self.max_entry_bytes() {
+            return Err(StoreError::EntryTooLarge {
+                size_bytes: len as u64,
+                segment_bytes: self.cfg.commit_log.segment_bytes,
+            });
+        }
+        Ok(len)
+    }
+
+    /// The largest Raft entry (all its records) the CommitLog accepts, in bytes.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.cfg.commit_log.segment_bytes - crate::record::BLANK_MIN_BYTES
     }
 
     /// Calls `done` once CommitLog offset `upto` is durable (group commit). In either
@@ -410,6 +439,8 @@ impl MessageStore {
         cp.next_log_index = log_index;
         cp.last_term = last_term;
         cp.clean = false;
+        // A reset recorded earlier has completed (it holds the same lock).
+        cp.reset = false;
         cp.timestamp_ms = now_ms();
         debug_assert!(cp.dispatched_offset <= cp.commit_log_offset);
         self.checkpoint_file.store(&cp)?;

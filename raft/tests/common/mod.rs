@@ -194,6 +194,27 @@ impl Cluster {
                 }
             }
         }
+        // Every queue offset holds the same message (by CRC) on every node holding it.
+        let mut placements: BTreeMap<(String, i32, u64), (NodeId, u32)> = BTreeMap::new();
+        for n in self.live() {
+            let store = n.store();
+            for ((topic, q), _) in store.consume_queues().all() {
+                let (lo, hi) = store.queue_offsets(&topic, q);
+                for off in lo..hi {
+                    let crc = store.get_message(&topic, q, off).unwrap().view().crc();
+                    if let Some((other, c)) =
+                        placements.insert((topic.clone(), q, off), (n.id(), crc))
+                    {
+                        assert_eq!(
+                            c,
+                            crc,
+                            "nodes {other} and {} hold different messages at {topic}/{q}@{off}",
+                            n.id()
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The bodies of every message in a queue of one node, in queue order.
