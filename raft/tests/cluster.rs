@@ -118,6 +118,7 @@ async fn uncommitted_tail_of_an_isolated_leader_is_truncated_and_never_dispatche
         .unwrap();
     c.wait_converged(T).await;
     c.filter.isolate(old, (0..3).filter(|&i| i != old));
+    let log_end_before = c.node(old).store().commit_log().next_log_index();
     // Writes to the isolated leader append locally but cannot commit.
     let isolated = c.node(old).clone();
     let doomed = tokio::spawn(async move {
@@ -160,7 +161,25 @@ async fn uncommitted_tail_of_an_isolated_leader_is_truncated_and_never_dispatche
             .any(|r| matches!(r, Err(RaftNodeError::Timeout { .. }))),
         "{results:?}"
     );
-    // While isolated, the old leader never dispatched its uncommitted entries.
+    // The doomed messages did reach the old leader's log (so the truncation below is
+    // real), but it never dispatched these uncommitted entries.
+    let old_store = c.node(old).store().clone();
+    let old_end = old_store.commit_log().next_log_index();
+    assert!(
+        old_end > log_end_before,
+        "the isolated leader appended nothing"
+    );
+    let doomed_in_log = (log_end_before..old_end).any(|i| {
+        let e = old_store.read_entry(i).unwrap();
+        let found = e
+            .records()
+            .any(|r| r.unwrap().body().starts_with(b"doomed"));
+        found
+    });
+    assert!(
+        doomed_in_log,
+        "the doomed messages are in the old leader's log"
+    );
     assert!(!c
         .queue_bodies(old, "TopicU", 0)
         .iter()
