@@ -404,6 +404,11 @@ impl CommitLog {
             return Err(StoreError::NotWritable(why.clone()));
         }
         if target > from {
+            // Fully written pages are never written again: unmap them first so
+            // write-back need not write-protect them page by page (see unmap_pages).
+            if let Err(e) = self.segments.unmap_pages(from / 4096 * 4096, target) {
+                tracing::debug!(error = %e, "unmapping written CommitLog pages failed");
+            }
             if let Err(e) = self.segments.flush_range(from, target) {
                 *self.poisoned.lock().unwrap() = Some(format!("an fsync failed: {e}"));
                 return Err(e);

@@ -102,6 +102,15 @@ impl MappedFile {
     fn map(path: PathBuf, file: File, start_offset: u64, size_bytes: u64) -> Result<Self> {
         let map = MmapRaw::map_raw(&file).at(&path)?;
         debug_assert_eq!(map.len() as u64, size_bytes);
+        // No fault read-around: without this, the first fault in a not-yet-cached
+        // region (the warm-up thread's populate, or an append) makes the kernel read
+        // `read_ahead_kb` (8 MiB here) around it in one go — for our fallocated,
+        // unwritten tail that is ~20 ms of non-preemptible zero-filling per node,
+        // every `read_ahead_kb` of log, which starves the tokio workers on a small
+        // machine. Pages are faulted in ahead of the writer by `populate` instead.
+        if let Err(e) = map.advise(memmap2::Advice::Random) {
+            tracing::debug!(error = %e, path = %path.display(), "madvise(MADV_RANDOM) failed");
+        }
         Ok(Self {
             path,
             start_offset,
@@ -197,6 +206,31 @@ impl MappedFile {
             from as usize,
             (to - from) as usize,
         )
+    }
+
+    /// Drops this process's page-table entries for the whole pages in `[from, to)`
+    /// (`madvise(MADV_DONTNEED)`; for a shared file mapping the data stays in the page
+    /// cache, dirty pages stay dirty, and a later access maps the same page again).
+    /// Done before write-back of written bytes: write-back must write-protect every
+    /// page still mapped writable, one TLB-shootdown IPI per 4 KiB page; pages no
+    /// longer mapped cost one shootdown for the whole range. Only the queue's owner
+    /// calls it, for bytes it will not write again.
+    pub fn unmap_pages(&self, from: u64, to: u64) -> std::io::Result<()> {
+        const PAGE: u64 = 4096;
+        let (from, to) = (from.next_multiple_of(PAGE), to / PAGE * PAGE);
+        if to <= from {
+            return Ok(());
+        }
+        self.check(from, (to - from) as usize);
+        // SAFETY: MADV_DONTNEED on a MAP_SHARED file mapping does not change what the
+        // mapping reads as (the page cache holds the bytes); the range is in bounds.
+        unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                from as usize,
+                (to - from) as usize,
+            )
+        }
     }
 
     /// Schedules `[from, to)` for write-back without waiting (`MS_ASYNC`). Not durable.
@@ -385,6 +419,11 @@ impl MappedFileQueue {
     /// Durably flushes logical `[from, to)` across every segment it touches (MS_SYNC).
     pub fn flush_range(&self, from: u64, to: u64) -> Result<()> {
         self.for_each_range(from, to, |f, a, b| f.flush_range(a, b))
+    }
+
+    /// [`MappedFile::unmap_pages`] over logical `[from, to)`.
+    pub fn unmap_pages(&self, from: u64, to: u64) -> Result<()> {
+        self.for_each_range(from, to, |f, a, b| f.unmap_pages(a, b).at(f.path()))
     }
 
     /// Schedules logical `[from, to)` for write-back (MS_ASYNC, not durable).
