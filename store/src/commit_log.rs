@@ -584,43 +584,15 @@ impl CommitLog {
         Ok(())
     }
 
-    /// The log index of the record at the start of the segment beginning at `offset`.
-    fn first_log_index_at(&self, offset: u64) -> Result<Option<u64>> {
-        if offset >= self.wrote_offset() {
-            return Ok(None);
-        }
-        let Some(f) = self.segments.find(offset) else {
-            return Ok(None);
-        };
-        let head = {
-            let _guard = self.erase.read().unwrap();
-            let mut h = [0u8; 8];
-            h.copy_from_slice(f.slice(0, 8));
-            h
-        };
-        match parse_header(&head, f.size_bytes()) {
-            Ok(Header::Record { len, .. }) => {
-                let bytes = self.read_record(offset, len as usize)?;
-                Ok(Some(
-                    RecordView::parse(&bytes)
-                        .expect("checked by read_record")
-                        .log_index(),
-                ))
-            }
-            Ok(_) => Ok(None),
-            Err(reason) => Err(self.corrupted(offset, reason)),
-        }
-    }
-
-    /// Store timestamp of the first record at or after physical `offset` in its
-    /// segment, if that segment starts with a record (used by time-based retention).
-    pub fn first_store_timestamp_ms(&self, segment_start: u64) -> Result<Option<i64>> {
-        let Some(f) = self.segments.find(segment_start) else {
-            return Ok(None);
-        };
+    /// The first record of the segment starting at `segment_start`, CRC-checked, if
+    /// the segment starts with one below the written end.
+    fn first_record_of_segment(&self, segment_start: u64) -> Result<Option<Vec<u8>>> {
         if segment_start >= self.wrote_offset() {
             return Ok(None);
         }
+        let Some(f) = self.segments.find(segment_start) else {
+            return Ok(None);
+        };
         let head = {
             let _guard = self.erase.read().unwrap();
             let mut h = [0u8; 8];
@@ -629,14 +601,29 @@ impl CommitLog {
         };
         match parse_header(&head, f.size_bytes()) {
             Ok(Header::Record { len, .. }) => {
-                let bytes = self.read_record(segment_start, len as usize)?;
-                Ok(Some(
-                    RecordView::parse(&bytes)
-                        .expect("checked")
-                        .store_timestamp_ms(),
-                ))
+                self.read_record(segment_start, len as usize).map(Some)
             }
-            _ => Ok(None),
+            Ok(_) => Ok(None),
+            Err(reason) => Err(self.corrupted(segment_start, reason)),
         }
+    }
+
+    /// The log index of the record at the start of the segment beginning at `offset`.
+    fn first_log_index_at(&self, offset: u64) -> Result<Option<u64>> {
+        Ok(self.first_record_of_segment(offset)?.map(|b| {
+            RecordView::parse(&b)
+                .expect("checked by read_record")
+                .log_index()
+        }))
+    }
+
+    /// Store timestamp of the first record of the segment starting at `segment_start`,
+    /// if it starts with one (used by time-based retention).
+    pub fn first_store_timestamp_ms(&self, segment_start: u64) -> Result<Option<i64>> {
+        Ok(self.first_record_of_segment(segment_start)?.map(|b| {
+            RecordView::parse(&b)
+                .expect("checked by read_record")
+                .store_timestamp_ms()
+        }))
     }
 }

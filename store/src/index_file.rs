@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{IoContext, Result, StoreError};
-use crate::mapped_file::{fsync_dir, segment_name, MappedFile, SEGMENT_NAME_DIGITS};
+use crate::mapped_file::{fsync_dir, list_segment_starts, segment_name, MappedFile};
 use crate::record::{java_string_hash, RecordView, PROPERTY_KEYS, PROPERTY_UNIQ_KEY};
 
 /// RocketMQ's default number of hash slots per index file (`maxHashSlotNum`).
@@ -206,19 +206,7 @@ impl IndexService {
             return Err(StoreError::Config(msg));
         }
         let size_bytes = index_file_size_bytes(hash_slot_num, index_num);
-        std::fs::create_dir_all(dir).at(dir)?;
-        let mut starts = Vec::new();
-        for entry in std::fs::read_dir(dir).at(dir)? {
-            let entry = entry.at(dir)?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.len() != SEGMENT_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            let bad_name = || corrupted(&entry.path(), 0, "name out of range".into());
-            starts.push(name.parse::<u64>().map_err(|_| bad_name())?);
-        }
-        starts.sort_unstable();
+        let starts = list_segment_starts(dir)?;
         let mut files: Vec<IndexFile> = Vec::with_capacity(starts.len());
         let newest = starts.last().copied();
         for start in starts {

@@ -28,6 +28,29 @@ pub fn segment_name(start_offset: u64) -> String {
     format!("{start_offset:0width$}", width = SEGMENT_NAME_DIGITS)
 }
 
+/// Creates `dir` if needed and returns the start offsets of the files in it named
+/// by 20 decimal digits, sorted. Other names are ignored; a 20-digit name beyond
+/// `u64::MAX` is `Corrupted`.
+pub fn list_segment_starts(dir: &Path) -> Result<Vec<u64>> {
+    std::fs::create_dir_all(dir).at(dir)?;
+    let mut starts = Vec::new();
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.len() != SEGMENT_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        starts.push(name.parse().map_err(|_| StoreError::Corrupted {
+            path: entry.path(),
+            file_offset: 0,
+            reason: "segment name out of range".into(),
+        })?);
+    }
+    starts.sort_unstable();
+    Ok(starts)
+}
+
 /// fsyncs a directory so that a file created, renamed or deleted in it survives a
 /// power loss.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
@@ -261,23 +284,7 @@ impl MappedFileQueue {
         if segment_bytes == 0 {
             return Err(StoreError::Config("segment size must be > 0".into()));
         }
-        std::fs::create_dir_all(dir).at(dir)?;
-        let mut starts = Vec::new();
-        for entry in std::fs::read_dir(dir).at(dir)? {
-            let entry = entry.at(dir)?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.len() != SEGMENT_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            let start: u64 = name.parse().map_err(|_| StoreError::Corrupted {
-                path: entry.path(),
-                file_offset: 0,
-                reason: "segment name out of range".into(),
-            })?;
-            starts.push(start);
-        }
-        starts.sort_unstable();
+        let starts = list_segment_starts(dir)?;
         let mut files = Vec::with_capacity(starts.len());
         for (i, &start) in starts.iter().enumerate() {
             let path = dir.join(segment_name(start));
