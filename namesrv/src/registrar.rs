@@ -81,17 +81,8 @@ impl Registrar {
                     let _ = tokio::time::timeout(timeout, c.unregister_broker(req)).await;
                 }
             });
-            futures_join_all(calls).await;
+            futures::future::join_all(calls).await;
         }
-    }
-}
-
-async fn futures_join_all(
-    calls: impl Iterator<Item = impl std::future::Future<Output = ()> + Send + 'static>,
-) {
-    let handles: Vec<_> = calls.map(tokio::spawn).collect();
-    for h in handles {
-        let _ = h.await;
     }
 }
 

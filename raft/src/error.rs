@@ -50,3 +50,8 @@ pub enum RaftNodeError {
     #[error("transport: {0}")]
     Transport(String),
 }
+
+/// Wraps an error for openraft's `StorageIOError` constructors.
+pub(crate) fn any_err(e: impl std::error::Error + 'static) -> openraft::AnyError {
+    openraft::AnyError::new(&e)
+}

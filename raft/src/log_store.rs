@@ -27,9 +27,7 @@ pub struct LogStore {
     meta: MetaDb,
 }
 
-fn io_err(e: impl std::error::Error + 'static) -> AnyError {
-    AnyError::new(&e)
-}
+use crate::error::any_err as io_err;
 
 impl LogStore {
     /// The log of `store`, with vote and purge state in `meta`.

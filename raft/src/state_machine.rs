@@ -14,8 +14,7 @@ use std::sync::{Arc, RwLock};
 use ledgermq_store::{MessageStore, QueuePosition};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
-    AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageIOError,
-    StoredMembership,
+    EntryPayload, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 
@@ -50,9 +49,7 @@ struct SnapshotData {
     queues: Vec<QueuePosition>,
 }
 
-fn io_err(e: impl std::error::Error + 'static) -> AnyError {
-    AnyError::new(&e)
-}
+use crate::error::any_err as io_err;
 
 /// The state machine of one node.
 pub struct StateMachine {

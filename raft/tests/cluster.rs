@@ -468,7 +468,9 @@ async fn a_node_whose_metadata_lags_its_store_places_messages_like_the_others() 
     let term = c.node(victim).raft().metrics().borrow().current_term;
     c.crash(victim).await;
     // sled is flushed only on votes, purges and snapshots: after a power loss its
-    // last_applied can be far behind the store's dispatch position. Simulate that.
+    // last_applied can be far behind the store's dispatch position. Simulate that;
+    // the node must rejoin and agree on every placement. (The rebuild that keeps a
+    // snapshot taken in that window consistent is tested in state_machine.rs.)
     {
         let meta =
             ledgermq_raft::meta::MetaDb::open(&c.cfgs[&victim].store.root.join("meta")).unwrap();

@@ -611,7 +611,7 @@ impl CommitLog {
     /// The log index of the record at the start of the segment beginning at `offset`.
     fn first_log_index_at(&self, offset: u64) -> Result<Option<u64>> {
         Ok(self.first_record_of_segment(offset)?.map(|b| {
-            RecordView::parse(&b)
+            RecordView::parse_checked_before(&b)
                 .expect("checked by read_record")
                 .log_index()
         }))
@@ -621,7 +621,7 @@ impl CommitLog {
     /// if it starts with one (used by time-based retention).
     pub fn first_store_timestamp_ms(&self, segment_start: u64) -> Result<Option<i64>> {
         Ok(self.first_record_of_segment(segment_start)?.map(|b| {
-            RecordView::parse(&b)
+            RecordView::parse_checked_before(&b)
                 .expect("checked by read_record")
                 .store_timestamp_ms()
         }))

@@ -19,7 +19,7 @@ pub struct StoredMessage {
 impl StoredMessage {
     /// A view of the record's fields.
     pub fn view(&self) -> RecordView<'_> {
-        RecordView::parse(&self.bytes).expect("verified when read")
+        RecordView::parse_checked_before(&self.bytes).expect("verified when read")
     }
 }
 
@@ -128,7 +128,7 @@ impl MessageStore {
                 Err(StoreError::OutOfRange { .. }) => continue, // purged by retention
                 Err(e) => return Err(e),
             };
-            let v = RecordView::parse(&bytes).expect("verified");
+            let v = RecordView::parse_checked_before(&bytes).expect("verified");
             let ts = v.store_timestamp_ms();
             let matches = v.topic() == topic
                 && (begin_ms..=end_ms).contains(&ts)
@@ -176,7 +176,7 @@ impl MessageStore {
             let bytes = self
                 .commit_log()
                 .read_record(e.commit_log_offset, e.size_bytes as usize)?;
-            Ok(RecordView::parse(&bytes)
+            Ok(RecordView::parse_checked_before(&bytes)
                 .expect("verified")
                 .store_timestamp_ms()
                 < timestamp_ms)
