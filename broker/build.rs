@@ -1,4 +1,5 @@
-// Compiles the client protocol (proto/apache/rocketmq/v2) with the pure-Rust protox
+// Compiles the client protocol (proto/apache/rocketmq/v2) and the admin protocol
+// (proto/ledgermq/admin.proto) with the pure-Rust protox
 // compiler, so `cargo build` needs no protoc from apt.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
@@ -6,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         [
             "apache/rocketmq/v2/definition.proto",
             "apache/rocketmq/v2/service.proto",
+            "ledgermq/admin.proto",
         ],
         ["proto"],
     )?;

@@ -58,6 +58,29 @@ pub struct BrokerConfig {
     /// Raft election timeout upper bound in ms.
     #[serde(default = "default_election_max_ms")]
     pub raft_election_max_ms: u64,
+    /// Client addresses of the group's members: node id (as a string key) →
+    /// `host:port`. Used to pass consumption calls on to the leader and in routes;
+    /// members left out are looked up on the name servers.
+    #[serde(default)]
+    pub client_addrs: BTreeMap<String, String>,
+    /// Create topics on first use (RocketMQ's `autoCreateTopicEnable`); off by
+    /// default: create them with `mqadmin updateTopic`.
+    #[serde(default)]
+    pub auto_create_topics: bool,
+    /// Create consumer groups on first use (RocketMQ's
+    /// `autoCreateSubscriptionGroup`, on by default).
+    #[serde(default = "default_true")]
+    pub auto_create_groups: bool,
+    /// Largest message body in bytes (RocketMQ: 4 MiB).
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_max_body_bytes() -> usize {
+    4 << 20
 }
 
 fn default_flush() -> String {
@@ -100,6 +123,7 @@ impl BrokerConfig {
         let cfg: Self = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
         let members = cfg.members().map_err(err)?;
         cfg.flush_mode().map_err(err)?;
+        cfg.member_client_addrs().map_err(err)?;
         if !members.contains_key(&cfg.node_id) {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
@@ -116,6 +140,19 @@ impl BrokerConfig {
                     .map_err(|_| format!("peer id {k:?} is not a number"))
             })
             .collect()
+    }
+
+    /// Client addresses by node id: `client_addrs`, plus this node's `client_addr`.
+    pub fn member_client_addrs(&self) -> Result<BTreeMap<u64, String>, String> {
+        let mut out = BTreeMap::new();
+        for (k, v) in &self.client_addrs {
+            let id = k
+                .parse::<u64>()
+                .map_err(|_| format!("client_addrs id {k:?} is not a number"))?;
+            out.insert(id, v.clone());
+        }
+        out.insert(self.node_id, self.client_addr.clone());
+        Ok(out)
     }
 
     /// The flush mode.

@@ -1,11 +1,39 @@
-//! LedgerMQ's broker node: the RocketMQ 5 gRPC protocol over a Raft group (issue 5),
-//! and the announcements that keep every name server's routes current.
+//! LedgerMQ's broker node: the RocketMQ 5 gRPC protocol (`apache.rocketmq.v2`) over a
+//! Raft group, and the announcements that keep every name server's routes current.
 //!
+//! - [`service`]: the MessagingService; [`send`] and [`consume`] its calls.
+//! - [`broker`]: a node's service state, and passing calls on to the leader.
+//! - [`consumers`], [`pop`]: the leader's consumption state (in flight, acks,
+//!   offsets), [`receipt`]: receipt handles, [`filter`]: tag filters.
+//! - [`message`]: protocol messages <-> CommitLog records, input checks.
+//! - [`route`]: routes from the name servers.
+//! - [`admin`]: topic and group changes from `mqadmin`.
 //! - [`announce`]: turns the Raft node's state into name-server registrations.
 //! - [`config`]: the `mqbroker -c FILE` configuration.
 
+pub mod admin;
 pub mod announce;
+pub mod broker;
 pub mod config;
+pub mod consume;
+pub mod consumers;
+pub mod error;
+pub mod filter;
+pub mod message;
+pub mod pop;
+pub mod receipt;
+pub mod route;
+pub mod send;
+pub mod server;
+pub mod service;
+
+pub use error::BrokerError;
+
+/// Generated code of the admin protocol (`proto/ledgermq/admin.proto`).
+pub mod admin_pb {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("ledgermq.admin");
+}
 
 /// Generated code of the RocketMQ 5.x client protocol subset LedgerMQ serves
 /// (`proto/apache/rocketmq/v2`, package `apache.rocketmq.v2`).

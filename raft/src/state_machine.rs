@@ -136,7 +136,14 @@ impl StateMachine {
     fn apply_command(&self, meta: &mut GroupMeta, cmd: Command) -> Result<(), RaftNodeError> {
         match cmd {
             Command::CommitOffsets(commits) => {
-                for c in commits {
+                for mut c in commits {
+                    // Offsets only move forward: commits from concurrent paths on
+                    // the leader may land out of order. (Rewinding a group is a
+                    // command of its own.)
+                    let key = (c.group.clone(), c.topic.clone(), c.queue_id);
+                    if let Some(&cur) = meta.offsets.get(&key) {
+                        c.offset = c.offset.max(cur);
+                    }
                     self.db.offsets.insert(
                         offset_key(&c.group, &c.topic, c.queue_id),
                         &c.offset.to_be_bytes(),
@@ -162,7 +169,7 @@ impl StateMachine {
                 let keys: Vec<_> = meta
                     .offsets
                     .keys()
-                    .filter(|k| k.0 == name)
+                    .filter(|k| k.0 == name || k.0.starts_with(&format!("{name}@")))
                     .cloned()
                     .collect();
                 for k in keys {

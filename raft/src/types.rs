@@ -44,7 +44,8 @@ pub enum Request {
 /// Metadata changes, applied to the state machine (sled) on every replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// Consumer offsets committed by consumers (last writer wins per queue).
+    /// Consumer offsets committed by consumers; an offset never moves backwards
+    /// (the higher of the stored and the committed one is kept).
     CommitOffsets(Vec<OffsetCommit>),
     /// Create or replace a topic's configuration.
     UpdateTopic(TopicConfig),
@@ -52,7 +53,8 @@ pub enum Command {
     DeleteTopic(String),
     /// Create or replace a consumer group's configuration.
     UpdateGroup(GroupConfig),
-    /// Delete a consumer group and its offsets.
+    /// Delete a consumer group and its offsets (its broadcasting consumers' offsets,
+    /// kept as `group@client-id`, included).
     DeleteGroup(String),
 }
 

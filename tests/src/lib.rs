@@ -1,2 +1,5 @@
 //! Workspace-level integration tests live in `tests/tests/`; they start the project's
-//! real binaries as separate processes. This library is empty on purpose.
+//! real binaries as separate processes. This library holds what they share with the
+//! demo programs: [`cluster`], a local cluster of real processes.
+
+pub mod cluster;

@@ -4,11 +4,22 @@
 //!   (applied) index, seconds since its last heartbeat.
 //! - `topicRoute -n NAMESRV -t TOPIC`: the topic's broker groups, queues and leaders.
 //!
-//! `updateTopic` and `updateSubGroup` arrive with the broker's client service
-//! (issue 5). `-n` takes one name server (`host:port`) or several separated by `;`.
+//! - `updateTopic -n NAMESRV -t TOPIC [-q QUEUES] [-p PERM] [--fifo] [-c CLUSTER] [-b GROUP]`:
+//!   creates or updates the topic on every broker group (of the cluster, or the one
+//!   group given).
+//! - `updateSubGroup -n NAMESRV -g GROUP [--fifo] [--broadcast] [-r MAX_ATTEMPTS]
+//!   [-c CLUSTER] [-b GROUP]`: the same for a consumer group.
+//!
+//! `-n` takes one name server (`host:port`) or several separated by `;`. Changes go
+//! to any live member of each group (the admin service on its client port), which
+//! commits them through Raft.
+
+use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
+use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_broker::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{ListClusterRequest, QueryRouteRequest, Role};
 
@@ -31,6 +42,48 @@ enum Cmd {
         #[arg(short = 'n', long = "namesrvAddr")]
         namesrv: String,
     },
+    /// Create or update a topic on broker groups.
+    #[command(name = "updateTopic")]
+    UpdateTopic {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Topic.
+        #[arg(short = 't', long = "topic")]
+        topic: String,
+        /// Message queues per broker group.
+        #[arg(short = 'q', long = "queueNums", default_value_t = 8)]
+        queues: u32,
+        /// Permission: 2 write, 4 read, 6 both.
+        #[arg(short = 'p', long = "perm", default_value_t = 6)]
+        perm: u32,
+        /// FIFO topic (messages with message groups).
+        #[arg(long)]
+        fifo: bool,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Create or update a consumer group on broker groups.
+    #[command(name = "updateSubGroup")]
+    UpdateSubGroup {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Consumer group.
+        #[arg(short = 'g', long = "groupName")]
+        group: String,
+        /// Strict order per queue.
+        #[arg(long)]
+        fifo: bool,
+        /// Broadcasting: every consumer gets every message.
+        #[arg(long)]
+        broadcast: bool,
+        /// Deliveries before the dead-letter queue.
+        #[arg(short = 'r', long = "retryMaxTimes", default_value_t = 16)]
+        max_attempts: u32,
+        #[command(flatten)]
+        scope: Scope,
+    },
     /// Show where a topic's queues live and who leads each group.
     #[command(name = "topicRoute")]
     TopicRoute {
@@ -41,6 +94,93 @@ enum Cmd {
         #[arg(short = 't', long = "topic")]
         topic: String,
     },
+}
+
+/// Which broker groups a change goes to (all the name server knows by default).
+#[derive(clap::Args)]
+struct Scope {
+    /// Only broker groups of this cluster.
+    #[arg(short = 'c', long = "clusterName")]
+    cluster: Option<String>,
+    /// Only this broker group.
+    #[arg(short = 'b', long = "brokerName")]
+    broker_group: Option<String>,
+}
+
+/// Each selected broker group with its members' client addresses, leader first.
+async fn groups(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, Vec<String>>> {
+    let nodes = client(namesrv)
+        .await?
+        .list_cluster(ListClusterRequest {})
+        .await?
+        .into_inner()
+        .nodes;
+    let mut out: BTreeMap<String, Vec<(bool, String)>> = BTreeMap::new();
+    for n in nodes.into_iter().filter_map(|n| n.node) {
+        if scope.cluster.as_ref().is_some_and(|c| *c != n.cluster)
+            || scope
+                .broker_group
+                .as_ref()
+                .is_some_and(|g| *g != n.broker_group)
+        {
+            continue;
+        }
+        out.entry(n.broker_group)
+            .or_default()
+            .push((n.role != Role::Leader as i32, n.client_addr));
+    }
+    if out.is_empty() {
+        bail!("the name server knows no broker group matching the scope");
+    }
+    Ok(out
+        .into_iter()
+        .map(|(g, mut m)| {
+            m.sort();
+            (g, m.into_iter().map(|(_, a)| a).collect())
+        })
+        .collect())
+}
+
+/// Sends one admin change to every selected group (to its first member that
+/// answers); fails if any group refused it.
+async fn apply(namesrv: &str, scope: &Scope, what: &str, req: AdminReq) -> Result<()> {
+    let mut failed = 0;
+    for (group, addrs) in groups(namesrv, scope).await? {
+        let mut result = Err(anyhow::anyhow!("no member reachable"));
+        for addr in &addrs {
+            let Ok(mut c) = BrokerAdminClient::connect(format!("http://{addr}")).await else {
+                continue;
+            };
+            let reply = match &req {
+                AdminReq::Topic(r) => c.update_topic(r.clone()).await,
+                AdminReq::Group(r) => c.update_group(r.clone()).await,
+            };
+            result = match reply {
+                Ok(r) if r.get_ref().error.is_empty() => Ok(()),
+                Ok(r) => Err(anyhow::anyhow!(r.into_inner().error)),
+                Err(s) => Err(anyhow::anyhow!("{addr}: {}", s.message())),
+            };
+            if result.is_ok() {
+                break;
+            }
+        }
+        match result {
+            Ok(()) => println!("{what} on broker group {group}: OK"),
+            Err(e) => {
+                failed += 1;
+                println!("{what} on broker group {group}: FAILED: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} broker group(s) refused the change");
+    }
+    Ok(())
+}
+
+enum AdminReq {
+    Topic(UpdateTopicRequest),
+    Group(UpdateGroupRequest),
 }
 
 fn role_name(r: i32) -> &'static str {
@@ -95,6 +235,40 @@ async fn main() -> Result<()> {
                     silent as f64 / 1000.0
                 );
             }
+        }
+        Cmd::UpdateTopic {
+            namesrv,
+            topic,
+            queues,
+            perm,
+            fifo,
+            scope,
+        } => {
+            let req = UpdateTopicRequest {
+                name: topic.clone(),
+                queue_count: queues,
+                perm,
+                fifo,
+            };
+            let what = format!("updateTopic {topic} ({queues} queues, perm {perm}, fifo {fifo})");
+            apply(&namesrv, &scope, &what, AdminReq::Topic(req)).await?;
+        }
+        Cmd::UpdateSubGroup {
+            namesrv,
+            group,
+            fifo,
+            broadcast,
+            max_attempts,
+            scope,
+        } => {
+            let req = UpdateGroupRequest {
+                name: group.clone(),
+                fifo,
+                broadcast,
+                max_delivery_attempts: max_attempts,
+            };
+            let what = format!("updateSubGroup {group} (fifo {fifo}, broadcast {broadcast})");
+            apply(&namesrv, &scope, &what, AdminReq::Group(req)).await?;
         }
         Cmd::TopicRoute { namesrv, topic } => {
             let r = client(&namesrv)

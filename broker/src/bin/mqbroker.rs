@@ -3,7 +3,7 @@
 //! It opens the store (recovering after a crash), joins the group's Raft group and
 //! keeps every name server told of its role. On SIGTERM/SIGINT it hands leadership
 //! to a caught-up follower first (rolling restarts), unregisters and shuts the store
-//! down cleanly. The RocketMQ client protocol service arrives with issue 5.
+//! down cleanly. Clients (RocketMQ 5 gRPC) and `mqadmin` use `client_addr`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use ledgermq_broker::announce::{spawn_announcer, Identity};
+use ledgermq_broker::broker::{Broker, ServiceSettings};
 use ledgermq_broker::config::BrokerConfig;
+use ledgermq_broker::route::{Members, NameServers};
 use ledgermq_namesrv::registrar::Registrar;
 use ledgermq_raft::{BatchConfig, NetworkFilter, RaftNode, RaftNodeConfig, RaftTiming};
 
@@ -60,7 +62,7 @@ async fn main() -> Result<()> {
             },
             batch: BatchConfig::default(),
             store_host: cfg.client_addr.parse().context("client_addr")?,
-            write_timeout_ms: 3000,
+            write_timeout_ms: 2500,
             cluster_name: cfg.broker_group.clone(),
             retention_interval_ms: 10_000,
         },
@@ -83,6 +85,24 @@ async fn main() -> Result<()> {
         identity,
         Duration::from_secs(1),
     );
+    let settings = ServiceSettings {
+        max_body_bytes: cfg.max_body_bytes,
+        auto_create_topics: cfg.auto_create_topics,
+        auto_create_groups: cfg.auto_create_groups,
+        ..ServiceSettings::default()
+    };
+    let broker = Broker::new(
+        node.clone(),
+        cfg.broker_group.clone(),
+        settings,
+        NameServers::new(cfg.namesrv_addrs.clone()),
+        Members::new(
+            cfg.broker_group.clone(),
+            cfg.member_client_addrs().map_err(anyhow::Error::msg)?,
+        ),
+    );
+    let client_addr: std::net::SocketAddr = cfg.client_addr.parse().context("client_addr")?;
+    let server = ledgermq_broker::server::serve(broker, client_addr).await?;
     tracing::info!(node = cfg.node_id, group = %cfg.broker_group, "mqbroker started");
     println!("mqbroker {} node {} started", cfg.broker_group, cfg.node_id);
 
@@ -99,6 +119,7 @@ async fn main() -> Result<()> {
             }
         }
     }
+    server.abort();
     announcer.abort();
     let _ = announcer.await; // drops its handle on the registrar
     match Arc::try_unwrap(registrar) {

@@ -1,0 +1,141 @@
+//! The admin service (`proto/ledgermq/admin.proto`): topic and consumer group
+//! changes from `mqadmin`, committed through Raft from any member.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledgermq_raft::{Command, GroupConfig, TopicConfig, TopicMessageType};
+use tonic::{Request, Response, Status};
+
+use crate::admin_pb::broker_admin_server::BrokerAdmin;
+use crate::admin_pb::{AdminResponse, UpdateGroupRequest, UpdateTopicRequest};
+use crate::broker::Broker;
+use crate::error::{refuse, BrokerError};
+use crate::message::{check_group, check_topic};
+use crate::pb::Code;
+
+/// Most queues per topic and group.
+pub const MAX_QUEUES: u32 = 1024;
+
+/// The admin service handle.
+#[derive(Clone)]
+pub struct Admin(pub Arc<Broker>);
+
+/// The topic config an UpdateTopic asks for. Errors: ILLEGAL_TOPIC, BAD_REQUEST
+/// (queue count outside 1..=1024, permission bits other than 2, 4, 6).
+pub fn topic_config(r: &UpdateTopicRequest) -> Result<TopicConfig, BrokerError> {
+    check_topic(&r.name)?;
+    if r.queue_count == 0 || r.queue_count > MAX_QUEUES {
+        return Err(refuse(
+            Code::BadRequest,
+            format!("queue count must be 1..={MAX_QUEUES}"),
+        ));
+    }
+    let perm = if r.perm == 0 { 6 } else { r.perm };
+    if !matches!(perm, 2 | 4 | 6) {
+        return Err(refuse(
+            Code::BadRequest,
+            "perm must be 2 (write), 4 (read) or 6 (both)",
+        ));
+    }
+    Ok(TopicConfig {
+        name: r.name.clone(),
+        queue_count: r.queue_count,
+        perm,
+        message_type: if r.fifo {
+            TopicMessageType::Fifo
+        } else {
+            TopicMessageType::Normal
+        },
+    })
+}
+
+impl Admin {
+    async fn commit(&self, cmd: Command) -> AdminResponse {
+        let b = &self.0;
+        let r = b
+            .with_retry(Duration::from_secs(5), || {
+                let cmd = cmd.clone();
+                async move { Ok(b.node.write_command(cmd).await?) }
+            })
+            .await;
+        AdminResponse {
+            error: r.err().map(|e| e.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl BrokerAdmin for Admin {
+    async fn update_topic(
+        &self,
+        req: Request<UpdateTopicRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        Ok(Response::new(match topic_config(req.get_ref()) {
+            Ok(t) => self.commit(Command::UpdateTopic(t)).await,
+            Err(e) => AdminResponse {
+                error: e.to_string(),
+            },
+        }))
+    }
+
+    async fn update_group(
+        &self,
+        req: Request<UpdateGroupRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        let r = req.into_inner();
+        if let Err(e) = check_group(&r.name) {
+            return Ok(Response::new(AdminResponse {
+                error: e.to_string(),
+            }));
+        }
+        let g = GroupConfig {
+            name: r.name,
+            fifo: r.fifo,
+            broadcast: r.broadcast,
+            max_delivery_attempts: if r.max_delivery_attempts == 0 {
+                16
+            } else {
+                r.max_delivery_attempts
+            },
+        };
+        Ok(Response::new(self.commit(Command::UpdateGroup(g)).await))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_requests_are_checked() {
+        let ok = UpdateTopicRequest {
+            name: "T".into(),
+            queue_count: 4,
+            perm: 0,
+            fifo: true,
+        };
+        let t = topic_config(&ok).unwrap();
+        assert_eq!((t.perm, t.message_type), (6, TopicMessageType::Fifo));
+        for bad in [
+            UpdateTopicRequest {
+                queue_count: 0,
+                ..ok.clone()
+            },
+            UpdateTopicRequest {
+                queue_count: 5000,
+                ..ok.clone()
+            },
+            UpdateTopicRequest {
+                perm: 3,
+                ..ok.clone()
+            },
+            UpdateTopicRequest {
+                name: "a/b".into(),
+                ..ok.clone()
+            },
+        ] {
+            assert!(topic_config(&bad).is_err(), "{bad:?}");
+        }
+    }
+}

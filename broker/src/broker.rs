@@ -1,0 +1,280 @@
+//! One broker node's client-facing state: its Raft node, its settings, the
+//! consumption table, the name servers, and the way to the group's leader.
+//!
+//! Every node accepts every call. Writes (sends, offset commits) go through
+//! [`RaftNode`], which forwards them to the leader over the Raft transport;
+//! consumption calls (receive, ack, change invisible duration, dead-lettering) need
+//! the leader's consumption state, so a follower passes the whole call on to the
+//! leader's client service, marked so it is not passed on again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ledgermq_raft::{Command, GroupConfig, RaftNode, RaftNodeError, TopicConfig, TopicMessageType};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::consumers::Consumers;
+use crate::error::{refuse, BrokerError};
+use crate::pb::messaging_service_client::MessagingServiceClient;
+use crate::pb::Code;
+use crate::route::{Members, NameServers};
+
+/// Metadata key marking a call already passed on by a follower.
+pub const FORWARDED_HEADER: &str = "x-ledgermq-forwarded";
+/// Metadata key of the client id (RocketMQ 5 clients send it on every call).
+pub const CLIENT_ID_HEADER: &str = "x-mq-client-id";
+
+/// Client-protocol settings of a broker node.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    /// Largest message body accepted, bytes (RocketMQ: 4 MiB); sent to clients in
+    /// the Settings reply.
+    pub max_body_bytes: usize,
+    /// Create a topic on first use (send or route query) instead of answering
+    /// TOPIC_NOT_FOUND (RocketMQ's `autoCreateTopicEnable`).
+    pub auto_create_topics: bool,
+    /// Queues of an auto-created topic.
+    pub default_queue_count: u32,
+    /// Create a consumer group on first use (RocketMQ's
+    /// `autoCreateSubscriptionGroup`, default on); otherwise
+    /// CONSUMER_GROUP_NOT_FOUND.
+    pub auto_create_groups: bool,
+    /// How long a send may wait for a leader and the commit, ms. A send that has
+    /// not committed by then answers PROXY_TIMEOUT and may still commit later.
+    pub send_timeout_ms: u64,
+    /// Longest long poll, ms (RocketMQ proxy: 20 s).
+    pub max_long_polling_ms: u64,
+    /// Invisible duration when the client gives none (push consumers), ms.
+    pub default_invisible_ms: u64,
+    /// Most messages per receive (RocketMQ proxy: 32).
+    pub max_receive_batch: usize,
+}
+
+impl Default for ServiceSettings {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 4 << 20,
+            auto_create_topics: false,
+            default_queue_count: 8,
+            auto_create_groups: true,
+            send_timeout_ms: 2500,
+            max_long_polling_ms: 20_000,
+            default_invisible_ms: 60_000,
+            max_receive_batch: 32,
+        }
+    }
+}
+
+/// Where a consumption call runs.
+pub enum Target {
+    /// Here: this node is the ready leader.
+    Local,
+    /// On the leader, through its client service.
+    Leader(MessagingServiceClient<Channel>),
+}
+
+/// One broker node's service state.
+pub struct Broker {
+    /// The Raft member.
+    pub node: Arc<RaftNode>,
+    /// Broker group name.
+    pub group: String,
+    /// Settings.
+    pub settings: ServiceSettings,
+    /// Consumption state while leading.
+    pub consumers: Arc<Consumers>,
+    /// The name servers.
+    pub namesrv: NameServers,
+    members: Members,
+    channels: Mutex<HashMap<String, Channel>>,
+    rr: AtomicUsize,
+}
+
+impl Broker {
+    /// A broker over `node`. `members`: this group's client addresses.
+    pub fn new(
+        node: Arc<RaftNode>,
+        group: String,
+        settings: ServiceSettings,
+        namesrv: NameServers,
+        members: Members,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            consumers: Consumers::new(node.clone()),
+            node,
+            group,
+            settings,
+            namesrv,
+            members,
+            channels: Mutex::new(HashMap::new()),
+            rr: AtomicUsize::new(0),
+        })
+    }
+
+    /// This group's member client addresses as configured (node id → `host:port`).
+    pub fn members(&self) -> &Members {
+        &self.members
+    }
+
+    /// A rotating counter (queue choice, fair polling order).
+    pub fn next_rr(&self) -> usize {
+        self.rr.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The topic's configuration in this group.
+    pub fn topic(&self, name: &str) -> Option<TopicConfig> {
+        self.node
+            .shared_meta()
+            .read()
+            .unwrap()
+            .topics
+            .get(name)
+            .cloned()
+    }
+
+    /// The consumer group's configuration.
+    pub fn group_config(&self, name: &str) -> Option<GroupConfig> {
+        self.node
+            .shared_meta()
+            .read()
+            .unwrap()
+            .groups
+            .get(name)
+            .cloned()
+    }
+
+    /// The topic's configuration, creating it when auto-creation is on. Error:
+    /// TOPIC_NOT_FOUND.
+    pub async fn topic_or_create(&self, name: &str) -> Result<TopicConfig, BrokerError> {
+        if let Some(t) = self.topic(name) {
+            return Ok(t);
+        }
+        if !self.settings.auto_create_topics {
+            return Err(refuse(
+                Code::TopicNotFound,
+                format!("topic {name} does not exist in broker group {}", self.group),
+            ));
+        }
+        let t = TopicConfig {
+            name: name.to_owned(),
+            queue_count: self.settings.default_queue_count,
+            perm: 6,
+            message_type: TopicMessageType::Normal,
+        };
+        self.node
+            .write_command(Command::UpdateTopic(t.clone()))
+            .await?;
+        Ok(t)
+    }
+
+    /// The consumer group's configuration, creating it (clustering, not FIFO) when
+    /// auto-creation is on. Error: CONSUMER_GROUP_NOT_FOUND.
+    pub async fn group_or_create(&self, name: &str) -> Result<GroupConfig, BrokerError> {
+        if let Some(g) = self.group_config(name) {
+            return Ok(g);
+        }
+        if !self.settings.auto_create_groups {
+            return Err(refuse(
+                Code::ConsumerGroupNotFound,
+                format!("consumer group {name} does not exist"),
+            ));
+        }
+        let g = GroupConfig {
+            name: name.to_owned(),
+            fifo: false,
+            broadcast: false,
+            max_delivery_attempts: 16,
+        };
+        self.node
+            .write_command(Command::UpdateGroup(g.clone()))
+            .await?;
+        Ok(g)
+    }
+
+    /// Where a consumption call must run: here if this node is the ready leader;
+    /// else on the leader (unless the call was passed on already). Waits for a
+    /// leader until `deadline`. Error: HA_NOT_AVAILABLE.
+    pub async fn target(&self, forwarded: bool, deadline: Instant) -> Result<Target, BrokerError> {
+        loop {
+            if self.consumers.ready_term().is_some() {
+                return Ok(Target::Local);
+            }
+            if !forwarded {
+                if let Some((leader, _)) = self.node.leader() {
+                    if leader != self.node.id() {
+                        match self.leader_client(leader).await {
+                            Ok(c) => return Ok(Target::Leader(c)),
+                            Err(e) => tracing::debug!(error = %e, "leader not reachable yet"),
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(refuse(
+                    Code::HaNotAvailable,
+                    format!(
+                        "broker group {} has no reachable leader right now",
+                        self.group
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn leader_client(
+        &self,
+        leader: u64,
+    ) -> Result<MessagingServiceClient<Channel>, BrokerError> {
+        let addr = self.members.client_addr(leader, &self.namesrv).await?;
+        let mut ch = self.channels.lock().unwrap();
+        let channel = match ch.get(&addr) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|e| BrokerError::Leader {
+                        addr: addr.clone(),
+                        reason: e.to_string(),
+                    })?
+                    .connect_timeout(Duration::from_secs(1))
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                ch.insert(addr.clone(), c.clone());
+                c
+            }
+        };
+        Ok(MessagingServiceClient::new(channel))
+    }
+
+    /// Runs `write` until it succeeds, fails for good, or `timeout` passes; retries
+    /// only failures where nothing was proposed (no leader yet).
+    pub async fn with_retry<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        mut write: F,
+    ) -> Result<T, BrokerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, BrokerError>>,
+    {
+        let attempts = async {
+            loop {
+                match write().await {
+                    Err(e) if e.is_retryable() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, attempts)
+            .await
+            .unwrap_or_else(|_| {
+                Err(BrokerError::Raft(RaftNodeError::Timeout {
+                    timeout_ms: timeout.as_millis() as u64,
+                }))
+            })
+    }
+}

@@ -1,0 +1,448 @@
+//! The leader's consumption state for every (consumer group, topic, queue), and the
+//! reads, acks and offset commits over it (see [`crate::pop`] for the rules).
+//!
+//! The state belongs to one leader term: it is built only after the leader has
+//! applied an entry of its own term (so every consumer offset committed by earlier
+//! leaders is in the metadata), and dropped when the term changes. Offsets of
+//! clustering groups are committed through Raft by a background task every
+//! `commit_interval`; FIFO groups commit each ack before answering it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use ledgermq_raft::{Command, OffsetCommit, RaftNode};
+use ledgermq_store::record::PROPERTY_TAGS;
+use ledgermq_store::store::now_ms;
+use ledgermq_store::{MessageRecord, RecordView, StoreError};
+use openraft::ServerState;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::error::{refuse, BrokerError};
+use crate::filter::TagFilter;
+use crate::message::{outgoing, DeliveryFields};
+use crate::pb::{self, Code};
+use crate::pop::{AckOutcome, QueueState};
+use crate::receipt::ReceiptHandle;
+
+/// Entries read past per queue and call at most (filtered-out messages included).
+const MAX_SCAN_PER_QUEUE: usize = 4096;
+
+/// Names one queue's state: the consumer group's offset key (`group`, or
+/// `group@client-id` for a broadcasting consumer), topic and queue id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QueueKey {
+    /// Offset key of the consumer.
+    pub consumer: String,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+}
+
+/// One receive: which queues of `topic`, how many messages, for how long they
+/// stay invisible.
+#[derive(Debug, Clone)]
+pub struct PopRequest {
+    /// The consumer group.
+    pub group: String,
+    /// Offset key of the consumer (see [`QueueKey::consumer`]).
+    pub consumer: String,
+    /// Topic.
+    pub topic: String,
+    /// Queues to take from, in order of preference.
+    pub queue_ids: Vec<i32>,
+    /// Most messages.
+    pub max_messages: usize,
+    /// Invisible time of each delivery, ms.
+    pub invisible_ms: u64,
+    /// FIFO consumer group.
+    pub fifo: bool,
+    /// Tag filter.
+    pub filter: TagFilter,
+    /// Deliveries before a message goes to the dead-letter queue.
+    pub max_delivery_attempts: u32,
+}
+
+/// A message that used up its delivery attempts: the caller copies it to the
+/// dead-letter queue and then acks `handle`.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// The delivery to ack once the copy is stored.
+    pub handle: ReceiptHandle,
+    /// The message as stored.
+    pub record: MessageRecord,
+}
+
+/// What a receive took.
+#[derive(Debug, Default)]
+pub struct PopResult {
+    /// Messages to deliver, with their receipt handles.
+    pub messages: Vec<pb::Message>,
+    /// Messages for the dead-letter queue.
+    pub dead: Vec<DeadLetter>,
+}
+
+#[derive(Default)]
+struct Table {
+    term: u64,
+    queues: HashMap<QueueKey, Arc<Mutex<QueueState>>>,
+}
+
+/// The consumption state of this node while it leads.
+pub struct Consumers {
+    node: Arc<RaftNode>,
+    table: StdMutex<Table>,
+    delivery_seq: AtomicU64,
+}
+
+impl Consumers {
+    /// An empty table for `node`.
+    pub fn new(node: Arc<RaftNode>) -> Arc<Self> {
+        Arc::new(Self {
+            node,
+            table: StdMutex::new(Table::default()),
+            delivery_seq: AtomicU64::new(1),
+        })
+    }
+
+    /// The term this node leads in, once it has applied an entry of that term
+    /// (consumer offsets from earlier terms are then all applied); None otherwise.
+    pub fn ready_term(&self) -> Option<u64> {
+        let m = self.node.raft().metrics().borrow().clone();
+        let applied_term = m.last_applied.map(|l| l.leader_id.term);
+        (m.state == ServerState::Leader && applied_term == Some(m.current_term))
+            .then_some(m.current_term)
+    }
+
+    fn queue(&self, key: &QueueKey, term: u64) -> Arc<Mutex<QueueState>> {
+        let mut t = self.table.lock().unwrap();
+        if t.term != term {
+            t.queues.clear();
+            t.term = term;
+        }
+        t.queues
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let store = self.node.store();
+                let (min, max) = store.queue_offsets(&key.topic, key.queue_id);
+                let committed = self
+                    .node
+                    .shared_meta()
+                    .read()
+                    .unwrap()
+                    .offsets
+                    .get(&(key.consumer.clone(), key.topic.clone(), key.queue_id))
+                    .copied()
+                    .unwrap_or(min);
+                Arc::new(Mutex::new(QueueState::new(committed.clamp(min, max))))
+            })
+            .clone()
+    }
+
+    /// A receipt handle for a new delivery.
+    fn new_handle(&self, term: u64, topic: &str, queue_id: i32, offset: u64) -> ReceiptHandle {
+        ReceiptHandle {
+            term,
+            delivery_id: self.delivery_seq.fetch_add(1, Ordering::Relaxed),
+            topic: topic.to_owned(),
+            queue_id,
+            queue_offset: offset,
+        }
+    }
+
+    fn handle_queue(
+        &self,
+        consumer: &str,
+        handle: &ReceiptHandle,
+        term: u64,
+    ) -> Arc<Mutex<QueueState>> {
+        let key = QueueKey {
+            consumer: consumer.to_owned(),
+            topic: handle.topic.clone(),
+            queue_id: handle.queue_id,
+        };
+        self.queue(&key, term)
+    }
+
+    fn not_ready() -> BrokerError {
+        refuse(
+            Code::HaNotAvailable,
+            "this node is not (yet) a ready leader of its group",
+        )
+    }
+
+    /// Takes up to `req.max_messages` messages. Errors: `HA_NOT_AVAILABLE` when this
+    /// node is not a ready leader; store failures.
+    pub async fn pop(&self, req: &PopRequest) -> Result<PopResult, BrokerError> {
+        let term = self.ready_term().ok_or_else(Self::not_ready)?;
+        let mut out = PopResult::default();
+        for &queue_id in &req.queue_ids {
+            if out.messages.len() >= req.max_messages {
+                break;
+            }
+            let key = QueueKey {
+                consumer: req.consumer.clone(),
+                topic: req.topic.clone(),
+                queue_id,
+            };
+            let q = self.queue(&key, term);
+            let mut st = q.lock().await;
+            self.pop_queue(req, term, queue_id, &mut st, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn pop_queue(
+        &self,
+        req: &PopRequest,
+        term: u64,
+        queue_id: i32,
+        st: &mut QueueState,
+        out: &mut PopResult,
+    ) -> Result<(), BrokerError> {
+        let store = self.node.store();
+        let (min, max) = store.queue_offsets(&req.topic, queue_id);
+        st.clamp_to_min(min);
+        let now = now_ms();
+        let visible_at = now + req.invisible_ms as i64;
+        if req.fifo && st.fifo_blocked(now) {
+            return Ok(());
+        }
+        // A FIFO group takes at most one message per queue and call.
+        let taken_before = out.messages.len();
+        let room = |out: &PopResult| {
+            out.messages.len() < req.max_messages
+                && !(req.fifo && out.messages.len() > taken_before)
+        };
+        // Deliveries whose invisible time ended come first, lowest offset first.
+        for (offset, inflight) in st.expired(now) {
+            if !room(out) {
+                return Ok(());
+            }
+            let handle = self.new_handle(term, &req.topic, queue_id, offset);
+            let id = handle.delivery_id;
+            let stored = match store.get_message(&req.topic, queue_id, offset) {
+                Ok(m) => m,
+                Err(StoreError::OutOfRange { .. }) => {
+                    // Retention removed it while in flight.
+                    st.ack(offset, Some(inflight.delivery_id));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let attempt = st.deliver(offset, id, visible_at);
+            if inflight.attempt >= req.max_delivery_attempts {
+                out.dead.push(DeadLetter {
+                    handle,
+                    record: stored.view().to_record(),
+                });
+                if req.fifo {
+                    return Ok(());
+                }
+                continue;
+            }
+            out.messages
+                .push(delivered(&stored.view(), handle, req, attempt));
+        }
+        if req.fifo && st.in_flight() > 0 {
+            return Ok(());
+        }
+        let Some(cq) = store.consume_queues().get(&req.topic, queue_id) else {
+            return Ok(());
+        };
+        for _ in 0..MAX_SCAN_PER_QUEUE {
+            if !room(out) {
+                break;
+            }
+            let Some(offset) = st.next_new() else { break };
+            if offset >= max {
+                break;
+            }
+            let e = cq.get(offset)?;
+            if !req.filter.accepts_hash(e.tag_hash) {
+                st.skip(offset);
+                continue;
+            }
+            let bytes = store
+                .commit_log()
+                .read_record(e.commit_log_offset, e.size_bytes as usize)?;
+            let view = RecordView::parse_checked_before(&bytes).map_err(|reason| {
+                BrokerError::Store(StoreError::Corrupted {
+                    path: "CommitLog".into(),
+                    file_offset: e.commit_log_offset,
+                    reason,
+                })
+            })?;
+            if !req.filter.accepts_tag(view.property(PROPERTY_TAGS)) {
+                st.skip(offset);
+                continue;
+            }
+            let handle = self.new_handle(term, &req.topic, queue_id, offset);
+            let attempt = st.deliver(offset, handle.delivery_id, visible_at);
+            out.messages.push(delivered(&view, handle, req, attempt));
+        }
+        Ok(())
+    }
+
+    /// Acks one delivery. Errors: `INVALID_RECEIPT_HANDLE` when the handle names an
+    /// offset the queue does not hold or a delivery replaced by a newer one;
+    /// `HA_NOT_AVAILABLE` when not a ready leader; a FIFO group's offset commit
+    /// failing (nothing is acked then).
+    pub async fn ack(
+        &self,
+        consumer: &str,
+        handle: &ReceiptHandle,
+        fifo: bool,
+    ) -> Result<(), BrokerError> {
+        let term = self.ready_term().ok_or_else(Self::not_ready)?;
+        let (_, max) = self
+            .node
+            .store()
+            .queue_offsets(&handle.topic, handle.queue_id);
+        if handle.queue_offset >= max {
+            return Err(refuse(
+                Code::InvalidReceiptHandle,
+                "the receipt handle names a message the queue does not hold",
+            ));
+        }
+        let q = self.handle_queue(consumer, handle, term);
+        let mut st = q.lock().await;
+        let delivery = (handle.term == term).then_some(handle.delivery_id);
+        if fifo && st.peek_ack(handle.queue_offset, delivery) == AckOutcome::Acked {
+            // Commit first: a new leader must continue after this message.
+            let base = st.base_after_ack(handle.queue_offset);
+            if base != st.base() {
+                self.commit(vec![OffsetCommit {
+                    group: consumer.to_owned(),
+                    topic: handle.topic.clone(),
+                    queue_id: handle.queue_id,
+                    offset: base,
+                }])
+                .await?;
+            }
+        }
+        match st.ack(handle.queue_offset, delivery) {
+            AckOutcome::Acked | AckOutcome::AlreadyAcked => {
+                if fifo {
+                    st.take_commit();
+                }
+                Ok(())
+            }
+            AckOutcome::Stale => Err(refuse(
+                Code::InvalidReceiptHandle,
+                "the receipt handle expired: the message was delivered again since",
+            )),
+        }
+    }
+
+    /// Moves a delivery's invisible deadline to now + `invisible_ms`; returns the
+    /// handle to use from now on. Error: `INVALID_RECEIPT_HANDLE` if the handle is
+    /// not the message's current delivery.
+    pub async fn change_invisible(
+        &self,
+        consumer: &str,
+        handle: &ReceiptHandle,
+        invisible_ms: u64,
+    ) -> Result<ReceiptHandle, BrokerError> {
+        let term = self.ready_term().ok_or_else(Self::not_ready)?;
+        let q = self.handle_queue(consumer, handle, term);
+        let mut st = q.lock().await;
+        let ok = handle.term == term
+            && st.change_invisible(
+                handle.queue_offset,
+                handle.delivery_id,
+                now_ms() + invisible_ms as i64,
+            );
+        if !ok {
+            return Err(refuse(
+                Code::InvalidReceiptHandle,
+                "the receipt handle is not the message's current delivery",
+            ));
+        }
+        Ok(handle.clone())
+    }
+
+    async fn commit(&self, commits: Vec<OffsetCommit>) -> Result<(), BrokerError> {
+        self.node
+            .write_command(Command::CommitOffsets(commits))
+            .await?;
+        Ok(())
+    }
+
+    /// Commits moved consumer offsets through Raft, once.
+    pub async fn commit_offsets_once(&self) -> Result<usize, BrokerError> {
+        let Some(term) = self.ready_term() else {
+            return Ok(0);
+        };
+        let queues: Vec<_> = {
+            let t = self.table.lock().unwrap();
+            if t.term != term {
+                return Ok(0);
+            }
+            t.queues
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        let mut taken = Vec::new();
+        for (key, q) in queues {
+            let mut st = q.lock().await;
+            if let Some(offset) = st.take_commit() {
+                taken.push((
+                    OffsetCommit {
+                        group: key.consumer.clone(),
+                        topic: key.topic.clone(),
+                        queue_id: key.queue_id,
+                        offset,
+                    },
+                    q.clone(),
+                ));
+            }
+        }
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        let n = taken.len();
+        let commits = taken.iter().map(|(c, _)| c.clone()).collect();
+        if let Err(e) = self.commit(commits).await {
+            for (_, q) in taken {
+                q.lock().await.commit_failed();
+            }
+            return Err(e);
+        }
+        Ok(n)
+    }
+
+    /// Runs [`Self::commit_offsets_once`] every `interval`.
+    pub fn spawn_committer(self: &Arc<Self>, interval: Duration) -> JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = me.commit_offsets_once().await {
+                    tracing::warn!(error = %e, "committing consumer offsets failed; will retry");
+                }
+            }
+        })
+    }
+}
+
+fn delivered(
+    view: &RecordView<'_>,
+    handle: ReceiptHandle,
+    req: &PopRequest,
+    attempt: u32,
+) -> pb::Message {
+    let fields = DeliveryFields {
+        receipt_handle: handle.encode(),
+        queue_offset: handle.queue_offset,
+        invisible_ms: req.invisible_ms,
+        delivery_attempt: attempt,
+    };
+    outgoing(view, Some(&fields))
+}

@@ -1,0 +1,110 @@
+//! The broker crate's one error type, and how each failure maps to a status code of
+//! the RocketMQ 5 protocol (`apache.rocketmq.v2.Code`).
+
+use ledgermq_raft::RaftNodeError;
+use ledgermq_store::StoreError;
+
+use crate::pb::Code;
+
+/// Failures of the broker's client service, its admin service and its setup.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// A request the protocol refuses, with the status code that names why.
+    #[error("{message}")]
+    Refused {
+        /// The protocol status code (only codes the official Rust client 5.0.0 knows).
+        code: Code,
+        /// A message for the client.
+        message: String,
+    },
+    /// The Raft layer failed or timed out.
+    #[error(transparent)]
+    Raft(#[from] RaftNodeError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The name servers could not be asked.
+    #[error("name server: {0}")]
+    NameServer(String),
+    /// Calling the group's leader failed.
+    #[error("leader {addr}: {reason}")]
+    Leader {
+        /// The leader's client address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// Binding or serving failed.
+    #[error("transport: {0}")]
+    Transport(String),
+}
+
+/// Shorthand for a refusal.
+pub fn refuse(code: Code, message: impl Into<String>) -> BrokerError {
+    BrokerError::Refused {
+        code,
+        message: message.into(),
+    }
+}
+
+impl BrokerError {
+    /// The protocol status code a client gets for this failure. Timeouts say
+    /// `PROXY_TIMEOUT` (the write may still commit: at-least-once); a group without a
+    /// leader says `HA_NOT_AVAILABLE`; bad input its own 4xxxx code.
+    pub fn code(&self) -> Code {
+        match self {
+            BrokerError::Refused { code, .. } => *code,
+            BrokerError::Raft(e) => match e {
+                RaftNodeError::Timeout { .. } => Code::ProxyTimeout,
+                RaftNodeError::NotLeader { .. }
+                | RaftNodeError::NoLeader
+                | RaftNodeError::Forward { .. }
+                | RaftNodeError::ShuttingDown => Code::HaNotAvailable,
+                RaftNodeError::InvalidInput(_) => Code::BadRequest,
+                RaftNodeError::Store(s) => store_code(s),
+                _ => Code::InternalServerError,
+            },
+            BrokerError::Store(s) => store_code(s),
+            BrokerError::Leader { .. } => Code::HaNotAvailable,
+            BrokerError::NameServer(_) | BrokerError::Transport(_) => Code::InternalServerError,
+        }
+    }
+
+    /// True when nothing was proposed, so the caller may try again (no leader yet,
+    /// leader unreachable). Timeouts are not retryable here: the write may commit.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            BrokerError::Raft(
+                RaftNodeError::NotLeader { .. }
+                    | RaftNodeError::NoLeader
+                    | RaftNodeError::Forward { .. }
+            ) | BrokerError::Leader { .. }
+        )
+    }
+
+    /// The status message sent with this failure.
+    pub fn to_status(&self) -> crate::pb::Status {
+        crate::pb::Status {
+            code: self.code() as i32,
+            message: self.to_string(),
+        }
+    }
+}
+
+fn store_code(s: &StoreError) -> Code {
+    match s {
+        StoreError::InvalidInput(_) => Code::BadRequest,
+        StoreError::MessageTooLarge { .. } => Code::MessageBodyTooLarge,
+        StoreError::OutOfRange { .. } => Code::MessageNotFound,
+        _ => Code::InternalServerError,
+    }
+}
+
+/// `Status{OK}`.
+pub fn ok_status() -> crate::pb::Status {
+    crate::pb::Status {
+        code: Code::Ok as i32,
+        message: "OK".into(),
+    }
+}

@@ -1,0 +1,355 @@
+//! What a consumer group has taken from one message queue (RocketMQ 5's "pop"
+//! consumption), as the leader tracks it. No I/O: the caller reads the store and
+//! commits offsets.
+//!
+//! Offsets below `base` are acked (`base` is the consumer offset committed through
+//! Raft). Every offset in `[base, next)` is either acked (out of order) or in flight:
+//! delivered, invisible until its deadline, waiting for an ack. When the deadline
+//! passes without an ack the message is delivered again with the next attempt
+//! number. A new leader starts from the committed offset with nothing in flight, so
+//! messages in flight at a failover are delivered again (at-least-once).
+//!
+//! FIFO consumer groups take one message at a time per queue: the next message is
+//! not delivered before the previous one is acked or its invisible time ends (the
+//! same message is then delivered again), and the ack is committed through Raft
+//! before it is answered, so a new leader continues after it. Acks may also name
+//! offsets this leader never delivered (a delivery by the previous leader): they
+//! are recorded, and those messages are skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most messages in flight per queue and consumer group; more wait for acks.
+pub const MAX_IN_FLIGHT_PER_QUEUE: usize = 4096;
+
+/// One delivered, unacked message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inflight {
+    /// Delivery id (with the term, it names the receipt handle).
+    pub delivery_id: u64,
+    /// Wall-clock ms when it becomes visible again.
+    pub visible_at_ms: i64,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+}
+
+/// What an ack did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// The delivery was acked now.
+    Acked,
+    /// The message had been acked already (a repeated ack): nothing to do.
+    AlreadyAcked,
+    /// The message was delivered again since this handle was issued: the handle is
+    /// stale and the newer delivery stays in flight.
+    Stale,
+}
+
+/// One (consumer group, topic, queue id)'s consumption state on the leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueState {
+    base: u64,
+    next: u64,
+    acked: BTreeSet<u64>,
+    inflight: BTreeMap<u64, Inflight>,
+    committed: Option<u64>,
+}
+
+impl QueueState {
+    /// State of a queue whose consumer offset is `committed` (the next offset to
+    /// consume; the queue's min offset for a group new to it).
+    pub fn new(committed: u64) -> Self {
+        Self {
+            base: committed,
+            next: committed,
+            acked: BTreeSet::new(),
+            inflight: BTreeMap::new(),
+            committed: Some(committed),
+        }
+    }
+
+    /// The lowest offset not acked: what the consumer offset should say.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The next offset never delivered by this leader.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Messages in flight.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// The queue no longer holds offsets below `min` (retention): forget them.
+    pub fn clamp_to_min(&mut self, min: u64) {
+        if self.base >= min {
+            return;
+        }
+        self.inflight = self.inflight.split_off(&min);
+        self.acked = self.acked.split_off(&min);
+        self.base = min;
+        self.next = self.next.max(min);
+        self.advance();
+    }
+
+    /// In-flight messages whose invisible time has ended at `now_ms`, lowest first:
+    /// (queue offset, its in-flight record).
+    pub fn expired(&self, now_ms: i64) -> Vec<(u64, Inflight)> {
+        self.inflight
+            .iter()
+            .filter(|(_, i)| i.visible_at_ms <= now_ms)
+            .map(|(o, i)| (*o, *i))
+            .collect()
+    }
+
+    /// True if a FIFO queue may deliver now: nothing in flight, or the one in
+    /// flight is visible again (it is then delivered again, before anything newer).
+    pub fn fifo_blocked(&self, now_ms: i64) -> bool {
+        self.inflight
+            .values()
+            .next()
+            .is_some_and(|i| i.visible_at_ms > now_ms)
+    }
+
+    /// The next offset to deliver for the first time (skipping offsets acked through
+    /// a previous leader's handles), or None if too many are in flight.
+    pub fn next_new(&mut self) -> Option<u64> {
+        while self.acked.contains(&self.next) {
+            self.next += 1;
+        }
+        (self.inflight.len() < MAX_IN_FLIGHT_PER_QUEUE).then_some(self.next)
+    }
+
+    /// Records a delivery of `offset`: either the first (`offset == next_new()`) or
+    /// again (it is in flight and expired). Returns the attempt number.
+    pub fn deliver(&mut self, offset: u64, delivery_id: u64, visible_at_ms: i64) -> u32 {
+        let attempt = match self.inflight.get(&offset) {
+            Some(i) => i.attempt + 1,
+            None => {
+                debug_assert_eq!(offset, self.next, "first deliveries go in order");
+                self.next = offset + 1;
+                1
+            }
+        };
+        self.inflight.insert(
+            offset,
+            Inflight {
+                delivery_id,
+                visible_at_ms,
+                attempt,
+            },
+        );
+        attempt
+    }
+
+    /// Passes over `offset` (== `next_new()`) without delivering it: it does not
+    /// match the subscription's filter.
+    pub fn skip(&mut self, offset: u64) {
+        debug_assert_eq!(offset, self.next);
+        self.acked.insert(offset);
+        self.next = offset + 1;
+        self.advance();
+    }
+
+    /// Acks the delivery `delivery_id` of `offset`. Offsets this leader never
+    /// delivered are acked as they are (a previous leader delivered them); the caller
+    /// checks that the queue holds `offset`.
+    pub fn ack(&mut self, offset: u64, delivery_id: Option<u64>) -> AckOutcome {
+        let outcome = self.peek_ack(offset, delivery_id);
+        if outcome == AckOutcome::Acked {
+            self.inflight.remove(&offset);
+            self.acked.insert(offset);
+            self.advance();
+        }
+        outcome
+    }
+
+    /// What [`Self::ack`] would do, without doing it.
+    pub fn peek_ack(&self, offset: u64, delivery_id: Option<u64>) -> AckOutcome {
+        if offset < self.base || self.acked.contains(&offset) {
+            return AckOutcome::AlreadyAcked;
+        }
+        match self.inflight.get(&offset) {
+            Some(i) if Some(i.delivery_id) != delivery_id => AckOutcome::Stale,
+            _ => AckOutcome::Acked,
+        }
+    }
+
+    /// The base the state would have after acking `offset` (no change made).
+    pub fn base_after_ack(&self, offset: u64) -> u64 {
+        let mut s = self.clone();
+        s.acked.insert(offset);
+        s.inflight.remove(&offset);
+        s.advance();
+        s.base
+    }
+
+    /// Moves the invisible deadline of the current delivery of `offset`. False if
+    /// `delivery_id` is not the current delivery.
+    pub fn change_invisible(&mut self, offset: u64, delivery_id: u64, visible_at_ms: i64) -> bool {
+        match self.inflight.get_mut(&offset) {
+            Some(i) if i.delivery_id == delivery_id => {
+                i.visible_at_ms = visible_at_ms;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The consumer offset to commit, if it moved since the last call.
+    pub fn take_commit(&mut self) -> Option<u64> {
+        (self.committed != Some(self.base)).then(|| {
+            self.committed = Some(self.base);
+            self.base
+        })
+    }
+
+    /// A commit taken with [`Self::take_commit`] failed: offer it again.
+    pub fn commit_failed(&mut self) {
+        self.committed = None;
+    }
+
+    fn advance(&mut self) {
+        while self.acked.remove(&self.base) {
+            self.base += 1;
+        }
+        if self.next < self.base {
+            self.next = self.base;
+        }
+        debug_assert!(self
+            .inflight
+            .keys()
+            .all(|&o| o >= self.base && o < self.next));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn out_of_order_acks_move_the_base_only_past_a_contiguous_prefix() {
+        let mut s = QueueState::new(10);
+        for (id, o) in (10..14).enumerate() {
+            assert_eq!(s.next_new(), Some(o));
+            assert_eq!(s.deliver(o, id as u64, 100), 1);
+        }
+        assert_eq!(s.ack(12, Some(2)), AckOutcome::Acked);
+        assert_eq!(s.base(), 10);
+        assert_eq!(s.ack(10, Some(0)), AckOutcome::Acked);
+        assert_eq!(s.base(), 11);
+        assert_eq!(s.base_after_ack(11), 13);
+        assert_eq!(s.ack(11, Some(1)), AckOutcome::Acked);
+        assert_eq!(s.base(), 13);
+        assert_eq!(s.ack(11, Some(1)), AckOutcome::AlreadyAcked);
+        assert_eq!(s.take_commit(), Some(13));
+        assert_eq!(s.take_commit(), None);
+        s.commit_failed();
+        assert_eq!(s.take_commit(), Some(13));
+    }
+
+    #[test]
+    fn expired_deliveries_come_back_with_the_next_attempt_and_old_handles_go_stale() {
+        let mut s = QueueState::new(0);
+        s.next_new();
+        s.deliver(0, 1, 100);
+        assert!(s.expired(99).is_empty());
+        assert_eq!(s.expired(100).len(), 1);
+        assert_eq!(s.deliver(0, 2, 200), 2);
+        assert_eq!(s.ack(0, Some(1)), AckOutcome::Stale);
+        assert!(!s.change_invisible(0, 1, 500));
+        assert!(s.change_invisible(0, 2, 500));
+        assert!(s.expired(300).is_empty());
+        assert_eq!(s.ack(0, Some(2)), AckOutcome::Acked);
+        assert_eq!(s.base(), 1);
+    }
+
+    #[test]
+    fn fifo_blocks_until_ack_or_expiry() {
+        let mut s = QueueState::new(0);
+        assert!(!s.fifo_blocked(0));
+        s.next_new();
+        s.deliver(0, 1, 100);
+        assert!(s.fifo_blocked(50));
+        assert!(!s.fifo_blocked(100));
+        s.ack(0, Some(1));
+        assert!(!s.fifo_blocked(50));
+    }
+
+    #[test]
+    fn acks_from_a_previous_leader_skip_those_messages() {
+        // A new leader starts at the committed offset 5; a consumer acks 5 and 7 with
+        // the old leader's handles.
+        let mut s = QueueState::new(5);
+        assert_eq!(s.ack(7, None), AckOutcome::Acked);
+        assert_eq!(s.base(), 5);
+        assert_eq!(s.ack(5, None), AckOutcome::Acked);
+        assert_eq!(s.base(), 6);
+        assert_eq!(s.next_new(), Some(6));
+        s.deliver(6, 1, 10);
+        assert_eq!(s.next_new(), Some(8));
+        s.deliver(8, 2, 10);
+        s.ack(6, Some(1));
+        assert_eq!(s.base(), 8);
+    }
+
+    #[test]
+    fn filtered_messages_are_skipped_and_retention_clamps() {
+        let mut s = QueueState::new(0);
+        s.next_new();
+        s.skip(0);
+        assert_eq!(s.base(), 1);
+        s.next_new();
+        s.deliver(1, 1, 10);
+        s.next_new();
+        s.skip(2);
+        assert_eq!(s.base(), 1);
+        s.clamp_to_min(5);
+        assert_eq!((s.base(), s.next(), s.in_flight()), (5, 5, 0));
+    }
+
+    proptest! {
+        /// Against a model: every offset below `next` is acked or in flight exactly
+        /// once; base is the lowest offset not acked.
+        #[test]
+        fn state_matches_a_model(ops in proptest::collection::vec((0u8..4, 0u64..20, 0i64..50), 1..200)) {
+            let mut s = QueueState::new(0);
+            let mut acked = BTreeSet::new();
+            let mut ids: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut id = 0u64;
+            for (op, x, now) in ops {
+                match op {
+                    0 => if let Some(o) = s.next_new() {
+                        id += 1;
+                        s.deliver(o, id, now + 10);
+                        ids.insert(o, id);
+                    },
+                    1 => if let Some(&(o, _)) = s.expired(now).first() {
+                        id += 1;
+                        s.deliver(o, id, now + 10);
+                        ids.insert(o, id);
+                    },
+                    2 => {
+                        let r = s.ack(x, ids.get(&x).copied());
+                        if r == AckOutcome::Acked { acked.insert(x); }
+                        prop_assert_ne!(r, AckOutcome::Stale);
+                    }
+                    _ => if x < s.next() {
+                        if let Some(&cur) = ids.get(&x) {
+                            prop_assert_eq!(s.ack(x, Some(cur.wrapping_add(1000))) == AckOutcome::Stale,
+                                !acked.contains(&x));
+                        }
+                    },
+                }
+                let base = (0..).find(|o| !acked.contains(o)).unwrap();
+                prop_assert_eq!(s.base(), base);
+                for o in 0..s.next() {
+                    prop_assert!(acked.contains(&o) ^ s.inflight.contains_key(&o), "offset {}", o);
+                }
+            }
+        }
+    }
+}

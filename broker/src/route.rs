@@ -1,0 +1,396 @@
+//! Routes for clients (QueryRoute) from the name servers' view, and the client
+//! addresses of this group's members (to pass calls on to the leader).
+//!
+//! Each broker group appears as `Broker{name: group, id: 0}`. Every member accepts
+//! every call, so routes name all members, and a client whose connection to the
+//! old leader breaks carries on through another member without waiting for its
+//! next route refresh (the Rust client caches a route for its whole life):
+//! - [`EndpointStyle::AllMembers`] (clients whose gRPC stack balances over several
+//!   addresses: Rust's tonic `balance_list`, Java): one `Endpoints` with every
+//!   member, leader first.
+//! - [`EndpointStyle::SpreadMembers`] (grpc-core clients such as Python's: a
+//!   multi-address target makes grpc-core send an `:authority` of all the
+//!   addresses joined by commas, which HTTP/2 servers other than Netty's refuse):
+//!   one member per queue, the leader first, round robin, so a send that fails on
+//!   a dead member is retried by the client on the next queue, another member.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ledgermq_namesrv::pb::name_server_client::NameServerClient;
+use ledgermq_namesrv::pb::{self as ns, GroupRoute};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::BrokerError;
+use crate::pb;
+
+/// Deadline of one call to a name server.
+const NAMESRV_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// RocketMQ permission bits (2 writable, 4 readable) as the protocol's enum.
+pub fn permission(perm: u32) -> pb::Permission {
+    match (perm & 4 != 0, perm & 2 != 0) {
+        (true, true) => pb::Permission::ReadWrite,
+        (true, false) => pb::Permission::Read,
+        (false, true) => pb::Permission::Write,
+        (false, false) => pb::Permission::None,
+    }
+}
+
+/// The protocol's message type for a name-server topic type.
+pub fn message_type(t: i32) -> pb::MessageType {
+    match ns::MessageType::try_from(t) {
+        Ok(ns::MessageType::Fifo) => pb::MessageType::Fifo,
+        Ok(ns::MessageType::Delay) => pb::MessageType::Delay,
+        Ok(ns::MessageType::Transaction) => pb::MessageType::Transaction,
+        _ => pb::MessageType::Normal,
+    }
+}
+
+/// `host:port` strings as protocol endpoints (scheme set: IPv4, IPv6 or domain
+/// name; a domain name takes one address, as the clients require). Unparsable
+/// entries are left out.
+pub fn endpoints(addrs: &[String]) -> pb::Endpoints {
+    let mut scheme = None;
+    let mut addresses = Vec::new();
+    for a in addrs {
+        let Some((host, port)) = a.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let s = match host.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => pb::AddressScheme::IPv4,
+            Ok(std::net::IpAddr::V6(_)) => pb::AddressScheme::IPv6,
+            Err(_) => pb::AddressScheme::DomainName,
+        };
+        if *scheme.get_or_insert(s) != s
+            || (s == pb::AddressScheme::DomainName && !addresses.is_empty())
+        {
+            continue;
+        }
+        addresses.push(pb::Address {
+            host: host.to_owned(),
+            port: i32::from(port),
+        });
+    }
+    pb::Endpoints {
+        scheme: scheme.unwrap_or(pb::AddressScheme::IPv4) as i32,
+        addresses,
+    }
+}
+
+/// A group's member addresses, leader first, then by node id.
+pub fn member_addrs(g: &GroupRoute) -> Vec<String> {
+    let mut out = Vec::new();
+    if g.has_leader && !g.leader_addr.is_empty() {
+        out.push(g.leader_addr.clone());
+    }
+    let mut members: Vec<_> = g.members.iter().collect();
+    members.sort_by_key(|m| m.node_id);
+    for m in members {
+        if !m.client_addr.is_empty() && !out.contains(&m.client_addr) {
+            out.push(m.client_addr.clone());
+        }
+    }
+    out
+}
+
+/// How a route names a group's members (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointStyle {
+    /// One `Endpoints` with every member, leader first.
+    AllMembers,
+    /// One member per queue, round robin from the leader.
+    SpreadMembers,
+}
+
+impl EndpointStyle {
+    /// The style for a client that sent `x-mq-language: language`: RUST and JAVA
+    /// balance over addresses; other (grpc-core) clients get one address per queue.
+    pub fn for_language(language: Option<&str>) -> Self {
+        match language {
+            Some("RUST") | Some("JAVA") => EndpointStyle::AllMembers,
+            _ => EndpointStyle::SpreadMembers,
+        }
+    }
+}
+
+/// The message queues of `topic` in the name servers' answer: every queue of every
+/// group, writable member id 0, with the group's permission and message type.
+pub fn message_queues(
+    topic: &str,
+    route: &ns::QueryRouteResponse,
+    style: EndpointStyle,
+) -> Vec<pb::MessageQueue> {
+    let mut out = Vec::new();
+    let mut groups: Vec<_> = route.groups.iter().collect();
+    groups.sort_by(|a, b| a.broker_group.cmp(&b.broker_group));
+    for g in groups {
+        let addrs = member_addrs(g);
+        if addrs.is_empty() {
+            continue;
+        }
+        out.extend(group_queues(
+            topic,
+            &g.broker_group,
+            &addrs,
+            g.queue_count,
+            g.perm,
+            message_type(g.message_type),
+            style,
+        ));
+    }
+    out
+}
+
+/// The queues of one group.
+pub fn group_queues(
+    topic: &str,
+    group: &str,
+    addrs: &[String],
+    queue_count: u32,
+    perm: u32,
+    mtype: pb::MessageType,
+    style: EndpointStyle,
+) -> Vec<pb::MessageQueue> {
+    let broker = |id: i32| pb::Broker {
+        name: group.to_owned(),
+        id: 0,
+        endpoints: Some(match style {
+            EndpointStyle::AllMembers => endpoints(addrs),
+            EndpointStyle::SpreadMembers => {
+                endpoints(&addrs[id as usize % addrs.len().max(1)..][..1.min(addrs.len())])
+            }
+        }),
+    };
+    (0..queue_count as i32)
+        .map(|id| pb::MessageQueue {
+            topic: Some(pb::Resource {
+                resource_namespace: String::new(),
+                name: topic.to_owned(),
+            }),
+            id,
+            permission: permission(perm) as i32,
+            broker: Some(broker(id)),
+            accept_message_types: vec![mtype as i32],
+        })
+        .collect()
+}
+
+/// Calls to the name servers, with one lazily connected channel each.
+pub struct NameServers {
+    addrs: Vec<String>,
+    channels: Mutex<HashMap<String, Channel>>,
+    cluster_cache: Mutex<Option<(Instant, Vec<ns::ClusterNode>)>>,
+}
+
+impl NameServers {
+    /// Name servers at `addrs` (`host:port` each).
+    pub fn new(addrs: Vec<String>) -> Self {
+        Self {
+            addrs,
+            channels: Mutex::new(HashMap::new()),
+            cluster_cache: Mutex::new(None),
+        }
+    }
+
+    fn client(&self, addr: &str) -> Result<NameServerClient<Channel>, BrokerError> {
+        let mut ch = self.channels.lock().unwrap();
+        if let Some(c) = ch.get(addr) {
+            return Ok(NameServerClient::new(c.clone()));
+        }
+        let c = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| BrokerError::NameServer(format!("{addr}: {e}")))?
+            .connect_timeout(NAMESRV_CALL_TIMEOUT)
+            .timeout(NAMESRV_CALL_TIMEOUT)
+            .connect_lazy();
+        ch.insert(addr.to_owned(), c.clone());
+        Ok(NameServerClient::new(c))
+    }
+
+    /// The first name server's route that finds `topic`; `Ok(None)` if every name
+    /// server that answered knows no group serving it. Error if none answered.
+    pub async fn route(&self, topic: &str) -> Result<Option<ns::QueryRouteResponse>, BrokerError> {
+        let mut last_err = None;
+        let mut answered = false;
+        for addr in &self.addrs {
+            let req = ns::QueryRouteRequest {
+                topic: topic.to_owned(),
+            };
+            match self.client(addr)?.query_route(req).await {
+                Ok(r) => {
+                    answered = true;
+                    let r = r.into_inner();
+                    if r.found {
+                        return Ok(Some(r));
+                    }
+                }
+                Err(e) => last_err = Some(format!("{addr}: {}", e.message())),
+            }
+        }
+        if answered || self.addrs.is_empty() {
+            Ok(None)
+        } else {
+            Err(BrokerError::NameServer(last_err.unwrap_or_default()))
+        }
+    }
+
+    /// Every node the name servers know (the first that answers), cached for
+    /// `max_age`.
+    pub async fn cluster(&self, max_age: Duration) -> Result<Vec<ns::ClusterNode>, BrokerError> {
+        if let Some((at, nodes)) = self.cluster_cache.lock().unwrap().as_ref() {
+            if at.elapsed() < max_age {
+                return Ok(nodes.clone());
+            }
+        }
+        let mut last_err = String::from("no name server configured");
+        for addr in &self.addrs {
+            match self
+                .client(addr)?
+                .list_cluster(ns::ListClusterRequest {})
+                .await
+            {
+                Ok(r) => {
+                    let nodes = r.into_inner().nodes;
+                    *self.cluster_cache.lock().unwrap() = Some((Instant::now(), nodes.clone()));
+                    return Ok(nodes);
+                }
+                Err(e) => last_err = format!("{addr}: {}", e.message()),
+            }
+        }
+        Err(BrokerError::NameServer(last_err))
+    }
+}
+
+/// Client addresses of this group's members: from the configuration, else from the
+/// name servers' listing.
+pub struct Members {
+    group: String,
+    configured: BTreeMap<u64, String>,
+}
+
+impl Members {
+    /// `configured`: node id → client address, as the configuration gives them.
+    pub fn new(group: String, configured: BTreeMap<u64, String>) -> Self {
+        Self { group, configured }
+    }
+
+    /// The configured addresses (node id → `host:port`).
+    pub fn configured(&self) -> &BTreeMap<u64, String> {
+        &self.configured
+    }
+
+    /// The client address of member `node_id`.
+    pub async fn client_addr(
+        &self,
+        node_id: u64,
+        namesrv: &NameServers,
+    ) -> Result<String, BrokerError> {
+        if let Some(a) = self.configured.get(&node_id) {
+            return Ok(a.clone());
+        }
+        namesrv
+            .cluster(Duration::from_millis(500))
+            .await?
+            .into_iter()
+            .filter_map(|n| n.node)
+            .find(|n| n.broker_group == self.group && n.node_id == node_id)
+            .map(|n| n.client_addr)
+            .ok_or_else(|| {
+                BrokerError::NameServer(format!(
+                    "no client address known for node {node_id} of group {}",
+                    self.group
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, addr: &str) -> ns::Member {
+        ns::Member {
+            node_id: id,
+            client_addr: addr.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn routes_list_every_group_with_the_leader_first() {
+        let route = ns::QueryRouteResponse {
+            found: true,
+            topic: "T".into(),
+            groups: vec![
+                GroupRoute {
+                    broker_group: "b".into(),
+                    has_leader: false,
+                    members: vec![member(1, "127.0.0.1:9002"), member(0, "127.0.0.1:9001")],
+                    queue_count: 2,
+                    perm: 4,
+                    message_type: ns::MessageType::Normal as i32,
+                    ..Default::default()
+                },
+                GroupRoute {
+                    broker_group: "a".into(),
+                    has_leader: true,
+                    leader_addr: "127.0.0.1:8082".into(),
+                    members: vec![member(0, "127.0.0.1:8081"), member(1, "127.0.0.1:8082")],
+                    queue_count: 3,
+                    perm: 6,
+                    message_type: ns::MessageType::Fifo as i32,
+                    ..Default::default()
+                },
+            ],
+        };
+        let spread = message_queues("T", &route, EndpointStyle::SpreadMembers);
+        let first_ports: Vec<i32> = spread[..3].iter().map(|q| ports(q)[0]).collect();
+        assert_eq!(first_ports, vec![8082, 8081, 8082]);
+        assert!(spread.iter().all(|q| ports(q).len() == 1));
+        let q = message_queues("T", &route, EndpointStyle::AllMembers);
+        assert_eq!(q.len(), 5);
+        let a = q[0].broker.as_ref().unwrap();
+        assert_eq!((a.name.as_str(), a.id), ("a", 0));
+        let e = a.endpoints.as_ref().unwrap();
+        assert_eq!(e.scheme, pb::AddressScheme::IPv4 as i32);
+        assert_eq!(ports(&q[0]), vec![8082, 8081]);
+        assert_eq!(q[0].permission, pb::Permission::ReadWrite as i32);
+        assert_eq!(
+            q[0].accept_message_types,
+            vec![pb::MessageType::Fifo as i32]
+        );
+        assert_eq!((q[2].id, q[3].id), (2, 0));
+        assert_eq!(q[3].permission, pb::Permission::Read as i32);
+        assert_eq!(ports(&q[3]), vec![9001, 9002]);
+    }
+
+    fn ports(q: &pb::MessageQueue) -> Vec<i32> {
+        let b = q.broker.as_ref().unwrap();
+        b.endpoints
+            .as_ref()
+            .unwrap()
+            .addresses
+            .iter()
+            .map(|a| a.port)
+            .collect()
+    }
+
+    #[test]
+    fn endpoints_set_their_scheme() {
+        assert_eq!(
+            endpoints(&["[::1]:81".into()]).scheme,
+            pb::AddressScheme::IPv6 as i32
+        );
+        let d = endpoints(&["mq.local:81".into(), "other:82".into()]);
+        assert_eq!(d.scheme, pb::AddressScheme::DomainName as i32);
+        assert_eq!(d.addresses.len(), 1);
+        assert_eq!(endpoints(&["nonsense".into()]).addresses.len(), 0);
+        assert_eq!(permission(2), pb::Permission::Write);
+        assert_eq!(permission(0), pb::Permission::None);
+    }
+}

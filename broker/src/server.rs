@@ -1,0 +1,39 @@
+//! Serving a broker node's client port: the MessagingService and the admin service.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::admin_pb::broker_admin_server::BrokerAdminServer;
+use crate::broker::Broker;
+use crate::error::BrokerError;
+use crate::pb::messaging_service_server::MessagingServiceServer;
+use crate::service::Service;
+
+/// Binds `addr` and serves the client protocol and the admin service until the
+/// task is aborted; also starts the consumer-offset committer (every 100 ms).
+/// Error: the address cannot be bound.
+pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<JoinHandle<()>, BrokerError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| BrokerError::Transport(format!("bind {addr}: {e}")))?;
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let committer = broker.consumers.spawn_committer(Duration::from_millis(100));
+    let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .add_service(
+            MessagingServiceServer::new(Service(broker.clone()))
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20),
+        )
+        .add_service(BrokerAdminServer::new(Admin(broker)));
+    Ok(tokio::spawn(async move {
+        if let Err(e) = router.serve_with_incoming(incoming).await {
+            tracing::error!(error = %e, "client service stopped");
+        }
+        committer.abort();
+    }))
+}

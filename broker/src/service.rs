@@ -1,0 +1,358 @@
+//! `apache.rocketmq.v2.MessagingService` over a [`Broker`]. Errors travel as a
+//! `Status` inside OK gRPC responses, as the protocol wants; consumption calls that
+//! reach a follower are passed on to the leader.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use ledgermq_raft::TopicMessageType;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::broker::{Broker, Target, CLIENT_ID_HEADER, FORWARDED_HEADER};
+use crate::error::{ok_status, refuse};
+use crate::message::duration;
+use crate::pb::messaging_service_server::MessagingService;
+use crate::pb::{self, telemetry_command, Code};
+use crate::route::EndpointStyle;
+
+/// The service handle.
+#[derive(Clone)]
+pub struct Service(pub Arc<Broker>);
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The protocol's message type of a topic type.
+pub fn topic_message_type(t: TopicMessageType) -> pb::MessageType {
+    match t {
+        TopicMessageType::Normal => pb::MessageType::Normal,
+        TopicMessageType::Fifo => pb::MessageType::Fifo,
+        TopicMessageType::Delay => pb::MessageType::Delay,
+        TopicMessageType::Transaction => pb::MessageType::Transaction,
+    }
+}
+
+fn client_id(md: &MetadataMap) -> Option<String> {
+    md.get(CLIENT_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Metadata key of the client's language.
+const LANGUAGE_HEADER: &str = "x-mq-language";
+
+fn style(md: &MetadataMap) -> EndpointStyle {
+    EndpointStyle::for_language(md.get(LANGUAGE_HEADER).and_then(|v| v.to_str().ok()))
+}
+
+fn forwarded(md: &MetadataMap) -> bool {
+    md.contains_key(FORWARDED_HEADER)
+}
+
+/// A request to pass on to the leader, with the client id and the forwarded mark.
+fn onward<T>(msg: T, client: Option<&str>) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.metadata_mut().insert(
+        FORWARDED_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    if let Some(Ok(v)) = client.map(|c| c.parse()) {
+        r.metadata_mut().insert(CLIENT_ID_HEADER, v);
+    }
+    r.set_timeout(Duration::from_secs(30));
+    r
+}
+
+/// Deadline for finding the leader of a short call.
+const CALL_LEADER_WAIT: Duration = Duration::from_millis(2500);
+
+macro_rules! on_leader {
+    ($self:ident, $req:ident, $method:ident, $local:ident, $err:expr) => {{
+        let md = $req.metadata().clone();
+        let cid = client_id(&md);
+        let msg = $req.into_inner();
+        let b = &$self.0;
+        let r = match b
+            .target(forwarded(&md), Instant::now() + CALL_LEADER_WAIT)
+            .await
+        {
+            Ok(Target::Local) => b.$local(msg, cid.as_deref()).await,
+            Ok(Target::Leader(mut c)) => match c.$method(onward(msg.clone(), cid.as_deref())).await
+            {
+                Ok(r) => r.into_inner(),
+                Err(s) => ($err)(
+                    refuse(Code::HaNotAvailable, format!("leader: {}", s.message())).to_status(),
+                ),
+            },
+            Err(e) => ($err)(e.to_status()),
+        };
+        Ok(Response::new(r))
+    }};
+}
+
+#[tonic::async_trait]
+impl MessagingService for Service {
+    async fn query_route(
+        &self,
+        req: Request<pb::QueryRouteRequest>,
+    ) -> Result<Response<pb::QueryRouteResponse>, Status> {
+        let style = style(req.metadata());
+        Ok(Response::new(
+            self.0.query_route(req.into_inner(), style).await,
+        ))
+    }
+
+    async fn heartbeat(
+        &self,
+        _req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        Ok(Response::new(pb::HeartbeatResponse {
+            status: Some(ok_status()),
+        }))
+    }
+
+    async fn send_message(
+        &self,
+        req: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        Ok(Response::new(self.0.send(req.into_inner()).await))
+    }
+
+    async fn query_assignment(
+        &self,
+        req: Request<pb::QueryAssignmentRequest>,
+    ) -> Result<Response<pb::QueryAssignmentResponse>, Status> {
+        let style = style(req.metadata());
+        Ok(Response::new(
+            self.0.query_assignment(req.into_inner(), style).await,
+        ))
+    }
+
+    type ReceiveMessageStream = BoxStream<pb::ReceiveMessageResponse>;
+
+    async fn receive_message(
+        &self,
+        req: Request<pb::ReceiveMessageRequest>,
+    ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
+        let started = Instant::now();
+        let md = req.metadata().clone();
+        let cid = client_id(&md);
+        let msg = req.into_inner();
+        let b = &self.0;
+        let wait = crate::consume::long_poll_wait_ms(
+            msg.long_polling_timeout
+                .as_ref()
+                .map(crate::message::duration_ms),
+            b.settings.max_long_polling_ms,
+        );
+        let find_by = started + Duration::from_millis(wait);
+        let items = match b.target(forwarded(&md), find_by).await {
+            Ok(Target::Local) => b.receive_local(&msg, cid.as_deref(), started).await,
+            Ok(Target::Leader(mut c)) => {
+                // The leader's long poll must end before ours does.
+                let mut m = msg.clone();
+                let left = find_by
+                    .saturating_duration_since(Instant::now())
+                    .as_millis() as u64;
+                m.long_polling_timeout = Some(duration(left + (left / 4).max(500)));
+                match c.receive_message(onward(m, cid.as_deref())).await {
+                    Ok(s) => {
+                        let mut s = s.into_inner();
+                        let mut items = Vec::new();
+                        loop {
+                            match s.message().await {
+                                Ok(Some(i)) => items.push(i),
+                                Ok(None) => break,
+                                Err(e) => {
+                                    tracing::debug!(error = %e, "leader's receive stream broke");
+                                    break;
+                                }
+                            }
+                        }
+                        if items.is_empty() {
+                            vec![status_only(
+                                Code::HaNotAvailable,
+                                "leader's receive stream broke",
+                            )]
+                        } else {
+                            items
+                        }
+                    }
+                    Err(e) => vec![status_only(
+                        Code::HaNotAvailable,
+                        &format!("leader: {}", e.message()),
+                    )],
+                }
+            }
+            Err(e) if e.code() == Code::HaNotAvailable => {
+                // No leader during the whole long poll: nothing to deliver.
+                vec![status_only(
+                    Code::MessageNotFound,
+                    "no leader; no new message",
+                )]
+            }
+            Err(e) => vec![pb::ReceiveMessageResponse {
+                content: Some(pb::receive_message_response::Content::Status(e.to_status())),
+            }],
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter(
+            items.into_iter().map(Ok),
+        ))))
+    }
+
+    async fn ack_message(
+        &self,
+        req: Request<pb::AckMessageRequest>,
+    ) -> Result<Response<pb::AckMessageResponse>, Status> {
+        let entries = req.get_ref().entries.clone();
+        on_leader!(self, req, ack_message, ack_local, |s: pb::Status| {
+            pb::AckMessageResponse {
+                status: Some(s.clone()),
+                entries: entries
+                    .iter()
+                    .map(|e| pb::AckMessageResultEntry {
+                        message_id: e.message_id.clone(),
+                        receipt_handle: e.receipt_handle.clone(),
+                        status: Some(s.clone()),
+                    })
+                    .collect(),
+            }
+        })
+    }
+
+    async fn forward_message_to_dead_letter_queue(
+        &self,
+        req: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
+    ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, Status> {
+        on_leader!(
+            self,
+            req,
+            forward_message_to_dead_letter_queue,
+            forward_to_dlq_local,
+            |s| pb::ForwardMessageToDeadLetterQueueResponse { status: Some(s) }
+        )
+    }
+
+    async fn end_transaction(
+        &self,
+        _req: Request<pb::EndTransactionRequest>,
+    ) -> Result<Response<pb::EndTransactionResponse>, Status> {
+        Ok(Response::new(pb::EndTransactionResponse {
+            status: Some(
+                refuse(
+                    Code::Unsupported,
+                    "transactional messages are not supported yet",
+                )
+                .to_status(),
+            ),
+        }))
+    }
+
+    type TelemetryStream = BoxStream<pb::TelemetryCommand>;
+
+    async fn telemetry(
+        &self,
+        req: Request<Streaming<pb::TelemetryCommand>>,
+    ) -> Result<Response<Self::TelemetryStream>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let b = self.0.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(cmd)) = inbound.message().await {
+                if let Some(telemetry_command::Command::Settings(s)) = cmd.command {
+                    let reply = pb::TelemetryCommand {
+                        status: Some(ok_status()),
+                        command: Some(telemetry_command::Command::Settings(merged_settings(&b, s))),
+                    };
+                    if tx.unbounded_send(Ok(reply)).is_err() {
+                        break;
+                    }
+                }
+                // Thread stack traces, verification results and transaction
+                // commands are not used by this broker.
+            }
+        });
+        Ok(Response::new(Box::pin(rx)))
+    }
+
+    async fn notify_client_termination(
+        &self,
+        _req: Request<pb::NotifyClientTerminationRequest>,
+    ) -> Result<Response<pb::NotifyClientTerminationResponse>, Status> {
+        Ok(Response::new(pb::NotifyClientTerminationResponse {
+            status: Some(ok_status()),
+        }))
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        req: Request<pb::ChangeInvisibleDurationRequest>,
+    ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, Status> {
+        on_leader!(
+            self,
+            req,
+            change_invisible_duration,
+            change_invisible_local,
+            |s| pb::ChangeInvisibleDurationResponse {
+                status: Some(s),
+                receipt_handle: String::new(),
+            }
+        )
+    }
+}
+
+fn status_only(code: Code, message: &str) -> pb::ReceiveMessageResponse {
+    pb::ReceiveMessageResponse {
+        content: Some(pb::receive_message_response::Content::Status(
+            refuse(code, message).to_status(),
+        )),
+    }
+}
+
+/// RocketMQ's retry delays for a consumer group's redeliveries (delay levels 3+).
+const RETRY_DELAYS_S: [i64; 16] = [
+    10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+];
+
+/// The client's settings with the broker's values: the max body size for
+/// producers; for consumers the group's FIFO flag, batch size, long-polling time and
+/// retry policy.
+pub fn merged_settings(b: &Broker, mut s: pb::Settings) -> pb::Settings {
+    match &mut s.pub_sub {
+        Some(pb::settings::PubSub::Publishing(p)) => {
+            p.max_body_size = b.settings.max_body_bytes as i32;
+        }
+        Some(pb::settings::PubSub::Subscription(sub)) => {
+            let group = sub
+                .group
+                .as_ref()
+                .map(|g| g.name.clone())
+                .unwrap_or_default();
+            let cfg = b.group_config(&group);
+            sub.fifo = Some(cfg.as_ref().is_some_and(|g| g.fifo));
+            sub.receive_batch_size = Some(b.settings.max_receive_batch as i32);
+            if sub.long_polling_timeout.is_none() {
+                sub.long_polling_timeout = Some(duration(b.settings.max_long_polling_ms));
+            }
+            let attempts = cfg.map_or(16, |g| g.max_delivery_attempts) as i32;
+            s.backoff_policy = Some(pb::RetryPolicy {
+                max_attempts: attempts,
+                strategy: Some(pb::retry_policy::Strategy::CustomizedBackoff(
+                    pb::CustomizedBackoff {
+                        next: RETRY_DELAYS_S
+                            .iter()
+                            .map(|&secs| prost_types::Duration {
+                                seconds: secs,
+                                nanos: 0,
+                            })
+                            .collect(),
+                    },
+                )),
+            });
+        }
+        None => {}
+    }
+    s
+}

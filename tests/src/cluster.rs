@@ -1,0 +1,310 @@
+//! A local LedgerMQ cluster of real processes on loopback: one `mqnamesrv` and one
+//! or more three-node broker groups of `mqbroker`, with `mqadmin` for topics and
+//! groups. Used by the quickstart and by the client integration tests.
+//!
+//! Binaries are looked up in `LEDGERMQ_BIN_DIR`, else next to the running
+//! executable (or one directory up, for test executables under `deps/`); build
+//! them first with `cargo build --bins` (`scripts/test` does).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ledgermq_namesrv::pb::name_server_client::NameServerClient;
+use ledgermq_namesrv::pb::{ListClusterRequest, Role};
+
+/// The path of a workspace binary (see the module docs).
+pub fn bin(name: &str) -> Result<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("LEDGERMQ_BIN_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe()?;
+    if let Some(d) = exe.parent() {
+        dirs.push(d.to_path_buf());
+        if let Some(up) = d.parent() {
+            dirs.push(up.to_path_buf());
+        }
+    }
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!("binary {name} not found in {dirs:?}: run `cargo build --bins` (add --release for release builds) first")
+        })
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Waits until something listens on `addr`.
+pub fn wait_listening(addr: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while std::net::TcpStream::connect(addr).is_err() {
+        if Instant::now() > deadline {
+            bail!("nothing listens on {addr} after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// One broker node process.
+pub struct BrokerProc {
+    /// Broker group.
+    pub group: String,
+    /// Node id within the group.
+    pub node_id: u64,
+    /// Client gRPC address.
+    pub client_addr: String,
+    /// Its configuration file.
+    pub config: PathBuf,
+    /// Its log file (stdout and stderr).
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl BrokerProc {
+    fn spawn(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(bin("mqbroker")?)
+            .arg("-c")
+            .arg(&self.config)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("spawning mqbroker")?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+/// How to lay the cluster out.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Broker groups (`broker-a`, `broker-b`, ...), three nodes each.
+    pub groups: usize,
+    /// `sync` or `async`.
+    pub flush: String,
+    /// Ports from the free range (tests) or the `deploy/local` ones (quickstart:
+    /// name server 9876, clients 8081.., Raft 40911..).
+    pub fixed_ports: bool,
+    /// Heartbeat period of brokers to the name server, ms.
+    pub namesrv_heartbeat_ms: u64,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            groups: 1,
+            flush: "sync".into(),
+            fixed_ports: false,
+            namesrv_heartbeat_ms: 1000,
+        }
+    }
+}
+
+/// A running cluster; every process is killed when it is dropped.
+pub struct LocalCluster {
+    /// The name server's address.
+    pub namesrv_addr: String,
+    /// Broker nodes, group by group, node id order.
+    pub nodes: Vec<BrokerProc>,
+    namesrv: Child,
+    dir: PathBuf,
+}
+
+impl LocalCluster {
+    /// Writes configurations under `dir` and starts every process; returns once each
+    /// group has a leader the name server knows of.
+    pub async fn start(dir: &Path, opts: &ClusterOptions) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let port = |fixed: u16| if opts.fixed_ports { fixed } else { free_port() };
+        let namesrv_addr = format!("127.0.0.1:{}", port(9876));
+        let ns_cfg = dir.join("namesrv.toml");
+        std::fs::write(
+            &ns_cfg,
+            format!(
+                "listen = \"{namesrv_addr}\"\nscan_interval_ms = 500\nnode_expiry_ms = 10000\n"
+            ),
+        )?;
+        let ns_log = std::fs::File::create(dir.join("namesrv.log"))?;
+        let namesrv = Command::new(bin("mqnamesrv")?)
+            .arg("-c")
+            .arg(&ns_cfg)
+            .stdout(ns_log.try_clone()?)
+            .stderr(ns_log)
+            .spawn()
+            .context("spawning mqnamesrv")?;
+        let mut cluster = Self {
+            namesrv_addr: namesrv_addr.clone(),
+            nodes: Vec::new(),
+            namesrv,
+            dir: dir.to_path_buf(),
+        };
+        wait_listening(&namesrv_addr, Duration::from_secs(10))?;
+        for g in 0..opts.groups {
+            let group = format!("broker-{}", (b'a' + g as u8) as char);
+            let raft: Vec<String> = (0..3)
+                .map(|i| format!("127.0.0.1:{}", port(40911 + (g * 10 + i) as u16)))
+                .collect();
+            let client: Vec<String> = (0..3)
+                .map(|i| format!("127.0.0.1:{}", port(8081 + (g * 10 + i) as u16)))
+                .collect();
+            for i in 0..3 {
+                let name = format!("{group}-n{i}");
+                let config = dir.join(format!("{name}.toml"));
+                let mut text = format!(
+                    "cluster = \"DefaultCluster\"\nbroker_group = \"{group}\"\nnode_id = {i}\n\
+                     client_addr = \"{}\"\nnamesrv_addrs = [\"{namesrv_addr}\"]\n\
+                     store_root = \"{}\"\nflush = \"{}\"\ncommit_log_segment_bytes = 67108864\n\
+                     namesrv_heartbeat_ms = {}\n\n[peers]\n",
+                    client[i],
+                    dir.join(&name).display(),
+                    opts.flush,
+                    opts.namesrv_heartbeat_ms,
+                );
+                for (j, a) in raft.iter().enumerate() {
+                    text.push_str(&format!("{j} = \"{a}\"\n"));
+                }
+                text.push_str("\n[client_addrs]\n");
+                for (j, a) in client.iter().enumerate() {
+                    text.push_str(&format!("{j} = \"{a}\"\n"));
+                }
+                std::fs::write(&config, text)?;
+                let mut node = BrokerProc {
+                    group: group.clone(),
+                    node_id: i as u64,
+                    client_addr: client[i].clone(),
+                    config,
+                    log: dir.join(format!("{name}.log")),
+                    child: None,
+                };
+                node.spawn()?;
+                cluster.nodes.push(node);
+            }
+        }
+        for n in &cluster.nodes {
+            wait_listening(&n.client_addr, Duration::from_secs(20))?;
+        }
+        for g in 0..opts.groups {
+            let group = format!("broker-{}", (b'a' + g as u8) as char);
+            cluster.wait_leader(&group, Duration::from_secs(20)).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The directory holding configurations, stores and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The node the name server names leader of `group` (the highest term's
+    /// claim among running nodes), as an index into `nodes`.
+    pub async fn leader(&self, group: &str) -> Option<usize> {
+        let mut c = NameServerClient::connect(format!("http://{}", self.namesrv_addr))
+            .await
+            .ok()?;
+        let nodes = c
+            .list_cluster(ListClusterRequest {})
+            .await
+            .ok()?
+            .into_inner()
+            .nodes;
+        nodes
+            .into_iter()
+            .filter_map(|n| n.node)
+            .filter(|n| n.broker_group == group && n.role == Role::Leader as i32)
+            .filter_map(|n| {
+                let idx = self
+                    .nodes
+                    .iter()
+                    .position(|p| p.group == group && p.node_id == n.node_id)?;
+                self.nodes[idx].is_running().then_some((n.term, idx))
+            })
+            .max()
+            .map(|(_, idx)| idx)
+    }
+
+    /// Waits until the name server knows a running leader of `group`.
+    pub async fn wait_leader(&self, group: &str, timeout: Duration) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(i) = self.leader(group).await {
+                return Ok(i);
+            }
+            if Instant::now() > deadline {
+                bail!("group {group} has no leader after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILLs node `idx`.
+    pub fn kill(&mut self, idx: usize) {
+        if let Some(mut c) = self.nodes[idx].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts node `idx` again (after [`Self::kill`]).
+    pub fn restart(&mut self, idx: usize) -> Result<()> {
+        self.kill(idx);
+        self.nodes[idx].spawn()?;
+        wait_listening(&self.nodes[idx].client_addr, Duration::from_secs(20))
+    }
+
+    /// Runs `mqadmin ARGS -n NAMESRV`; returns its output, error if it failed.
+    pub fn admin(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(bin("mqadmin")?)
+            .args(args)
+            .args(["-n", &self.namesrv_addr])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            bail!("mqadmin {args:?} failed: {text}");
+        }
+        Ok(text)
+    }
+
+    /// Every client address of the group's running nodes, leader first.
+    pub fn client_addrs(&self, group: &str) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.group == group && n.is_running())
+            .map(|n| n.client_addr.clone())
+            .collect()
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        let _ = self.namesrv.kill();
+        let _ = self.namesrv.wait();
+    }
+}

@@ -1,0 +1,250 @@
+//! The official RocketMQ 5 Rust client (`rocketmq` 5.0.0 from crates.io, unmodified)
+//! against a real cluster (`mqnamesrv` and three `mqbroker` processes): normal
+//! messages with tags and keys, FIFO messages in several message groups, tag
+//! filtering, SimpleConsumer receive/ack, and the leader killed with SIGKILL in the
+//! middle. Every acknowledged message must be received; each message group in
+//! order; nothing the filter excludes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
+use rocketmq::conf::{ClientOption, LoggingFormat, ProducerOption, SimpleConsumerOption};
+use rocketmq::model::common::{FilterExpression, FilterType};
+use rocketmq::model::message::{Message, MessageBuilder};
+use rocketmq::{Producer, SimpleConsumer};
+
+const NORMAL: &str = "RustNormal";
+const FIFO: &str = "RustFifo";
+const MESSAGES: usize = 200;
+const GROUPS: usize = 4;
+const FIFO_PER_GROUP: usize = 30;
+
+fn client_option(access: &str) -> ClientOption {
+    let mut o = ClientOption::default();
+    o.set_access_url(access);
+    o.set_enable_tls(false);
+    o.set_timeout(Duration::from_secs(3));
+    o.set_long_polling_timeout(Duration::from_secs(5));
+    o
+}
+
+async fn producer(access: &str) -> Producer {
+    let mut po = ProducerOption::default();
+    po.set_topics(vec![NORMAL, FIFO]);
+    po.set_logging_format(LoggingFormat::Terminal);
+    let mut p = Producer::new(po, client_option(access)).unwrap();
+    p.start().await.unwrap();
+    p
+}
+
+async fn consumer(access: &str, group: &str, topic: &str) -> SimpleConsumer {
+    let mut co = SimpleConsumerOption::default();
+    co.set_topics(vec![topic]);
+    co.set_consumer_group(group);
+    co.set_logging_format(LoggingFormat::Terminal);
+    let mut c = SimpleConsumer::new(co, client_option(access)).unwrap();
+    c.start().await.unwrap();
+    c
+}
+
+/// Sends until acknowledged or `limit` passes (the client itself does not retry).
+async fn send_retrying<M: Message>(p: &Producer, build: impl Fn() -> M, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if p.send(build()).await.is_ok() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Received (body) values in receipt order.
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn spawn_consumer(
+    c: SimpleConsumer,
+    topic: &'static str,
+    filter: &'static str,
+    log: Log,
+    stop: Arc<Mutex<bool>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let f = FilterExpression::new(FilterType::Tag, filter);
+        while !*stop.lock().unwrap() {
+            let Ok(msgs) = c
+                .receive_with(topic.to_string(), &f, 16, Duration::from_secs(5))
+                .await
+            else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            for m in msgs {
+                let body = String::from_utf8_lossy(m.body()).into_owned();
+                // Ack until it sticks or the message's delivery is replaced.
+                for _ in 0..20 {
+                    match c.ack(&m).await {
+                        Ok(_) => break,
+                        Err(e) if e.to_string().contains("INVALID_RECEIPT_HANDLE") => break,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+                log.lock().unwrap().push(body);
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn official_rust_client_survives_a_leader_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
+        .await
+        .unwrap();
+    cluster
+        .admin(&["updateTopic", "-t", NORMAL, "-q", "4"])
+        .unwrap();
+    cluster
+        .admin(&["updateTopic", "-t", FIFO, "-q", "4", "--fifo"])
+        .unwrap();
+    cluster
+        .admin(&["updateSubGroup", "-g", "RustTags"])
+        .unwrap();
+    cluster
+        .admin(&["updateSubGroup", "-g", "RustFifo", "--fifo"])
+        .unwrap();
+    let leader = cluster
+        .wait_leader("broker-a", Duration::from_secs(10))
+        .await
+        .unwrap();
+    // Let the name server hear of the topics (the broker announces within a second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let access = cluster.nodes[leader].client_addr.clone();
+
+    let stop = Arc::new(Mutex::new(false));
+    let tags_log: Log = Arc::default();
+    let fifo_log: Log = Arc::default();
+    let tags = spawn_consumer(
+        consumer(&access, "RustTags", NORMAL).await,
+        NORMAL,
+        "TagA||TagB",
+        tags_log.clone(),
+        stop.clone(),
+    );
+    let fifo = spawn_consumer(
+        consumer(&access, "RustFifo", FIFO).await,
+        FIFO,
+        "*",
+        fifo_log.clone(),
+        stop.clone(),
+    );
+
+    let p = producer(&access).await;
+    let mut acked = HashSet::new();
+    let mut fifo_acked: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut excluded_sent = 0;
+    let mut pause_ms = 0u128;
+    for i in 0..MESSAGES {
+        if i == MESSAGES / 2 {
+            cluster.kill(leader);
+        }
+        let tag = ["TagA", "TagB", "TagC"][i % 3];
+        let body = format!("n-{i}");
+        let t0 = Instant::now();
+        let ok = send_retrying(
+            &p,
+            || {
+                MessageBuilder::builder()
+                    .set_topic(NORMAL)
+                    .set_body(body.clone().into_bytes())
+                    .set_tag(tag)
+                    .set_keys(vec![format!("key-{i}")])
+                    .build()
+                    .unwrap()
+            },
+            Duration::from_secs(20),
+        )
+        .await;
+        pause_ms = pause_ms.max(t0.elapsed().as_millis());
+        assert!(ok, "send {i} never acknowledged");
+        if tag == "TagC" {
+            excluded_sent += 1;
+        } else {
+            acked.insert(body);
+        }
+        // FIFO: one message of each group per round.
+        if i % (MESSAGES / FIFO_PER_GROUP) == 0 {
+            for g in 0..GROUPS {
+                let seq = fifo_acked.entry(g).or_default().len();
+                let body = format!("g{g}:{seq}");
+                let ok = send_retrying(
+                    &p,
+                    || {
+                        MessageBuilder::fifo_message_builder(
+                            FIFO,
+                            body.clone().into_bytes(),
+                            format!("group-{g}"),
+                        )
+                        .build()
+                        .unwrap()
+                    },
+                    Duration::from_secs(20),
+                )
+                .await;
+                assert!(ok, "FIFO send {body} never acknowledged");
+                fifo_acked.get_mut(&g).unwrap().push(seq);
+            }
+        }
+    }
+    println!("longest send (with client-side retries) across the leader kill: {pause_ms} ms");
+    let fifo_total: usize = fifo_acked.values().map(Vec::len).sum();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got_tags: HashSet<String> = tags_log.lock().unwrap().iter().cloned().collect();
+        let got_fifo: HashSet<String> = fifo_log.lock().unwrap().iter().cloned().collect();
+        if acked.is_subset(&got_tags) && got_fifo.len() >= fifo_total {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lost: {} normal, fifo received {} of {fifo_total}",
+            acked.difference(&got_tags).count(),
+            got_fifo.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    *stop.lock().unwrap() = true;
+    let _ = tokio::time::timeout(Duration::from_secs(10), tags).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), fifo).await;
+
+    let tags_got = tags_log.lock().unwrap().clone();
+    assert!(excluded_sent > 0);
+    for b in &tags_got {
+        let i: usize = b[2..].parse().unwrap();
+        assert_ne!(i % 3, 2, "TagC message {b} passed the TagA||TagB filter");
+    }
+    // Each message group arrives in order: a redelivery may repeat the current
+    // message, never go back to an earlier one.
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for b in fifo_log.lock().unwrap().iter() {
+        let (g, seq) = b.split_once(':').unwrap();
+        let seq: i64 = seq.parse().unwrap();
+        let prev = last.entry(g.to_string()).or_insert(-1);
+        assert!(
+            seq == *prev || seq == *prev + 1,
+            "group {g}: {seq} after {prev}"
+        );
+        *prev = seq;
+    }
+    println!(
+        "acked {} normal + {fifo_total} FIFO; received {} normal deliveries, {} FIFO deliveries",
+        acked.len(),
+        tags_got.len(),
+        fifo_log.lock().unwrap().len()
+    );
+}
