@@ -50,6 +50,9 @@ pub struct ServiceSettings {
     pub default_invisible_ms: u64,
     /// Most messages per receive (RocketMQ proxy: 32).
     pub max_receive_batch: usize,
+    /// Members the name servers have not heard from for this long are left out of
+    /// routes, ms (three heartbeat periods).
+    pub stale_member_ms: u64,
 }
 
 impl Default for ServiceSettings {
@@ -63,6 +66,7 @@ impl Default for ServiceSettings {
             max_long_polling_ms: 20_000,
             default_invisible_ms: 60_000,
             max_receive_batch: 32,
+            stale_member_ms: 9_000,
         }
     }
 }

@@ -46,7 +46,8 @@ pub struct BrokerConfig {
     /// CommitLog segment size in bytes (RocketMQ: 1 GiB).
     #[serde(default = "default_segment_bytes")]
     pub commit_log_segment_bytes: u64,
-    /// Name-server heartbeat period in ms (RocketMQ: 30 s).
+    /// Name-server heartbeat period in ms (RocketMQ: 30 s; here 3 s, so routes
+    /// leave out a member that went down within three periods).
     #[serde(default = "default_heartbeat_ms")]
     pub namesrv_heartbeat_ms: u64,
     /// Raft heartbeat period in ms.
@@ -90,7 +91,7 @@ fn default_segment_bytes() -> u64 {
     ledgermq_store::commit_log::DEFAULT_SEGMENT_BYTES
 }
 fn default_heartbeat_ms() -> u64 {
-    30_000
+    3_000
 }
 fn default_raft_heartbeat_ms() -> u64 {
     ledgermq_raft::RaftTiming::default().heartbeat_interval_ms

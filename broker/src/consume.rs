@@ -188,7 +188,10 @@ impl Broker {
             // New messages arrive with applied entries (a metrics change); acks and
             // expiries are picked up by the periodic re-check.
             let tick = Duration::from_millis(100).min(deadline - now);
-            let _ = tokio::time::timeout(tick, metrics.changed()).await;
+            if let Ok(Err(_)) = tokio::time::timeout(tick, metrics.changed()).await {
+                // The node is shutting down: no more changes will come.
+                tokio::time::sleep(tick).await;
+            }
         }
     }
 

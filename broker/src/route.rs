@@ -83,16 +83,25 @@ pub fn endpoints(addrs: &[String]) -> pb::Endpoints {
     }
 }
 
-/// A group's member addresses, leader first, then by node id.
-pub fn member_addrs(g: &GroupRoute) -> Vec<String> {
-    let mut out = Vec::new();
-    if g.has_leader && !g.leader_addr.is_empty() {
-        out.push(g.leader_addr.clone());
-    }
-    let mut members: Vec<_> = g.members.iter().collect();
-    members.sort_by_key(|m| m.node_id);
-    for m in members {
-        if !m.client_addr.is_empty() && !out.contains(&m.client_addr) {
+/// A group's member addresses, leader first, then by node id, leaving out members
+/// the name server has not heard from for `stale_ms` (they are probably down; the
+/// name server itself forgets them later). If every member is stale, all are kept.
+pub fn member_addrs(g: &GroupRoute, stale_ms: u64) -> Vec<String> {
+    let mut members: Vec<_> = g
+        .members
+        .iter()
+        .filter(|m| !m.client_addr.is_empty())
+        .collect();
+    members.sort_by_key(|m| (m.client_addr != g.leader_addr || !g.has_leader, m.node_id));
+    let fresh: Vec<_> = members.iter().filter(|m| m.silent_ms <= stale_ms).collect();
+    let chosen: Vec<_> = if fresh.is_empty() {
+        members.iter().collect()
+    } else {
+        fresh
+    };
+    let mut out: Vec<String> = Vec::new();
+    for m in chosen {
+        if !out.contains(&m.client_addr) {
             out.push(m.client_addr.clone());
         }
     }
@@ -125,12 +134,13 @@ pub fn message_queues(
     topic: &str,
     route: &ns::QueryRouteResponse,
     style: EndpointStyle,
+    stale_ms: u64,
 ) -> Vec<pb::MessageQueue> {
     let mut out = Vec::new();
     let mut groups: Vec<_> = route.groups.iter().collect();
     groups.sort_by(|a, b| a.broker_group.cmp(&b.broker_group));
     for g in groups {
-        let addrs = member_addrs(g);
+        let addrs = member_addrs(g, stale_ms);
         if addrs.is_empty() {
             continue;
         }
@@ -348,11 +358,11 @@ mod tests {
                 },
             ],
         };
-        let spread = message_queues("T", &route, EndpointStyle::SpreadMembers);
+        let spread = message_queues("T", &route, EndpointStyle::SpreadMembers, 1000);
         let first_ports: Vec<i32> = spread[..3].iter().map(|q| ports(q)[0]).collect();
         assert_eq!(first_ports, vec![8082, 8081, 8082]);
         assert!(spread.iter().all(|q| ports(q).len() == 1));
-        let q = message_queues("T", &route, EndpointStyle::AllMembers);
+        let q = message_queues("T", &route, EndpointStyle::AllMembers, 1000);
         assert_eq!(q.len(), 5);
         let a = q[0].broker.as_ref().unwrap();
         assert_eq!((a.name.as_str(), a.id), ("a", 0));
@@ -367,6 +377,11 @@ mod tests {
         assert_eq!((q[2].id, q[3].id), (2, 0));
         assert_eq!(q[3].permission, pb::Permission::Read as i32);
         assert_eq!(ports(&q[3]), vec![9001, 9002]);
+        // A member silent for longer than the stale limit is left out.
+        let mut r = route.clone();
+        r.groups[1].members[0].silent_ms = 5000;
+        let q = message_queues("T", &r, EndpointStyle::AllMembers, 1000);
+        assert_eq!(ports(&q[0]), vec![8082]);
     }
 
     fn ports(q: &pb::MessageQueue) -> Vec<i32> {

@@ -183,7 +183,7 @@ impl Broker {
         check_topic(&topic)?;
         let from_namesrv = match self.namesrv.route(&topic).await {
             Ok(r) => r
-                .map(|r| message_queues(&topic, &r, style))
+                .map(|r| message_queues(&topic, &r, style, self.settings.stale_member_ms))
                 .unwrap_or_default(),
             Err(e) => {
                 tracing::warn!(error = %e, "name servers unreachable; answering this group's view");

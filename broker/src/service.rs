@@ -68,25 +68,35 @@ fn onward<T>(msg: T, client: Option<&str>) -> Request<T> {
 /// Deadline for finding the leader of a short call.
 const CALL_LEADER_WAIT: Duration = Duration::from_millis(2500);
 
+/// Runs a consumption call on the ready leader: here, or passed on to the leader.
+/// A leader that cannot be reached (this node may not have noticed it died yet) is
+/// tried again until [`CALL_LEADER_WAIT`] passes; the calls passed on this way
+/// (ack, change invisible duration, dead-lettering) may be repeated safely.
 macro_rules! on_leader {
     ($self:ident, $req:ident, $method:ident, $local:ident, $err:expr) => {{
         let md = $req.metadata().clone();
         let cid = client_id(&md);
         let msg = $req.into_inner();
         let b = &$self.0;
-        let r = match b
-            .target(forwarded(&md), Instant::now() + CALL_LEADER_WAIT)
-            .await
-        {
-            Ok(Target::Local) => b.$local(msg, cid.as_deref()).await,
-            Ok(Target::Leader(mut c)) => match c.$method(onward(msg.clone(), cid.as_deref())).await
-            {
-                Ok(r) => r.into_inner(),
-                Err(s) => ($err)(
-                    refuse(Code::HaNotAvailable, format!("leader: {}", s.message())).to_status(),
-                ),
-            },
-            Err(e) => ($err)(e.to_status()),
+        let deadline = Instant::now() + CALL_LEADER_WAIT;
+        let r = loop {
+            match b.target(forwarded(&md), deadline).await {
+                Ok(Target::Local) => break b.$local(msg, cid.as_deref()).await,
+                Ok(Target::Leader(mut c)) => {
+                    match c.$method(onward(msg.clone(), cid.as_deref())).await {
+                        Ok(r) => break r.into_inner(),
+                        Err(s) if Instant::now() < deadline => {
+                            tracing::debug!(error = %s, "leader unreachable; looking again");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        Err(s) => {
+                            let e = refuse(Code::HaNotAvailable, format!("leader: {}", s.message()));
+                            break ($err)(e.to_status());
+                        }
+                    }
+                }
+                Err(e) => break ($err)(e.to_status()),
+            }
         };
         Ok(Response::new(r))
     }};
@@ -148,54 +158,41 @@ impl MessagingService for Service {
             b.settings.max_long_polling_ms,
         );
         let find_by = started + Duration::from_millis(wait);
-        let items = match b.target(forwarded(&md), find_by).await {
-            Ok(Target::Local) => b.receive_local(&msg, cid.as_deref(), started).await,
-            Ok(Target::Leader(mut c)) => {
-                // The leader's long poll must end before ours does.
-                let mut m = msg.clone();
-                let left = find_by
-                    .saturating_duration_since(Instant::now())
-                    .as_millis() as u64;
-                m.long_polling_timeout = Some(duration(left + (left / 4).max(500)));
-                match c.receive_message(onward(m, cid.as_deref())).await {
-                    Ok(s) => {
-                        let mut s = s.into_inner();
-                        let mut items = Vec::new();
-                        loop {
-                            match s.message().await {
-                                Ok(Some(i)) => items.push(i),
-                                Ok(None) => break,
-                                Err(e) => {
-                                    tracing::debug!(error = %e, "leader's receive stream broke");
-                                    break;
-                                }
+        let items = loop {
+            match b.target(forwarded(&md), find_by).await {
+                Ok(Target::Local) => break b.receive_local(&msg, cid.as_deref(), started).await,
+                Ok(Target::Leader(mut c)) => {
+                    // The leader's long poll must end before ours does.
+                    let mut m = msg.clone();
+                    let left = find_by
+                        .saturating_duration_since(Instant::now())
+                        .as_millis() as u64;
+                    m.long_polling_timeout = Some(duration(left + (left / 4).max(500)));
+                    match c.receive_message(onward(m, cid.as_deref())).await {
+                        Ok(s) => {
+                            let items = drain(s.into_inner()).await;
+                            if !items.is_empty() {
+                                break items;
                             }
                         }
-                        if items.is_empty() {
-                            vec![status_only(
-                                Code::HaNotAvailable,
-                                "leader's receive stream broke",
-                            )]
-                        } else {
-                            items
-                        }
+                        Err(e) => tracing::debug!(error = %e, "leader unreachable; looking again"),
                     }
-                    Err(e) => vec![status_only(
-                        Code::HaNotAvailable,
-                        &format!("leader: {}", e.message()),
-                    )],
+                    if Instant::now() >= find_by {
+                        break vec![status_only(
+                            Code::MessageNotFound,
+                            "no leader answered; no new message",
+                        )];
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => {
+                    // No leader during the whole long poll: nothing to deliver.
+                    break vec![status_only(
+                        Code::MessageNotFound,
+                        "no leader; no new message",
+                    )];
                 }
             }
-            Err(e) if e.code() == Code::HaNotAvailable => {
-                // No leader during the whole long poll: nothing to deliver.
-                vec![status_only(
-                    Code::MessageNotFound,
-                    "no leader; no new message",
-                )]
-            }
-            Err(e) => vec![pb::ReceiveMessageResponse {
-                content: Some(pb::receive_message_response::Content::Status(e.to_status())),
-            }],
         };
         Ok(Response::new(Box::pin(futures::stream::iter(
             items.into_iter().map(Ok),
@@ -300,6 +297,21 @@ impl MessagingService for Service {
                 receipt_handle: String::new(),
             }
         )
+    }
+}
+
+/// Everything a leader's receive stream sends (what came before a break included).
+async fn drain(mut s: Streaming<pb::ReceiveMessageResponse>) -> Vec<pb::ReceiveMessageResponse> {
+    let mut items = Vec::new();
+    loop {
+        match s.message().await {
+            Ok(Some(i)) => items.push(i),
+            Ok(None) => return items,
+            Err(e) => {
+                tracing::debug!(error = %e, "leader's receive stream broke");
+                return items;
+            }
+        }
     }
 }
 

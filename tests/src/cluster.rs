@@ -67,6 +67,8 @@ pub struct BrokerProc {
     pub config: PathBuf,
     /// Its log file (stdout and stderr).
     pub log: PathBuf,
+    /// Store directory given with `--store-dir`, if any.
+    pub store_dir: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -76,9 +78,12 @@ impl BrokerProc {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new(bin("mqbroker")?)
-            .arg("-c")
-            .arg(&self.config)
+        let mut cmd = Command::new(bin("mqbroker")?);
+        cmd.arg("-c").arg(&self.config);
+        if let Some(d) = &self.store_dir {
+            cmd.arg("--store-dir").arg(d);
+        }
+        let child = cmd
             .env("RUST_LOG", "info,openraft=warn")
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -111,6 +116,10 @@ pub struct ClusterOptions {
     pub fixed_ports: bool,
     /// Heartbeat period of brokers to the name server, ms.
     pub namesrv_heartbeat_ms: u64,
+    /// Use the ready configurations of this directory (`namesrv.toml`, `n0.toml`,
+    /// `n1.toml`, `n2.toml`: `deploy/local`) instead of writing new ones; stores go
+    /// under the cluster directory (`--store-dir`). One group only.
+    pub deploy_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -120,6 +129,7 @@ impl Default for ClusterOptions {
             flush: "sync".into(),
             fixed_ports: false,
             namesrv_heartbeat_ms: 1000,
+            deploy_dir: None,
         }
     }
 }
@@ -139,6 +149,9 @@ impl LocalCluster {
     /// group has a leader the name server knows of.
     pub async fn start(dir: &Path, opts: &ClusterOptions) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
+        if let Some(deploy) = &opts.deploy_dir {
+            return Self::start_deployed(dir, deploy).await;
+        }
         let port = |fixed: u16| if opts.fixed_ports { fixed } else { free_port() };
         let namesrv_addr = format!("127.0.0.1:{}", port(9876));
         let ns_cfg = dir.join("namesrv.toml");
@@ -148,21 +161,7 @@ impl LocalCluster {
                 "listen = \"{namesrv_addr}\"\nscan_interval_ms = 500\nnode_expiry_ms = 10000\n"
             ),
         )?;
-        let ns_log = std::fs::File::create(dir.join("namesrv.log"))?;
-        let namesrv = Command::new(bin("mqnamesrv")?)
-            .arg("-c")
-            .arg(&ns_cfg)
-            .stdout(ns_log.try_clone()?)
-            .stderr(ns_log)
-            .spawn()
-            .context("spawning mqnamesrv")?;
-        let mut cluster = Self {
-            namesrv_addr: namesrv_addr.clone(),
-            nodes: Vec::new(),
-            namesrv,
-            dir: dir.to_path_buf(),
-        };
-        wait_listening(&namesrv_addr, Duration::from_secs(10))?;
+        let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr)?;
         for g in 0..opts.groups {
             let group = format!("broker-{}", (b'a' + g as u8) as char);
             let raft: Vec<String> = (0..3)
@@ -198,6 +197,7 @@ impl LocalCluster {
                     client_addr: client[i].clone(),
                     config,
                     log: dir.join(format!("{name}.log")),
+                    store_dir: None,
                     child: None,
                 };
                 node.spawn()?;
@@ -211,6 +211,79 @@ impl LocalCluster {
             let group = format!("broker-{}", (b'a' + g as u8) as char);
             cluster.wait_leader(&group, Duration::from_secs(20)).await?;
         }
+        Ok(cluster)
+    }
+
+    /// A cluster of just a name server started from `ns_cfg`, listening on `addr`.
+    fn with_namesrv(dir: &Path, ns_cfg: &Path, addr: &str) -> Result<Self> {
+        let ns_log = std::fs::File::create(dir.join("namesrv.log"))?;
+        let namesrv = Command::new(bin("mqnamesrv")?)
+            .arg("-c")
+            .arg(ns_cfg)
+            .stdout(ns_log.try_clone()?)
+            .stderr(ns_log)
+            .spawn()
+            .context("spawning mqnamesrv")?;
+        let cluster = Self {
+            namesrv_addr: addr.to_owned(),
+            nodes: Vec::new(),
+            namesrv,
+            dir: dir.to_path_buf(),
+        };
+        wait_listening(addr, Duration::from_secs(10))?;
+        Ok(cluster)
+    }
+
+    /// Runs `mqadmin` commands (each an argument list without `-n`), then waits
+    /// until `group` has a leader and the name server has heard of the changes (the
+    /// brokers announce within a second). Returns the leader's index.
+    pub async fn prepare(&self, group: &str, commands: &[&[&str]]) -> Result<usize> {
+        for c in commands {
+            self.admin(c)?;
+        }
+        let leader = self.wait_leader(group, Duration::from_secs(10)).await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Ok(leader)
+    }
+
+    async fn start_deployed(dir: &Path, deploy: &Path) -> Result<Self> {
+        let ns_cfg = deploy.join("namesrv.toml");
+        let text = std::fs::read_to_string(&ns_cfg)
+            .with_context(|| format!("reading {}", ns_cfg.display()))?;
+        let listen: toml::Value = toml::from_str(&text)?;
+        let namesrv_addr = listen
+            .get("listen")
+            .and_then(|v| v.as_str())
+            .context("namesrv.toml has no listen address")?
+            .to_owned();
+        let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr)?;
+        for i in 0..3u64 {
+            let config = deploy.join(format!("n{i}.toml"));
+            let text = std::fs::read_to_string(&config)?;
+            let v: toml::Value = toml::from_str(&text)?;
+            let field = |k: &str| {
+                v.get(k)
+                    .and_then(|x| x.as_str())
+                    .map(str::to_owned)
+                    .with_context(|| format!("{} has no {k}", config.display()))
+            };
+            let mut node = BrokerProc {
+                group: field("broker_group")?,
+                node_id: i,
+                client_addr: field("client_addr")?,
+                config: config.clone(),
+                log: dir.join(format!("n{i}.log")),
+                store_dir: Some(dir.join(format!("n{i}"))),
+                child: None,
+            };
+            node.spawn()?;
+            cluster.nodes.push(node);
+        }
+        for n in &cluster.nodes {
+            wait_listening(&n.client_addr, Duration::from_secs(20))?;
+        }
+        let group = cluster.nodes[0].group.clone();
+        cluster.wait_leader(&group, Duration::from_secs(20)).await?;
         Ok(cluster)
     }
 

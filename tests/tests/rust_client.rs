@@ -105,24 +105,18 @@ async fn official_rust_client_survives_a_leader_kill() {
     let mut cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
         .await
         .unwrap();
-    cluster
-        .admin(&["updateTopic", "-t", NORMAL, "-q", "4"])
-        .unwrap();
-    cluster
-        .admin(&["updateTopic", "-t", FIFO, "-q", "4", "--fifo"])
-        .unwrap();
-    cluster
-        .admin(&["updateSubGroup", "-g", "RustTags"])
-        .unwrap();
-    cluster
-        .admin(&["updateSubGroup", "-g", "RustFifo", "--fifo"])
-        .unwrap();
     let leader = cluster
-        .wait_leader("broker-a", Duration::from_secs(10))
+        .prepare(
+            "broker-a",
+            &[
+                &["updateTopic", "-t", NORMAL, "-q", "4"],
+                &["updateTopic", "-t", FIFO, "-q", "4", "--fifo"],
+                &["updateSubGroup", "-g", "RustTags"],
+                &["updateSubGroup", "-g", "RustFifo", "--fifo"],
+            ],
+        )
         .await
         .unwrap();
-    // Let the name server hear of the topics (the broker announces within a second).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let access = cluster.nodes[leader].client_addr.clone();
 
     let stop = Arc::new(Mutex::new(false));

@@ -89,6 +89,7 @@ async fn main() -> Result<()> {
         max_body_bytes: cfg.max_body_bytes,
         auto_create_topics: cfg.auto_create_topics,
         auto_create_groups: cfg.auto_create_groups,
+        stale_member_ms: 3 * cfg.namesrv_heartbeat_ms,
         ..ServiceSettings::default()
     };
     let broker = Broker::new(
