@@ -168,9 +168,9 @@ impl Broker {
             message_type: TopicMessageType::Normal,
         };
         self.node
-            .write_command(Command::UpdateTopic(t.clone()))
+            .write_command(Command::EnsureTopic(t.clone()))
             .await?;
-        Ok(t)
+        Ok(self.topic(name).unwrap_or(t))
     }
 
     /// The consumer group's configuration, creating it (clustering, not FIFO) when
@@ -192,9 +192,9 @@ impl Broker {
             max_delivery_attempts: 16,
         };
         self.node
-            .write_command(Command::UpdateGroup(g.clone()))
+            .write_command(Command::EnsureGroup(g.clone()))
             .await?;
-        Ok(g)
+        Ok(self.group_config(name).unwrap_or(g))
     }
 
     /// Where a consumption call must run: here if this node is the ready leader;
@@ -205,13 +205,22 @@ impl Broker {
             if self.consumers.ready_term().is_some() {
                 return Ok(Target::Local);
             }
-            if !forwarded {
-                if let Some((leader, _)) = self.node.leader() {
-                    if leader != self.node.id() {
-                        match self.leader_client(leader).await {
-                            Ok(c) => return Ok(Target::Leader(c)),
-                            Err(e) => tracing::debug!(error = %e, "leader not reachable yet"),
-                        }
+            if let Some((leader, _)) = self.node.leader() {
+                if leader != self.node.id() {
+                    if forwarded {
+                        // Passed on to a node that no longer leads: let the sender
+                        // look for the leader again rather than wait here.
+                        return Err(refuse(
+                            Code::HaNotAvailable,
+                            format!(
+                                "node {} no longer leads; leader is {leader}",
+                                self.node.id()
+                            ),
+                        ));
+                    }
+                    match self.leader_client(leader).await {
+                        Ok(c) => return Ok(Target::Leader(c)),
+                        Err(e) => tracing::debug!(error = %e, "leader not reachable yet"),
                     }
                 }
             }
@@ -249,7 +258,10 @@ impl Broker {
                 c
             }
         };
-        Ok(MessagingServiceClient::new(channel))
+        // Messages up to the max body size (and batches of them) pass through.
+        Ok(MessagingServiceClient::new(channel)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20))
     }
 
     /// Runs `write` until it succeeds, fails for good, or `timeout` passes; retries

@@ -283,7 +283,9 @@ impl Broker {
                     "invisible duration over 12 h",
                 ));
             }
-            self.consumers.change_invisible(&consumer.key, &h, ms).await
+            self.consumers
+                .change_invisible(&consumer.key, &h, ms, consumer.fifo)
+                .await
         }
         .await;
         match r {
@@ -307,6 +309,14 @@ impl Broker {
         let r = async {
             let consumer = self.consumer(req.group.as_ref(), client_id).await?;
             let h = ReceiptHandle::decode(&req.receipt_handle)?;
+            // Only the current delivery, once: a repeated or stale request must not
+            // copy the message again.
+            if !self.consumers.is_current(&consumer.key, &h, consumer.fifo).await? {
+                return Err(refuse(
+                    Code::InvalidReceiptHandle,
+                    "the receipt handle is not the message's current delivery (acked or delivered again)",
+                ));
+            }
             let stored = self
                 .node
                 .store()

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use ledgermq_raft::{Command, OffsetCommit, RaftNode};
+use ledgermq_raft::{Command, FifoLease, OffsetCommit, RaftNode};
 use ledgermq_store::record::PROPERTY_TAGS;
 use ledgermq_store::store::now_ms;
 use ledgermq_store::{MessageRecord, RecordView, StoreError};
@@ -24,7 +24,7 @@ use crate::error::{refuse, BrokerError};
 use crate::filter::TagFilter;
 use crate::message::{outgoing, DeliveryFields};
 use crate::pb::{self, Code};
-use crate::pop::{AckOutcome, QueueState};
+use crate::pop::{AckOutcome, Inflight, QueueState};
 use crate::receipt::ReceiptHandle;
 
 /// Entries read past per queue and call at most (filtered-out messages included).
@@ -83,6 +83,8 @@ pub struct PopResult {
     pub messages: Vec<pb::Message>,
     /// Messages for the dead-letter queue.
     pub dead: Vec<DeadLetter>,
+    /// FIFO deliveries to record through Raft before answering.
+    leases: Vec<FifoLease>,
 }
 
 #[derive(Default)]
@@ -117,36 +119,59 @@ impl Consumers {
             .then_some(m.current_term)
     }
 
-    fn queue(&self, key: &QueueKey, term: u64) -> Arc<Mutex<QueueState>> {
+    /// The state of `key` in `term`. A table of an older term is dropped; a call
+    /// still working for an older term gets `HA_NOT_AVAILABLE`. A FIFO queue new to
+    /// this term takes over the previous leader's delivery in flight (its lease).
+    fn queue(
+        &self,
+        key: &QueueKey,
+        term: u64,
+        fifo: bool,
+    ) -> Result<Arc<Mutex<QueueState>>, BrokerError> {
         let mut t = self.table.lock().unwrap();
-        if t.term != term {
-            t.queues.clear();
-            t.term = term;
+        match term.cmp(&t.term) {
+            std::cmp::Ordering::Less => return Err(Self::not_ready()),
+            std::cmp::Ordering::Greater => {
+                t.queues.clear();
+                t.term = term;
+            }
+            std::cmp::Ordering::Equal => {}
         }
-        t.queues
-            .entry(key.clone())
-            .or_insert_with(|| {
-                let store = self.node.store();
-                let (min, max) = store.queue_offsets(&key.topic, key.queue_id);
-                let committed = self
-                    .node
-                    .shared_meta()
-                    .read()
-                    .unwrap()
-                    .offsets
-                    .get(&(key.consumer.clone(), key.topic.clone(), key.queue_id))
-                    .copied()
-                    .unwrap_or(min);
-                Arc::new(Mutex::new(QueueState::new(committed.clamp(min, max))))
-            })
-            .clone()
+        let q = t.queues.entry(key.clone()).or_insert_with(|| {
+            let store = self.node.store();
+            let (min, max) = store.queue_offsets(&key.topic, key.queue_id);
+            let meta = self.node.shared_meta().read().unwrap();
+            let k = (key.consumer.clone(), key.topic.clone(), key.queue_id);
+            let committed = meta.offsets.get(&k).copied().unwrap_or(min).clamp(min, max);
+            let mut st = QueueState::new(committed);
+            if let Some(l) = meta
+                .fifo_leases
+                .get(&k)
+                .filter(|l| fifo && l.queue_offset == committed)
+            {
+                if st.next_new() == Some(committed) && committed < max {
+                    st.adopt(
+                        committed,
+                        Inflight {
+                            delivery_id: l.delivery_id,
+                            visible_at_ms: l.visible_at_ms,
+                            attempt: l.attempt,
+                        },
+                    );
+                }
+            }
+            Arc::new(Mutex::new(st))
+        });
+        Ok(q.clone())
     }
 
-    /// A receipt handle for a new delivery.
+    /// A receipt handle for a new delivery. Delivery ids hold the term in their top
+    /// 24 bits, so they are unique across terms.
     fn new_handle(&self, term: u64, topic: &str, queue_id: i32, offset: u64) -> ReceiptHandle {
+        let seq = self.delivery_seq.fetch_add(1, Ordering::Relaxed) & ((1 << 40) - 1);
         ReceiptHandle {
             term,
-            delivery_id: self.delivery_seq.fetch_add(1, Ordering::Relaxed),
+            delivery_id: (term << 40) | seq,
             topic: topic.to_owned(),
             queue_id,
             queue_offset: offset,
@@ -158,13 +183,29 @@ impl Consumers {
         consumer: &str,
         handle: &ReceiptHandle,
         term: u64,
-    ) -> Arc<Mutex<QueueState>> {
+        fifo: bool,
+    ) -> Result<Arc<Mutex<QueueState>>, BrokerError> {
         let key = QueueKey {
             consumer: consumer.to_owned(),
             topic: handle.topic.clone(),
             queue_id: handle.queue_id,
         };
-        self.queue(&key, term)
+        self.queue(&key, term, fifo)
+    }
+
+    /// Error unless the queue of `handle` holds its offset.
+    fn check_held(&self, handle: &ReceiptHandle) -> Result<(), BrokerError> {
+        let (_, max) = self
+            .node
+            .store()
+            .queue_offsets(&handle.topic, handle.queue_id);
+        if handle.queue_offset >= max {
+            return Err(refuse(
+                Code::InvalidReceiptHandle,
+                "the receipt handle names a message the queue does not hold",
+            ));
+        }
+        Ok(())
     }
 
     fn not_ready() -> BrokerError {
@@ -174,8 +215,11 @@ impl Consumers {
         )
     }
 
-    /// Takes up to `req.max_messages` messages. Errors: `HA_NOT_AVAILABLE` when this
-    /// node is not a ready leader; store failures.
+    /// Takes up to `req.max_messages` messages. A FIFO group's deliveries are
+    /// recorded through Raft (leases) before they are returned. Errors:
+    /// `HA_NOT_AVAILABLE` when this node is not a ready leader; a store failure when
+    /// nothing could be taken (a queue that fails after others gave messages is
+    /// skipped and logged).
     pub async fn pop(&self, req: &PopRequest) -> Result<PopResult, BrokerError> {
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         let mut out = PopResult::default();
@@ -188,11 +232,40 @@ impl Consumers {
                 topic: req.topic.clone(),
                 queue_id,
             };
-            let q = self.queue(&key, term);
+            let q = self.queue(&key, term, req.fifo)?;
             let mut st = q.lock().await;
-            self.pop_queue(req, term, queue_id, &mut st, &mut out)?;
+            if let Err(e) = self.pop_queue(req, term, queue_id, &mut st, &mut out) {
+                if out.messages.is_empty() && out.dead.is_empty() {
+                    return Err(e);
+                }
+                tracing::warn!(topic = %req.topic, queue_id, error = %e, "skipping a queue this time");
+            }
+        }
+        if !out.leases.is_empty() {
+            let leases = std::mem::take(&mut out.leases);
+            if let Err(e) = self.commit_leases(leases.clone()).await {
+                // Not returned: make them deliverable again at once.
+                for l in leases {
+                    let key = QueueKey {
+                        consumer: l.group.clone(),
+                        topic: l.topic.clone(),
+                        queue_id: l.queue_id,
+                    };
+                    if let Ok(q) = self.queue(&key, term, true) {
+                        q.lock()
+                            .await
+                            .change_invisible(l.queue_offset, l.delivery_id, now_ms());
+                    }
+                }
+                return Err(e);
+            }
         }
         Ok(out)
+    }
+
+    async fn commit_leases(&self, leases: Vec<FifoLease>) -> Result<(), BrokerError> {
+        self.node.write_command(Command::FifoLeases(leases)).await?;
+        Ok(())
     }
 
     fn pop_queue(
@@ -207,7 +280,7 @@ impl Consumers {
         let (min, max) = store.queue_offsets(&req.topic, queue_id);
         st.clamp_to_min(min);
         let now = now_ms();
-        let visible_at = now + req.invisible_ms as i64;
+        let visible_at = now.saturating_add(req.invisible_ms as i64);
         if req.fifo && st.fifo_blocked(now) {
             return Ok(());
         }
@@ -243,6 +316,9 @@ impl Consumers {
                     return Ok(());
                 }
                 continue;
+            }
+            if req.fifo {
+                out.leases.push(lease(req, &handle, attempt, visible_at));
             }
             out.messages
                 .push(delivered(&stored.view(), handle, req, attempt));
@@ -282,6 +358,9 @@ impl Consumers {
             }
             let handle = self.new_handle(term, &req.topic, queue_id, offset);
             let attempt = st.deliver(offset, handle.delivery_id, visible_at);
+            if req.fifo {
+                out.leases.push(lease(req, &handle, attempt, visible_at));
+            }
             out.messages.push(delivered(&view, handle, req, attempt));
         }
         Ok(())
@@ -298,19 +377,10 @@ impl Consumers {
         fifo: bool,
     ) -> Result<(), BrokerError> {
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
-        let (_, max) = self
-            .node
-            .store()
-            .queue_offsets(&handle.topic, handle.queue_id);
-        if handle.queue_offset >= max {
-            return Err(refuse(
-                Code::InvalidReceiptHandle,
-                "the receipt handle names a message the queue does not hold",
-            ));
-        }
-        let q = self.handle_queue(consumer, handle, term);
+        self.check_held(handle)?;
+        let q = self.handle_queue(consumer, handle, term, fifo)?;
         let mut st = q.lock().await;
-        let delivery = (handle.term == term).then_some(handle.delivery_id);
+        let delivery = Some(handle.delivery_id);
         if fifo && st.peek_ack(handle.queue_offset, delivery) == AckOutcome::Acked {
             // Commit first: a new leader must continue after this message.
             let base = st.base_after_ack(handle.queue_offset);
@@ -346,23 +416,50 @@ impl Consumers {
         consumer: &str,
         handle: &ReceiptHandle,
         invisible_ms: u64,
+        fifo: bool,
     ) -> Result<ReceiptHandle, BrokerError> {
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
-        let q = self.handle_queue(consumer, handle, term);
+        self.check_held(handle)?;
+        let q = self.handle_queue(consumer, handle, term, fifo)?;
         let mut st = q.lock().await;
-        let ok = handle.term == term
-            && st.change_invisible(
-                handle.queue_offset,
-                handle.delivery_id,
-                now_ms() + invisible_ms as i64,
-            );
-        if !ok {
+        let visible_at = now_ms().saturating_add(invisible_ms as i64);
+        let attempt = st.attempt_of(handle.queue_offset, handle.delivery_id);
+        let Some(attempt) = attempt else {
             return Err(refuse(
                 Code::InvalidReceiptHandle,
                 "the receipt handle is not the message's current delivery",
             ));
+        };
+        if fifo {
+            // A new leader must keep the message invisible as long.
+            self.commit_leases(vec![FifoLease {
+                group: consumer.to_owned(),
+                topic: handle.topic.clone(),
+                queue_id: handle.queue_id,
+                queue_offset: handle.queue_offset,
+                delivery_id: handle.delivery_id,
+                attempt,
+                visible_at_ms: visible_at,
+            }])
+            .await?;
         }
+        st.change_invisible(handle.queue_offset, handle.delivery_id, visible_at);
         Ok(handle.clone())
+    }
+
+    /// True if `handle` is a delivery that an ack would take now (its message is
+    /// in flight under this handle, or was never delivered by this leader).
+    pub async fn is_current(
+        &self,
+        consumer: &str,
+        handle: &ReceiptHandle,
+        fifo: bool,
+    ) -> Result<bool, BrokerError> {
+        let term = self.ready_term().ok_or_else(Self::not_ready)?;
+        self.check_held(handle)?;
+        let q = self.handle_queue(consumer, handle, term, fifo)?;
+        let st = q.lock().await;
+        Ok(st.peek_ack(handle.queue_offset, Some(handle.delivery_id)) == AckOutcome::Acked)
     }
 
     async fn commit(&self, commits: Vec<OffsetCommit>) -> Result<(), BrokerError> {
@@ -429,6 +526,18 @@ impl Consumers {
                 }
             }
         })
+    }
+}
+
+fn lease(req: &PopRequest, h: &ReceiptHandle, attempt: u32, visible_at_ms: i64) -> FifoLease {
+    FifoLease {
+        group: req.consumer.clone(),
+        topic: h.topic.clone(),
+        queue_id: h.queue_id,
+        queue_offset: h.queue_offset,
+        delivery_id: h.delivery_id,
+        attempt,
+        visible_at_ms,
     }
 }
 

@@ -71,15 +71,16 @@ impl BrokerError {
     }
 
     /// True when nothing was proposed, so the caller may try again (no leader yet,
-    /// leader unreachable). Timeouts are not retryable here: the write may commit.
+    /// leader unreachable). Timeouts and forwards that reached the leader are not:
+    /// the write may commit.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
             BrokerError::Raft(
                 RaftNodeError::NotLeader { .. }
                     | RaftNodeError::NoLeader
-                    | RaftNodeError::Forward { .. }
-            ) | BrokerError::Leader { .. }
+                    | RaftNodeError::Forward { sent: false, .. }
+            )
         )
     }
 

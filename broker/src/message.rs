@@ -212,7 +212,9 @@ fn has_separator(s: &str) -> bool {
 
 /// Milliseconds since the Unix epoch of a protobuf timestamp.
 pub fn timestamp_ms(t: &prost_types::Timestamp) -> i64 {
-    t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
+    t.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(t.nanos) / 1_000_000)
 }
 
 /// A protobuf timestamp of `ms` since the Unix epoch.
@@ -233,7 +235,9 @@ pub fn duration(ms: u64) -> prost_types::Duration {
 
 /// Milliseconds of a protobuf duration (negative durations count as 0).
 pub fn duration_ms(d: &prost_types::Duration) -> u64 {
-    (d.seconds.max(0) as u64) * 1000 + (d.nanos.max(0) as u64) / 1_000_000
+    (d.seconds.max(0) as u64)
+        .saturating_mul(1000)
+        .saturating_add((d.nanos.max(0) as u64) / 1_000_000)
 }
 
 /// How a stored message is delivered: the delivery's own fields.
@@ -447,5 +451,16 @@ mod tests {
             assert_eq!(timestamp_ms(&timestamp(ms)), ms);
         }
         assert_eq!(duration_ms(&duration(12_345)), 12_345);
+        // Client-sent extremes saturate instead of overflowing.
+        let huge = prost_types::Duration {
+            seconds: i64::MAX,
+            nanos: 999_999_999,
+        };
+        assert_eq!(duration_ms(&huge), u64::MAX);
+        let t = prost_types::Timestamp {
+            seconds: i64::MIN,
+            nanos: 0,
+        };
+        assert_eq!(timestamp_ms(&t), i64::MIN);
     }
 }

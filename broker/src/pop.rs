@@ -20,6 +20,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Most messages in flight per queue and consumer group; more wait for acks.
 pub const MAX_IN_FLIGHT_PER_QUEUE: usize = 4096;
+/// Most offsets between the lowest unacked message and the next new one: a message
+/// held unacked for long stops new deliveries past this window, which bounds the
+/// acked set and what a failover delivers again.
+pub const MAX_WINDOW: u64 = 65_536;
 
 /// One delivered, unacked message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,12 +118,22 @@ impl QueueState {
     }
 
     /// The next offset to deliver for the first time (skipping offsets acked through
-    /// a previous leader's handles), or None if too many are in flight.
+    /// a previous leader's handles), or None if too many are in flight or the window
+    /// past the lowest unacked message is full.
     pub fn next_new(&mut self) -> Option<u64> {
         while self.acked.contains(&self.next) {
             self.next += 1;
         }
-        (self.inflight.len() < MAX_IN_FLIGHT_PER_QUEUE).then_some(self.next)
+        (self.inflight.len() < MAX_IN_FLIGHT_PER_QUEUE && self.next - self.base < MAX_WINDOW)
+            .then_some(self.next)
+    }
+
+    /// Takes over a delivery a previous leader made of `offset` (== `next_new()`):
+    /// it stays in flight until its deadline, and its handle can ack it.
+    pub fn adopt(&mut self, offset: u64, inflight: Inflight) {
+        debug_assert_eq!(offset, self.next);
+        self.inflight.insert(offset, inflight);
+        self.next = offset + 1;
     }
 
     /// Records a delivery of `offset`: either the first (`offset == next_new()`) or
@@ -184,6 +198,14 @@ impl QueueState {
         s.inflight.remove(&offset);
         s.advance();
         s.base
+    }
+
+    /// The attempt number of `offset`'s current delivery if it is `delivery_id`.
+    pub fn attempt_of(&self, offset: u64, delivery_id: u64) -> Option<u32> {
+        self.inflight
+            .get(&offset)
+            .filter(|i| i.delivery_id == delivery_id)
+            .map(|i| i.attempt)
     }
 
     /// Moves the invisible deadline of the current delivery of `offset`. False if
@@ -294,6 +316,37 @@ mod tests {
         s.deliver(8, 2, 10);
         s.ack(6, Some(1));
         assert_eq!(s.base(), 8);
+    }
+
+    #[test]
+    fn an_adopted_delivery_blocks_fifo_until_acked_with_its_handle() {
+        let mut s = QueueState::new(4);
+        let old = Inflight {
+            delivery_id: 77,
+            visible_at_ms: 1000,
+            attempt: 2,
+        };
+        assert_eq!(s.next_new(), Some(4));
+        s.adopt(4, old);
+        assert!(s.fifo_blocked(999));
+        assert_eq!(s.ack(4, Some(78)), AckOutcome::Stale);
+        assert_eq!(s.ack(4, Some(77)), AckOutcome::Acked);
+        assert_eq!(s.base(), 5);
+    }
+
+    #[test]
+    fn a_message_held_unacked_stops_new_deliveries_past_the_window() {
+        let mut s = QueueState::new(0);
+        s.next_new();
+        s.deliver(0, 1, i64::MAX);
+        for o in 1..MAX_WINDOW {
+            assert_eq!(s.next_new(), Some(o));
+            s.skip(o);
+        }
+        assert_eq!(s.next_new(), None);
+        s.ack(0, Some(1));
+        assert_eq!(s.base(), MAX_WINDOW);
+        assert_eq!(s.next_new(), Some(MAX_WINDOW));
     }
 
     #[test]

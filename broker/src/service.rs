@@ -51,8 +51,9 @@ fn forwarded(md: &MetadataMap) -> bool {
     md.contains_key(FORWARDED_HEADER)
 }
 
-/// A request to pass on to the leader, with the client id and the forwarded mark.
-fn onward<T>(msg: T, client: Option<&str>) -> Request<T> {
+/// A request to pass on to the leader, with the client id and the forwarded mark,
+/// due within `timeout`.
+fn onward<T>(msg: T, client: Option<&str>, timeout: Duration) -> Request<T> {
     let mut r = Request::new(msg);
     r.metadata_mut().insert(
         FORWARDED_HEADER,
@@ -61,7 +62,7 @@ fn onward<T>(msg: T, client: Option<&str>) -> Request<T> {
     if let Some(Ok(v)) = client.map(|c| c.parse()) {
         r.metadata_mut().insert(CLIENT_ID_HEADER, v);
     }
-    r.set_timeout(Duration::from_secs(30));
+    r.set_timeout(timeout);
     r
 }
 
@@ -83,7 +84,9 @@ macro_rules! on_leader {
             match b.target(forwarded(&md), deadline).await {
                 Ok(Target::Local) => break b.$local(msg, cid.as_deref()).await,
                 Ok(Target::Leader(mut c)) => {
-                    match c.$method(onward(msg.clone(), cid.as_deref())).await {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let req = onward(msg.clone(), cid.as_deref(), left.max(Duration::from_millis(200)));
+                    match c.$method(req).await {
                         Ok(r) => break r.into_inner(),
                         Err(s) if Instant::now() < deadline => {
                             tracing::debug!(error = %s, "leader unreachable; looking again");
@@ -168,7 +171,8 @@ impl MessagingService for Service {
                         .saturating_duration_since(Instant::now())
                         .as_millis() as u64;
                     m.long_polling_timeout = Some(duration(left + (left / 4).max(500)));
-                    match c.receive_message(onward(m, cid.as_deref())).await {
+                    let due = Duration::from_millis(left + 1000);
+                    match c.receive_message(onward(m, cid.as_deref(), due)).await {
                         Ok(s) => {
                             let items = drain(s.into_inner()).await;
                             if !items.is_empty() {

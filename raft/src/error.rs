@@ -30,6 +30,9 @@ pub enum RaftNodeError {
         leader: NodeId,
         /// Why.
         reason: String,
+        /// False when the request surely never reached the leader (no connection,
+        /// blocked): trying again cannot duplicate it.
+        sent: bool,
     },
     /// The write did not commit within its deadline; it may still commit later.
     #[error("the write did not commit within {timeout_ms} ms (it may still commit)")]

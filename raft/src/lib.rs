@@ -28,7 +28,7 @@ pub use error::RaftNodeError;
 pub use network::NetworkFilter;
 pub use node::{RaftNode, RaftNodeConfig, RaftTiming};
 pub use types::{
-    Command, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response, TopicConfig,
+    Command, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response, TopicConfig,
     TopicMessageType,
 };
 pub use writer::BatchConfig;

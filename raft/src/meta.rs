@@ -23,6 +23,8 @@ pub struct MetaDb {
     pub topics: sled::Tree,
     /// Group name → `GroupConfig`.
     pub groups: sled::Tree,
+    /// Offset key (as `offsets`) → the queue's current `FifoLease`.
+    pub fifo_leases: sled::Tree,
 }
 
 impl MetaDb {
@@ -40,6 +42,7 @@ impl MetaDb {
             offsets: db.open_tree("offsets")?,
             topics: db.open_tree("topics")?,
             groups: db.open_tree("groups")?,
+            fifo_leases: db.open_tree("fifo_leases")?,
             db,
         })
     }

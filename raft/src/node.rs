@@ -300,16 +300,22 @@ impl RaftNode {
         if leader == self.id {
             return self.writer.write_local(request).await;
         }
+        let unsent = |reason: String| RaftNodeError::Forward {
+            leader,
+            reason,
+            sent: false,
+        };
         if self.filter.is_blocked(self.id, leader) {
-            return Err(RaftNodeError::Forward {
-                leader,
-                reason: "blocked by the network filter".into(),
-            });
+            return Err(unsent("blocked by the network filter".into()));
         }
-        let fail = |reason: String| RaftNodeError::Forward { leader, reason };
-        let channel = self.channel(&addr).map_err(fail)?;
-        let req =
-            peer_request(self.id, &request, self.write_timeout).map_err(|s| fail(s.to_string()))?;
+        let sent = |reason: String| RaftNodeError::Forward {
+            leader,
+            reason,
+            sent: true,
+        };
+        let channel = self.channel(&addr).map_err(unsent)?;
+        let req = peer_request(self.id, &request, self.write_timeout)
+            .map_err(|s| unsent(s.to_string()))?;
         let reply = tokio::time::timeout(
             self.write_timeout,
             RaftPeerClient::new(channel).forward(req),
@@ -318,10 +324,23 @@ impl RaftNode {
         .map_err(|_| RaftNodeError::Timeout {
             timeout_ms: self.write_timeout.as_millis() as u64,
         })?
-        .map_err(|s| fail(s.to_string()))?;
+        .map_err(|s| {
+            // UNAVAILABLE: no connection to the leader (the request never left).
+            if s.code() == tonic::Code::Unavailable {
+                unsent(s.to_string())
+            } else {
+                sent(s.to_string())
+            }
+        })?;
         let result: Result<Response, String> =
-            decode(reply.get_ref()).map_err(|s| fail(s.to_string()))?;
-        result.map_err(fail)
+            decode(reply.get_ref()).map_err(|s| sent(s.to_string()))?;
+        result.map_err(|reason| {
+            if refused_unproposed(&reason) {
+                unsent(reason)
+            } else {
+                sent(reason)
+            }
+        })
     }
 
     /// Graceful leadership transfer (rolling restarts): waits until `target` (or the
@@ -399,6 +418,7 @@ impl RaftNode {
         let fail = |reason: String| RaftNodeError::Forward {
             leader: target,
             reason,
+            sent: true,
         };
         let channel = lazy_channel(addr, Duration::from_millis(500)).map_err(fail)?;
         let mut rx = self.raft.metrics();
@@ -546,4 +566,12 @@ impl Drop for TransferGuard<'_> {
         rc.elect(true);
         self.node.writer.set_paused(false);
     }
+}
+
+/// True if a forwarded write's error (as the leader's `RaftNodeError` rendered it)
+/// says the leader refused it before proposing anything: it was no longer leader.
+fn refused_unproposed(reason: &str) -> bool {
+    let not_leader = RaftNodeError::NotLeader { leader: None }.to_string();
+    let prefix = not_leader.split(" (").next().unwrap_or(&not_leader);
+    reason.starts_with(prefix) || reason == RaftNodeError::NoLeader.to_string()
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::RaftNodeError;
 use crate::meta::{offset_key, parse_offset_key, MetaDb};
 use crate::types::{
-    Command, Entry, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
+    Command, Entry, FifoLease, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
     TopicConfig, TypeConfig,
 };
 
@@ -37,6 +37,9 @@ pub struct GroupMeta {
     pub topics: BTreeMap<String, TopicConfig>,
     /// Consumer group configs by name.
     pub groups: BTreeMap<String, GroupConfig>,
+    /// (group, topic, queue id) → the FIFO delivery in flight, if any.
+    #[serde(default)]
+    pub fifo_leases: BTreeMap<(String, String, i32), FifoLease>,
 }
 
 /// Metadata shared with readers (the broker); updated on every apply.
@@ -86,6 +89,12 @@ impl StateMachine {
             let (_, v) = kv?;
             let g: GroupConfig = postcard::from_bytes(&v)?;
             meta.groups.insert(g.name.clone(), g);
+        }
+        for kv in db.fifo_leases.iter() {
+            let (_, v) = kv?;
+            let l: FifoLease = postcard::from_bytes(&v)?;
+            meta.fifo_leases
+                .insert((l.group.clone(), l.topic.clone(), l.queue_id), l);
         }
         if let Some(applied) = last_applied {
             let log = store.commit_log();
@@ -152,6 +161,26 @@ impl StateMachine {
                         .insert((c.group, c.topic, c.queue_id), c.offset);
                 }
             }
+            Command::EnsureTopic(t) => {
+                if !meta.topics.contains_key(&t.name) {
+                    MetaDb::put(&self.db.topics, &t.name, &t)?;
+                    meta.topics.insert(t.name.clone(), t);
+                }
+            }
+            Command::EnsureGroup(g) => {
+                if !meta.groups.contains_key(&g.name) {
+                    MetaDb::put(&self.db.groups, &g.name, &g)?;
+                    meta.groups.insert(g.name.clone(), g);
+                }
+            }
+            Command::FifoLeases(leases) => {
+                for l in leases {
+                    let key = offset_key(&l.group, &l.topic, l.queue_id);
+                    self.db.fifo_leases.insert(key, postcard::to_stdvec(&l)?)?;
+                    meta.fifo_leases
+                        .insert((l.group.clone(), l.topic.clone(), l.queue_id), l);
+                }
+            }
             Command::UpdateTopic(t) => {
                 MetaDb::put(&self.db.topics, &t.name, &t)?;
                 meta.topics.insert(t.name.clone(), t);
@@ -175,6 +204,16 @@ impl StateMachine {
                 for k in keys {
                     self.db.offsets.remove(offset_key(&k.0, &k.1, k.2))?;
                     meta.offsets.remove(&k);
+                }
+                let leases: Vec<_> = meta
+                    .fifo_leases
+                    .keys()
+                    .filter(|k| k.0 == name)
+                    .cloned()
+                    .collect();
+                for k in leases {
+                    self.db.fifo_leases.remove(offset_key(&k.0, &k.1, k.2))?;
+                    meta.fifo_leases.remove(&k);
                 }
                 meta.groups.remove(&name);
             }
@@ -329,6 +368,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.offsets.clear()?;
             self.db.topics.clear()?;
             self.db.groups.clear()?;
+            self.db.fifo_leases.clear()?;
+            for l in data.meta.fifo_leases.values() {
+                self.db.fifo_leases.insert(
+                    offset_key(&l.group, &l.topic, l.queue_id),
+                    postcard::to_stdvec(l)?,
+                )?;
+            }
             for ((g, t, q), off) in &data.meta.offsets {
                 self.db
                     .offsets

@@ -56,6 +56,35 @@ pub enum Command {
     /// Delete a consumer group and its offsets (its broadcasting consumers' offsets,
     /// kept as `group@client-id`, included).
     DeleteGroup(String),
+    /// Create a topic unless it exists (auto-creation: never overrides an admin's
+    /// config committed just before).
+    EnsureTopic(TopicConfig),
+    /// Create a consumer group unless it exists.
+    EnsureGroup(GroupConfig),
+    /// FIFO deliveries in flight: a new leader keeps each queue's message invisible
+    /// until the lease ends, so the next message is not delivered before it.
+    FifoLeases(Vec<FifoLease>),
+}
+
+/// A FIFO consumer group's delivery in flight on one queue (one at a time per
+/// queue). Replaced by the queue's next lease; void once the group's offset passes
+/// `queue_offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FifoLease {
+    /// Offset key of the consumer (the group).
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// The delivered message's queue offset.
+    pub queue_offset: u64,
+    /// The delivery id in its receipt handle (unique across terms).
+    pub delivery_id: u64,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// Wall-clock ms (leader's clock) when the message becomes visible again.
+    pub visible_at_ms: i64,
 }
 
 /// One consumer offset: the next queue offset `group` will consume from a queue.

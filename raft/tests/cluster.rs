@@ -472,8 +472,18 @@ async fn a_node_whose_metadata_lags_its_store_places_messages_like_the_others() 
     // the node must rejoin and agree on every placement. (The rebuild that keeps a
     // snapshot taken in that window consistent is tested in state_machine.rs.)
     {
-        let meta =
-            ledgermq_raft::meta::MetaDb::open(&c.cfgs[&victim].store.root.join("meta")).unwrap();
+        // The crashed node's tasks may hold sled's lock for a moment longer.
+        let dir = c.cfgs[&victim].store.root.join("meta");
+        let deadline = std::time::Instant::now() + T;
+        let meta = loop {
+            match ledgermq_raft::meta::MetaDb::open(&dir) {
+                Ok(m) => break m,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("metadata never unlocked: {e}"),
+            }
+        };
         let old = Some(ledgermq_raft::codec::log_id(term, 5));
         ledgermq_raft::meta::MetaDb::put(&meta.sm, "last_applied", &old).unwrap();
         meta.flush().unwrap();
