@@ -106,6 +106,11 @@ async fn heartbeat_loop(
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_key = None;
+    // After a failure, urgent sends wait for a backoff (doubling from 200 ms up to
+    // the heartbeat period) so an unreachable name server is not called, and
+    // logged, on every metrics change.
+    let mut failures = 0u32;
+    let mut urgent_after = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -117,6 +122,7 @@ async fn heartbeat_loop(
                 if key == last_key {
                     continue;
                 }
+                tokio::time::sleep_until(urgent_after).await;
             }
         }
         let Some(node) = rx.borrow_and_update().clone() else {
@@ -124,10 +130,27 @@ async fn heartbeat_loop(
         };
         let key = Some(urgent_key(&node));
         let req = RegisterBrokerRequest { node: Some(node) };
-        match tokio::time::timeout(timeout, c.register_broker(req)).await {
-            Ok(Ok(_)) => last_key = key,
-            Ok(Err(s)) => tracing::warn!(%addr, error = %s, "heartbeat to name server failed"),
-            Err(_) => tracing::warn!(%addr, "heartbeat to name server timed out"),
+        let error = match tokio::time::timeout(timeout, c.register_broker(req)).await {
+            Ok(Ok(_)) => {
+                if failures > 0 {
+                    tracing::info!(%addr, "name server reachable again");
+                }
+                failures = 0;
+                last_key = key;
+                continue;
+            }
+            Ok(Err(s)) => s.to_string(),
+            Err(_) => "timed out".to_string(),
+        };
+        if failures == 0 {
+            tracing::warn!(%addr, %error, "heartbeat to name server failed; retrying with backoff");
+        } else {
+            tracing::debug!(%addr, %error, failures, "heartbeat to name server failed");
         }
+        failures = failures.saturating_add(1);
+        let backoff = Duration::from_millis(200)
+            .saturating_mul(1 << failures.min(16))
+            .min(every);
+        urgent_after = tokio::time::Instant::now() + backoff;
     }
 }
