@@ -1,2 +1,20 @@
-//! LedgerMQ's Jepsen-style partition tests: test hosts in network namespaces, nemesis,
-//! workload, checkers and report. Filled by issue 6; nothing here yet.
+//! LedgerMQ's Jepsen-style partition tests (issue 6). So far: the history model and
+//! its checkers; the hosts in network namespaces, the nemesis, the workload and the
+//! report are still to come.
+//!
+//! - [`history`]: invoke / ok / fail / info ops as JSON lines.
+//! - [`checker`]: total-queue, order (queue offsets, message groups), availability.
+
+pub mod checker;
+pub mod history;
+
+/// Failures of the harness.
+#[derive(Debug, thiserror::Error)]
+pub enum JepsenError {
+    /// Reading or writing a file failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A history line could not be encoded or decoded.
+    #[error("history: {0}")]
+    History(String),
+}

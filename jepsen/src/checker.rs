@@ -1,0 +1,404 @@
+//! Checkers over a history (see `jepsen-notes.md` for the reference definitions).
+//! Plain functions of the history: no I/O.
+//!
+//! - [`total_queue`] (Jepsen's total-queue): lost = acknowledged, never received;
+//!   unexpected = received, never sent; duplicated; recovered = unknown send that
+//!   arrived. Valid only when nothing is lost or unexpected.
+//! - [`order`]: per message queue, one queue offset never holds two messages and the
+//!   offsets delivered have no gaps; per message group, deliveries follow the send
+//!   order (a redelivery may repeat the latest message, never go back).
+//! - [`availability`]: time from each fault to the first successful send after it
+//!   (RTO), and failed sends outside fault windows.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use crate::history::{send_outcomes, Op, OpFn, OpType};
+
+/// Most examples kept per finding.
+pub const MAX_EXAMPLES: usize = 10;
+
+/// Counts and examples of Jepsen's total-queue checker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TotalQueue {
+    /// Sends invoked.
+    pub attempted: usize,
+    /// Sends acknowledged.
+    pub acknowledged: usize,
+    /// Distinct values received.
+    pub received: usize,
+    /// Acknowledged, never received.
+    pub lost: usize,
+    /// Received, never sent.
+    pub unexpected: usize,
+    /// Values received more than once (deliveries beyond the first).
+    pub duplicated: usize,
+    /// Sends of unknown outcome that were received.
+    pub recovered: usize,
+    /// A few lost values.
+    pub lost_examples: Vec<String>,
+    /// A few unexpected values.
+    pub unexpected_examples: Vec<String>,
+    /// Nothing lost and nothing unexpected.
+    pub valid: bool,
+}
+
+fn deliveries(ops: &[Op]) -> impl Iterator<Item = &crate::history::Delivered> {
+    ops.iter()
+        .filter(|o| o.f == OpFn::Receive && o.op_type == OpType::Ok)
+        .flat_map(|o| o.delivered.iter())
+}
+
+/// Runs the total-queue checker.
+pub fn total_queue(ops: &[Op]) -> TotalQueue {
+    let outcomes = send_outcomes(ops);
+    let attempted: BTreeSet<&str> = outcomes.iter().map(|(s, _)| s.id.as_str()).collect();
+    let acked: BTreeSet<&str> = outcomes
+        .iter()
+        .filter(|(_, t)| *t == OpType::Ok)
+        .map(|(s, _)| s.id.as_str())
+        .collect();
+    let unknown: BTreeSet<&str> = outcomes
+        .iter()
+        .filter(|(_, t)| *t == OpType::Info)
+        .map(|(s, _)| s.id.as_str())
+        .collect();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for d in deliveries(ops) {
+        *counts.entry(d.id.as_str()).or_default() += 1;
+    }
+    let lost: Vec<&str> = acked
+        .iter()
+        .filter(|v| !counts.contains_key(*v))
+        .copied()
+        .collect();
+    let unexpected: Vec<&str> = counts
+        .keys()
+        .filter(|v| !attempted.contains(*v))
+        .copied()
+        .collect();
+    TotalQueue {
+        attempted: attempted.len(),
+        acknowledged: acked.len(),
+        received: counts.len(),
+        lost: lost.len(),
+        unexpected: unexpected.len(),
+        duplicated: counts.values().map(|c| c - 1).sum(),
+        recovered: unknown.iter().filter(|v| counts.contains_key(*v)).count(),
+        lost_examples: lost
+            .iter()
+            .take(MAX_EXAMPLES)
+            .map(|s| s.to_string())
+            .collect(),
+        unexpected_examples: unexpected
+            .iter()
+            .take(MAX_EXAMPLES)
+            .map(|s| s.to_string())
+            .collect(),
+        valid: lost.is_empty() && unexpected.is_empty(),
+    }
+}
+
+/// Findings of the order checker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Order {
+    /// Queue offsets that delivered two different values.
+    pub inconsistent_offsets: usize,
+    /// Offsets missing between the lowest and highest offset delivered per queue.
+    pub offset_gaps: usize,
+    /// Deliveries of a message group that went back to an earlier message, or
+    /// skipped an acknowledged one.
+    pub group_order_violations: usize,
+    /// Examples, one line each.
+    pub examples: Vec<String>,
+    /// No finding.
+    pub valid: bool,
+}
+
+/// Runs the order checker. Only acknowledged sends may not be skipped within a
+/// message group (failed and unknown ones may be missing).
+pub fn order(ops: &[Op]) -> Order {
+    let mut r = Order::default();
+    let note = |r: &mut Order, s: String| {
+        if r.examples.len() < MAX_EXAMPLES {
+            r.examples.push(s);
+        }
+    };
+    // Per queue: offset → value.
+    let mut queues: BTreeMap<(&str, i32), BTreeMap<u64, &str>> = BTreeMap::new();
+    for d in deliveries(ops) {
+        let q = queues.entry((d.broker.as_str(), d.queue_id)).or_default();
+        match q.get(&d.queue_offset) {
+            Some(v) if *v != d.id => {
+                r.inconsistent_offsets += 1;
+                note(
+                    &mut r,
+                    format!(
+                        "{}/{} offset {}: {v} and {}",
+                        d.broker, d.queue_id, d.queue_offset, d.id
+                    ),
+                );
+            }
+            Some(_) => {}
+            None => {
+                q.insert(d.queue_offset, &d.id);
+            }
+        }
+    }
+    for ((broker, qid), offsets) in &queues {
+        let (lo, hi) = (offsets.keys().next(), offsets.keys().next_back());
+        if let (Some(&lo), Some(&hi)) = (lo, hi) {
+            let missing = (hi - lo + 1) as usize - offsets.len();
+            if missing > 0 {
+                r.offset_gaps += missing;
+                note(
+                    &mut r,
+                    format!("{broker}/{qid}: {missing} offsets missing in [{lo}, {hi}]"),
+                );
+            }
+        }
+    }
+    // Per message group: acknowledged sequence numbers, then the delivery order.
+    let outcomes = send_outcomes(ops);
+    let mut acked: HashMap<&str, BTreeSet<u64>> = HashMap::new();
+    for (s, _) in outcomes.iter().filter(|(_, t)| *t == OpType::Ok) {
+        if let (Some(g), Some(seq)) = (&s.group, s.seq) {
+            acked.entry(g.as_str()).or_default().insert(seq);
+        }
+    }
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    for d in deliveries(ops) {
+        let (Some(g), Some(seq)) = (d.group.as_deref(), d.seq) else {
+            continue;
+        };
+        if let Some(&prev) = last.get(g) {
+            let skipped = acked
+                .get(g)
+                .is_some_and(|a| a.range(prev + 1..seq.max(prev + 1)).next().is_some());
+            if seq < prev || skipped {
+                r.group_order_violations += 1;
+                note(&mut r, format!("group {g}: {seq} delivered after {prev}"));
+            }
+        } else if acked
+            .get(g)
+            .is_some_and(|a| a.range(..seq).next().is_some())
+        {
+            r.group_order_violations += 1;
+            note(
+                &mut r,
+                format!("group {g}: first delivery is {seq}, an earlier acked message was skipped"),
+            );
+        }
+        let e = last.entry(g).or_insert(seq);
+        *e = (*e).max(seq);
+    }
+    r.valid = r.inconsistent_offsets == 0 && r.offset_gaps == 0 && r.group_order_violations == 0;
+    r
+}
+
+/// A fault's window, ms since the run started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FaultWindow {
+    /// When the fault began.
+    pub start_ms: u64,
+    /// When it was healed.
+    pub end_ms: u64,
+}
+
+/// Availability findings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Availability {
+    /// Per fault: ms from its start to the first send acknowledged after it (None if
+    /// none was).
+    pub rto_ms: Vec<Option<u64>>,
+    /// Sends that failed or timed out outside every fault window (a grace period after
+    /// each heal included).
+    pub failures_outside_faults: usize,
+}
+
+/// Runs the availability checker. `grace_ms` after each heal still counts as the
+/// fault (the cluster settles).
+pub fn availability(ops: &[Op], faults: &[FaultWindow], grace_ms: u64) -> Availability {
+    let acked_at: Vec<u64> = ops
+        .iter()
+        .filter(|o| o.f == OpFn::Send && o.op_type == OpType::Ok)
+        .map(|o| o.time_ms)
+        .collect();
+    let rto_ms = faults
+        .iter()
+        .map(|f| {
+            acked_at
+                .iter()
+                .filter(|&&t| t >= f.start_ms)
+                .min()
+                .map(|t| t - f.start_ms)
+        })
+        .collect();
+    let in_fault = |t: u64| {
+        faults
+            .iter()
+            .any(|f| t >= f.start_ms && t <= f.end_ms + grace_ms)
+    };
+    let failures_outside_faults = ops
+        .iter()
+        .filter(|o| o.f == OpFn::Send && matches!(o.op_type, OpType::Fail | OpType::Info))
+        .filter(|o| !in_fault(o.time_ms))
+        .count();
+    Availability {
+        rto_ms,
+        failures_outside_faults,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Delivered, Sent};
+
+    fn send(time_ms: u64, process: u64, t: OpType, id: &str, group: Option<(&str, u64)>) -> Op {
+        Op {
+            time_ms,
+            process,
+            op_type: t,
+            f: OpFn::Send,
+            sent: Some(Sent {
+                id: id.into(),
+                group: group.map(|g| g.0.into()),
+                seq: group.map(|g| g.1),
+            }),
+            delivered: vec![],
+            error: None,
+        }
+    }
+
+    /// (value, queue id, queue offset, (message group, seq)).
+    type Item<'a> = (&'a str, i32, u64, Option<(&'a str, u64)>);
+
+    fn recv(time_ms: u64, items: &[Item<'_>]) -> Op {
+        Op {
+            time_ms,
+            process: 99,
+            op_type: OpType::Ok,
+            f: OpFn::Receive,
+            sent: None,
+            delivered: items
+                .iter()
+                .map(|(id, q, off, g)| Delivered {
+                    id: id.to_string(),
+                    broker: "broker-a".into(),
+                    queue_id: *q,
+                    queue_offset: *off,
+                    group: g.map(|g| g.0.into()),
+                    seq: g.map(|g| g.1),
+                })
+                .collect(),
+            error: None,
+        }
+    }
+
+    fn sent_ok(id: &str, p: u64, g: Option<(&str, u64)>) -> Vec<Op> {
+        vec![
+            send(0, p, OpType::Invoke, id, g),
+            send(1, p, OpType::Ok, id, g),
+        ]
+    }
+
+    #[test]
+    fn total_queue_counts_lost_unexpected_duplicated_recovered() {
+        let mut h = sent_ok("a", 1, None);
+        h.extend(sent_ok("b", 1, None));
+        h.push(send(2, 2, OpType::Invoke, "c", None));
+        h.push(send(3, 2, OpType::Info, "c", None));
+        h.push(send(4, 3, OpType::Invoke, "d", None));
+        h.push(send(5, 3, OpType::Fail, "d", None));
+        h.push(recv(
+            6,
+            &[
+                ("a", 0, 0, None),
+                ("a", 0, 0, None),
+                ("c", 0, 1, None),
+                ("z", 0, 2, None),
+            ],
+        ));
+        let r = total_queue(&h);
+        assert_eq!((r.attempted, r.acknowledged, r.received), (4, 2, 3));
+        assert_eq!(
+            (r.lost, r.unexpected, r.duplicated, r.recovered),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(r.lost_examples, vec!["b"]);
+        assert!(!r.valid);
+    }
+
+    #[test]
+    fn order_finds_gaps_inconsistency_and_group_regressions() {
+        let g = |n| Some(("g", n));
+        let mut h = Vec::new();
+        for (i, id) in ["m0", "m1", "m2"].iter().enumerate() {
+            h.extend(sent_ok(id, 1, g(i as u64)));
+        }
+        // A redelivery of the latest message is fine.
+        h.push(recv(
+            5,
+            &[
+                ("m0", 0, 0, g(0)),
+                ("m1", 0, 1, g(1)),
+                ("m1", 0, 1, g(1)),
+                ("m2", 0, 2, g(2)),
+            ],
+        ));
+        assert!(order(&h).valid, "{:?}", order(&h));
+        // Going back to m0 after m2 is not.
+        h.push(recv(6, &[("m0", 0, 0, g(0))]));
+        let r = order(&h);
+        assert_eq!(r.group_order_violations, 1);
+        // Another value at offset 1, and offset 4 without 3.
+        h.push(recv(7, &[("x", 0, 1, None), ("y", 0, 4, None)]));
+        let r = order(&h);
+        assert_eq!((r.inconsistent_offsets, r.offset_gaps), (1, 1));
+        assert!(!r.valid);
+    }
+
+    #[test]
+    fn skipping_an_acknowledged_group_message_is_a_violation_but_not_a_failed_one() {
+        let g = |n| Some(("g", n));
+        let mut h = sent_ok("m0", 1, g(0));
+        h.push(send(2, 1, OpType::Invoke, "m1", g(1)));
+        h.push(send(3, 1, OpType::Fail, "m1", g(1)));
+        h.extend(sent_ok("m2", 1, g(2)));
+        h.push(recv(5, &[("m0", 0, 0, g(0)), ("m2", 0, 1, g(2))]));
+        assert!(order(&h).valid);
+        let mut h2 = sent_ok("m0", 1, g(0));
+        h2.extend(sent_ok("m1", 1, g(1)));
+        h2.push(recv(5, &[("m1", 0, 1, g(1))]));
+        assert_eq!(order(&h2).group_order_violations, 1);
+    }
+
+    #[test]
+    fn availability_measures_rto_and_failures_outside_faults() {
+        let h = vec![
+            send(100, 1, OpType::Invoke, "a", None),
+            send(110, 1, OpType::Ok, "a", None),
+            send(1000, 1, OpType::Invoke, "b", None),
+            send(1500, 1, OpType::Info, "b", None),
+            send(1600, 1, OpType::Invoke, "c", None),
+            send(2300, 1, OpType::Ok, "c", None),
+            send(9000, 1, OpType::Invoke, "d", None),
+            send(9100, 1, OpType::Fail, "d", None),
+        ];
+        let faults = [
+            FaultWindow {
+                start_ms: 1000,
+                end_ms: 3000,
+            },
+            FaultWindow {
+                start_ms: 9500,
+                end_ms: 9600,
+            },
+        ];
+        let a = availability(&h, &faults, 500);
+        assert_eq!(a.rto_ms, vec![Some(1300), None]);
+        assert_eq!(a.failures_outside_faults, 1);
+    }
+}
