@@ -254,23 +254,9 @@ pub fn availability(ops: &[Op], faults: &[FaultWindow], grace_ms: u64) -> Availa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{Delivered, Sent};
+    use crate::history::Delivered;
 
-    fn send(time_ms: u64, process: u64, t: OpType, id: &str, group: Option<(&str, u64)>) -> Op {
-        Op {
-            time_ms,
-            process,
-            op_type: t,
-            f: OpFn::Send,
-            sent: Some(Sent {
-                id: id.into(),
-                group: group.map(|g| g.0.into()),
-                seq: group.map(|g| g.1),
-            }),
-            delivered: vec![],
-            error: None,
-        }
-    }
+    use crate::history::send_op as send;
 
     /// (value, queue id, queue offset, (message group, seq)).
     type Item<'a> = (&'a str, i32, u64, Option<(&'a str, u64)>);

@@ -138,24 +138,36 @@ pub fn send_outcomes(ops: &[Op]) -> Vec<(Sent, OpType)> {
     out
 }
 
+/// A send op, for tests: `group` is (message group, seq).
+#[cfg(test)]
+pub(crate) fn send_op(
+    time_ms: u64,
+    process: u64,
+    t: OpType,
+    id: &str,
+    group: Option<(&str, u64)>,
+) -> Op {
+    Op {
+        time_ms,
+        process,
+        op_type: t,
+        f: OpFn::Send,
+        sent: Some(Sent {
+            id: id.into(),
+            group: group.map(|g| g.0.into()),
+            seq: group.map(|g| g.1),
+        }),
+        delivered: vec![],
+        error: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn send(time_ms: u64, process: u64, t: OpType, id: &str) -> Op {
-        Op {
-            time_ms,
-            process,
-            op_type: t,
-            f: OpFn::Send,
-            sent: Some(Sent {
-                id: id.into(),
-                group: None,
-                seq: None,
-            }),
-            delivered: vec![],
-            error: None,
-        }
+        send_op(time_ms, process, t, id, None)
     }
 
     #[test]
