@@ -4,9 +4,11 @@
 //!
 //! - [`history`]: invoke / ok / fail / info ops as JSON lines.
 //! - [`checker`]: total-queue, order (queue offsets, message groups), availability.
+//! - [`nemesis`]: fault kinds, partition shapes (grudges) and seeded fault plans.
 
 pub mod checker;
 pub mod history;
+pub mod nemesis;
 
 /// Failures of the harness.
 #[derive(Debug, thiserror::Error)]
