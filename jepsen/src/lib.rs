@@ -5,10 +5,12 @@
 //! - [`history`]: invoke / ok / fail / info ops as JSON lines.
 //! - [`checker`]: total-queue, order (queue offsets, message groups), availability.
 //! - [`nemesis`]: fault kinds, partition shapes (grudges) and seeded fault plans.
+//! - [`net`]: the namespace and address plan, and the nftables rules of a grudge.
 
 pub mod checker;
 pub mod history;
 pub mod nemesis;
+pub mod net;
 
 /// Failures of the harness.
 #[derive(Debug, thiserror::Error)]
