@@ -6,9 +6,11 @@
 //! - [`checker`]: total-queue, order (queue offsets, message groups), availability.
 //! - [`nemesis`]: fault kinds, partition shapes (grudges) and seeded fault plans.
 //! - [`net`]: the namespace and address plan, and the nftables rules of a grudge.
+//! - [`hosts`]: creating and removing the namespaced network, applying grudges.
 
 pub mod checker;
 pub mod history;
+pub mod hosts;
 pub mod nemesis;
 pub mod net;
 
@@ -21,4 +23,7 @@ pub enum JepsenError {
     /// A history line could not be encoded or decoded.
     #[error("history: {0}")]
     History(String),
+    /// Setting up or changing the test hosts failed (needs root, iproute2, nftables).
+    #[error("test hosts: {0}")]
+    Host(String),
 }
