@@ -7,12 +7,14 @@
 //! - [`nemesis`]: fault kinds, partition shapes (grudges) and seeded fault plans.
 //! - [`net`]: the namespace and address plan, and the nftables rules of a grudge.
 //! - [`hosts`]: creating and removing the namespaced network, applying grudges.
+//! - [`procs`]: the name server and broker nodes running on those hosts.
 
 pub mod checker;
 pub mod history;
 pub mod hosts;
 pub mod nemesis;
 pub mod net;
+pub mod procs;
 
 /// Failures of the harness.
 #[derive(Debug, thiserror::Error)]

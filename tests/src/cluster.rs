@@ -14,26 +14,7 @@ use anyhow::{bail, Context, Result};
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{ListClusterRequest, Role};
 
-/// The path of a workspace binary (see the module docs).
-pub fn bin(name: &str) -> Result<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os("LEDGERMQ_BIN_DIR") {
-        dirs.push(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe()?;
-    if let Some(d) = exe.parent() {
-        dirs.push(d.to_path_buf());
-        if let Some(up) = d.parent() {
-            dirs.push(up.to_path_buf());
-        }
-    }
-    dirs.iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .with_context(|| {
-            format!("binary {name} not found in {dirs:?}: run `cargo build --bins` (add --release for release builds) first")
-        })
-}
+pub use ledgermq_jepsen::procs::bin;
 
 /// A free loopback port.
 pub fn free_port() -> u16 {

@@ -1,0 +1,257 @@
+//! The cluster's processes on the namespaced hosts: a 3-node broker group on hosts
+//! 0-2, the name server on host 3, clients on host 4. Each process runs inside its
+//! host's namespace (`ip netns exec`) with its log in the run folder; the nemesis
+//! kills (SIGKILL), pauses (SIGSTOP / SIGCONT) and restarts them.
+//!
+//! Binaries are found with [`bin`]: `LEDGERMQ_BIN_DIR`, else next to the running
+//! executable or one directory up (test executables live in `deps/`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use crate::hosts::Network;
+use crate::net::host_addr;
+use crate::JepsenError;
+
+/// Broker nodes (hosts 0..3).
+pub const NODES: usize = 3;
+/// The name server's host.
+pub const NAMESRV_HOST: usize = 3;
+/// The clients' host.
+pub const CLIENT_HOST: usize = 4;
+/// Hosts in all.
+pub const HOSTS: usize = 5;
+/// Client gRPC port on every node.
+pub const CLIENT_PORT: u16 = 8081;
+/// Raft port on every node.
+pub const RAFT_PORT: u16 = 40911;
+/// Name server port.
+pub const NAMESRV_PORT: u16 = 9876;
+
+/// The path of a workspace binary (see the module docs). Error: `Host` naming the
+/// directories searched.
+pub fn bin(name: &str) -> Result<PathBuf, JepsenError> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("LEDGERMQ_BIN_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe()?;
+    if let Some(d) = exe.parent() {
+        dirs.push(d.to_path_buf());
+        if let Some(up) = d.parent() {
+            dirs.push(up.to_path_buf());
+        }
+    }
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            JepsenError::Host(format!(
+                "binary {name} not found in {dirs:?}: run `cargo build --bins` (add --release for release builds) first"
+            ))
+        })
+}
+
+/// `host:port` of the name server.
+pub fn namesrv_addr() -> String {
+    format!("{}:{NAMESRV_PORT}", host_addr(NAMESRV_HOST))
+}
+
+/// `host:port` of node `i`'s client service.
+pub fn client_addr(i: usize) -> String {
+    format!("{}:{CLIENT_PORT}", host_addr(i))
+}
+
+/// The TOML configuration of broker node `i` (`flush`: `sync` or `async`).
+pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
+    let mut s = format!(
+        "cluster = \"JepsenCluster\"\nbroker_group = \"broker-a\"\nnode_id = {i}\n\
+         client_addr = \"{}\"\nnamesrv_addrs = [\"{}\"]\nstore_root = \"{}\"\n\
+         flush = \"{flush}\"\ncommit_log_segment_bytes = 67108864\nnamesrv_heartbeat_ms = 1000\n\n[peers]\n",
+        client_addr(i),
+        namesrv_addr(),
+        store_root.display()
+    );
+    for j in 0..NODES {
+        s.push_str(&format!("{j} = \"{}:{RAFT_PORT}\"\n", host_addr(j)));
+    }
+    s.push_str("\n[client_addrs]\n");
+    for j in 0..NODES {
+        s.push_str(&format!("{j} = \"{}\"\n", client_addr(j)));
+    }
+    s
+}
+
+/// One process of the cluster.
+struct Proc {
+    host: usize,
+    program: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    fn spawn(&mut self, net: &Network) -> Result<(), JepsenError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let program = self.program.to_string_lossy().into_owned();
+        let child = net
+            .command(self.host, &program)
+            .args(&self.args)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| JepsenError::Host(format!("spawning {program}: {e}")))?;
+        self.child = Some(child);
+        Ok(())
+    }
+}
+
+/// The running cluster: name server and broker nodes. Every process is killed when
+/// it is dropped.
+pub struct Cluster {
+    procs: Vec<Proc>,
+}
+
+impl Cluster {
+    /// Writes configurations and starts the name server and the three nodes under
+    /// `dir` (stores in `dir/nI`, logs in `dir/*.log`).
+    pub fn start(net: &Network, dir: &Path, flush: &str) -> Result<Self, JepsenError> {
+        std::fs::create_dir_all(dir)?;
+        let ns_cfg = dir.join("namesrv.toml");
+        std::fs::write(
+            &ns_cfg,
+            format!(
+                "listen = \"{}\"\nscan_interval_ms = 500\nnode_expiry_ms = 5000\n",
+                namesrv_addr()
+            ),
+        )?;
+        let mut procs = vec![Proc {
+            host: NAMESRV_HOST,
+            program: bin("mqnamesrv")?,
+            args: vec!["-c".into(), ns_cfg.display().to_string()],
+            log: dir.join("namesrv.log"),
+            child: None,
+        }];
+        for i in 0..NODES {
+            let cfg = dir.join(format!("n{i}.toml"));
+            std::fs::write(&cfg, broker_config(i, &dir.join(format!("n{i}")), flush))?;
+            procs.push(Proc {
+                host: i,
+                program: bin("mqbroker")?,
+                args: vec!["-c".into(), cfg.display().to_string()],
+                log: dir.join(format!("n{i}.log")),
+                child: None,
+            });
+        }
+        let mut c = Self { procs };
+        for p in &mut c.procs {
+            p.spawn(net)?;
+        }
+        Ok(c)
+    }
+
+    fn node(&mut self, i: usize) -> &mut Proc {
+        &mut self.procs[1 + i]
+    }
+
+    /// SIGKILLs node `i` (and waits for it).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.node(i).child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts node `i` again after [`Self::kill`].
+    pub fn restart(&mut self, net: &Network, i: usize) -> Result<(), JepsenError> {
+        self.kill(i);
+        self.node(i).spawn(net)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to node `i`.
+    pub fn signal(&mut self, i: usize, signal: &str) -> Result<(), JepsenError> {
+        let Some(pid) = self.node(i).child.as_ref().map(Child::id) else {
+            return Err(JepsenError::Host(format!("node {i} is not running")));
+        };
+        // `ip netns exec` replaces itself with the program, so the pid is the node's.
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()?;
+        if !status.success() {
+            return Err(JepsenError::Host(format!("kill -{signal} {pid} failed")));
+        }
+        Ok(())
+    }
+
+    /// Runs `mqadmin clusterList` from the clients' host; the nodes it lists with
+    /// role `leader`, as (node id, term).
+    pub fn leaders(&self, net: &Network) -> Result<Vec<(usize, u64)>, JepsenError> {
+        let out = net
+            .command(CLIENT_HOST, &bin("mqadmin")?.to_string_lossy())
+            .args(["clusterList", "-n", &namesrv_addr()])
+            .output()?;
+        if !out.status.success() {
+            return Err(JepsenError::Host(format!(
+                "mqadmin clusterList: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(parse_leaders(&String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+/// The (node id, term) of `leader` lines in `mqadmin clusterList` output (columns:
+/// cluster, group, node, address, role, term, commit, silent).
+pub fn parse_leaders(text: &str) -> Vec<(usize, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols.len() >= 6 && cols[4] == "leader")
+                .then(|| Some((cols[2].parse().ok()?, cols[5].parse().ok()?)))
+                .flatten()
+        })
+        .collect()
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            if let Some(mut c) = p.child.take() {
+                // A paused process must be continued to die promptly.
+                let _ = Command::new("kill")
+                    .args(["-CONT", &c.id().to_string()])
+                    .status();
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_name_every_member_on_its_host() {
+        let c = broker_config(1, Path::new("/tmp/x/n1"), "sync");
+        assert!(c.contains("node_id = 1\n"));
+        assert!(c.contains("client_addr = \"10.77.0.11:8081\""));
+        assert!(c.contains("namesrv_addrs = [\"10.77.0.13:9876\"]"));
+        assert!(c.contains("2 = \"10.77.0.12:40911\""));
+        assert!(c.contains("0 = \"10.77.0.10:8081\""));
+    }
+
+    #[test]
+    fn leaders_are_read_from_cluster_list() {
+        let text = "cluster          group        node  address                role         term       commit   silent\n\
+                    JepsenCluster    broker-a     0     10.77.0.10:8081        follower        3            9     0.1s\n\
+                    JepsenCluster    broker-a     2     10.77.0.12:8081        leader          3            9     0.1s\n";
+        assert_eq!(parse_leaders(text), vec![(2, 3)]);
+    }
+}

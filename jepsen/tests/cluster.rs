@@ -1,0 +1,53 @@
+//! A 3-node group and a name server as real processes on namespaced hosts (needs
+//! root, iproute2, nftables and the workspace binaries): a leader emerges; cut off
+//! by a partition, it is replaced by a node with a higher term; healed, it follows;
+//! a killed and restarted node rejoins; a paused leader is replaced too.
+
+use std::time::{Duration, Instant};
+
+use ledgermq_jepsen::hosts::Network;
+use ledgermq_jepsen::nemesis::{isolate, Grudge};
+use ledgermq_jepsen::procs::{Cluster, HOSTS};
+
+/// Waits until the name server (asked from the clients' host) names a leader
+/// other than `not` with a term above `above`.
+fn wait_leader(c: &Cluster, net: &Network, not: Option<usize>, above: u64) -> (usize, u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(ls) = c.leaders(net) {
+            if let Some(&l) = ls
+                .iter()
+                .filter(|(n, t)| Some(*n) != not && *t > above)
+                .max_by_key(|l| l.1)
+            {
+                return l;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new leader (not {not:?}, term > {above})"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn partitions_kills_and_pauses_move_leadership() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create(&format!("lmqc{}-", std::process::id()), HOSTS).unwrap();
+    let mut c = Cluster::start(&net, dir.path(), "sync").unwrap();
+    let (l1, t1) = wait_leader(&c, &net, None, 0);
+
+    net.apply(&isolate(HOSTS, l1)).unwrap();
+    let (l2, t2) = wait_leader(&c, &net, Some(l1), t1);
+    net.apply(&Grudge::new()).unwrap();
+
+    c.kill(l2);
+    let (l3, t3) = wait_leader(&c, &net, Some(l2), t2);
+    c.restart(&net, l2).unwrap();
+
+    c.signal(l3, "STOP").unwrap();
+    let (l4, _) = wait_leader(&c, &net, Some(l3), t3);
+    c.signal(l3, "CONT").unwrap();
+    assert_ne!(l4, l3);
+}
