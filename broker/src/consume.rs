@@ -201,7 +201,7 @@ impl Broker {
         let topic = dlq_topic(&consumer.group);
         if self.topic(&topic).is_none() {
             self.node
-                .write_command(Command::UpdateTopic(TopicConfig {
+                .write_command(Command::EnsureTopic(TopicConfig {
                     name: topic.clone(),
                     queue_count: 1,
                     perm: 6,

@@ -279,6 +279,30 @@ impl RaftNode {
         self.write(Request::Command(command)).await
     }
 
+    /// Commits a metadata command only as this node's own proposal while it leads
+    /// (never forwarded): a write that must not outlive this node's leadership, such
+    /// as a FIFO delivery lease. An entry proposed in a term commits only with that
+    /// term's quorum, or as part of a later leader's log before that leader serves.
+    /// Errors: `NotLeader` (also when leadership is lost before the commit),
+    /// `Timeout`.
+    pub async fn write_command_as_leader(
+        &self,
+        command: Command,
+    ) -> Result<Response, RaftNodeError> {
+        if !self.is_leader() {
+            return Err(RaftNodeError::NotLeader {
+                leader: self.leader().map(|l| l.0),
+            });
+        }
+        let timeout_ms = self.write_timeout.as_millis() as u64;
+        tokio::time::timeout(
+            self.write_timeout,
+            self.writer.write_local(Request::Command(command)),
+        )
+        .await
+        .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
+    }
+
     async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
         let timeout_ms = self.write_timeout.as_millis() as u64;
         let attempt = async {
@@ -325,8 +349,9 @@ impl RaftNode {
             timeout_ms: self.write_timeout.as_millis() as u64,
         })?
         .map_err(|s| {
-            // UNAVAILABLE: no connection to the leader (the request never left).
-            if s.code() == tonic::Code::Unavailable {
+            // Only a failed connection proves the request never left; UNAVAILABLE
+            // also covers connections lost after sending (keep-alive timeouts).
+            if s.code() == tonic::Code::Unavailable && is_connect_error(&s) {
                 unsent(s.to_string())
             } else {
                 sent(s.to_string())
@@ -574,4 +599,51 @@ fn refused_unproposed(reason: &str) -> bool {
     let not_leader = RaftNodeError::NotLeader { leader: None }.to_string();
     let prefix = not_leader.split(" (").next().unwrap_or(&not_leader);
     reason.starts_with(prefix) || reason == RaftNodeError::NoLeader.to_string()
+}
+
+/// True if the status comes from failing to connect (hyper's connect error), so the
+/// request was never sent.
+fn is_connect_error(s: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(s);
+    while let Some(e) = source {
+        if format!("{e:?}").starts_with("ConnectError") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_told_apart_from_other_unavailability() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port(); // released: nothing listens there now
+        let ch = lazy_channel(&format!("127.0.0.1:{port}"), Duration::from_millis(500)).unwrap();
+        let req = peer_request(
+            1,
+            &Request::Command(Command::DeleteTopic("t".into())),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let s = RaftPeerClient::new(ch).forward(req).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert!(is_connect_error(&s), "{s:?}");
+        assert!(!is_connect_error(&tonic::Status::unavailable(
+            "connection reset"
+        )));
+        assert!(refused_unproposed(
+            &RaftNodeError::NotLeader { leader: Some(2) }.to_string()
+        ));
+        assert!(refused_unproposed(&RaftNodeError::NoLeader.to_string()));
+        assert!(!refused_unproposed(
+            &RaftNodeError::Timeout { timeout_ms: 5 }.to_string()
+        ));
+    }
 }

@@ -38,7 +38,6 @@ pub struct GroupMeta {
     /// Consumer group configs by name.
     pub groups: BTreeMap<String, GroupConfig>,
     /// (group, topic, queue id) → the FIFO delivery in flight, if any.
-    #[serde(default)]
     pub fifo_leases: BTreeMap<(String, String, i32), FifoLease>,
 }
 
@@ -175,6 +174,18 @@ impl StateMachine {
             }
             Command::FifoLeases(leases) => {
                 for l in leases {
+                    // Everything below a FIFO delivery is acked or skipped: the
+                    // group's offset is at least the leased offset, so a new leader
+                    // adopts the lease even if the last offset commit did not land.
+                    let key = (l.group.clone(), l.topic.clone(), l.queue_id);
+                    let cur = meta.offsets.get(&key).copied().unwrap_or(0);
+                    if l.queue_offset > cur {
+                        self.db.offsets.insert(
+                            offset_key(&l.group, &l.topic, l.queue_id),
+                            &l.queue_offset.to_be_bytes(),
+                        )?;
+                        meta.offsets.insert(key, l.queue_offset);
+                    }
                     let key = offset_key(&l.group, &l.topic, l.queue_id);
                     self.db.fifo_leases.insert(key, postcard::to_stdvec(&l)?)?;
                     meta.fifo_leases
@@ -208,7 +219,7 @@ impl StateMachine {
                 let leases: Vec<_> = meta
                     .fifo_leases
                     .keys()
-                    .filter(|k| k.0 == name)
+                    .filter(|k| k.0 == name || k.0.starts_with(&format!("{name}@")))
                     .cloned()
                     .collect();
                 for k in leases {
