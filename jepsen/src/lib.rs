@@ -8,6 +8,8 @@
 //! - [`net`]: the namespace and address plan, and the nftables rules of a grudge.
 //! - [`hosts`]: creating and removing the namespaced network, applying grudges.
 //! - [`procs`]: the name server and broker nodes running on those hosts.
+//! - [`workload`]: producers and consumers over the gRPC protocol, recording the
+//!   history, from inside the clients' namespace.
 
 pub mod checker;
 pub mod history;
@@ -15,6 +17,7 @@ pub mod hosts;
 pub mod nemesis;
 pub mod net;
 pub mod procs;
+pub mod workload;
 
 /// Failures of the harness.
 #[derive(Debug, thiserror::Error)]

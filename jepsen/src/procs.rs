@@ -188,20 +188,26 @@ impl Cluster {
         Ok(())
     }
 
-    /// Runs `mqadmin clusterList` from the clients' host; the nodes it lists with
-    /// role `leader`, as (node id, term).
-    pub fn leaders(&self, net: &Network) -> Result<Vec<(usize, u64)>, JepsenError> {
+    /// Runs `mqadmin ARGS -n NAMESRV` from the clients' host; returns its output.
+    pub fn admin(&self, net: &Network, args: &[&str]) -> Result<String, JepsenError> {
         let out = net
             .command(CLIENT_HOST, &bin("mqadmin")?.to_string_lossy())
-            .args(["clusterList", "-n", &namesrv_addr()])
+            .args(args)
+            .args(["-n", &namesrv_addr()])
             .output()?;
         if !out.status.success() {
             return Err(JepsenError::Host(format!(
-                "mqadmin clusterList: {}",
+                "mqadmin {args:?}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
-        Ok(parse_leaders(&String::from_utf8_lossy(&out.stdout)))
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The nodes `mqadmin clusterList` (from the clients' host) lists with role
+    /// `leader`, as (node id, term).
+    pub fn leaders(&self, net: &Network) -> Result<Vec<(usize, u64)>, JepsenError> {
+        Ok(parse_leaders(&self.admin(net, &["clusterList"])?))
     }
 }
 

@@ -51,3 +51,52 @@ fn partitions_kills_and_pauses_move_leadership() {
     c.signal(l3, "CONT").unwrap();
     assert_ne!(l4, l3);
 }
+
+/// Without faults, the workload's history passes every checker.
+#[test]
+fn a_quiet_workload_loses_nothing_and_keeps_order() {
+    use ledgermq_jepsen::checker::{order, total_queue};
+    use ledgermq_jepsen::procs::{client_addr, CLIENT_HOST, NODES};
+    use ledgermq_jepsen::workload::{in_namespace, run, Recorder, WorkloadOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let net = Network::create(&format!("lmqw{}-", std::process::id()), HOSTS).unwrap();
+    let c = Cluster::start(&net, dir.path(), "sync").unwrap();
+    wait_leader(&c, &net, None, 0);
+    for args in [
+        &["updateTopic", "-t", "JNormal", "-q", "4"][..],
+        &["updateTopic", "-t", "JFifo", "-q", "4", "--fifo"],
+        &["updateSubGroup", "-g", "JGroup"],
+        &["updateSubGroup", "-g", "JFifoGroup", "--fifo"],
+    ] {
+        c.admin(&net, args).unwrap();
+    }
+    let opts = WorkloadOptions {
+        nodes: (0..NODES).map(client_addr).collect(),
+        topic: "JNormal".into(),
+        fifo_topic: "JFifo".into(),
+        group: "JGroup".into(),
+        fifo_group: "JFifoGroup".into(),
+        producers: 2,
+        fifo_producers: 2,
+        consumers: 2,
+        duration: Duration::from_secs(4),
+        drain: Duration::from_secs(20),
+        quiet: Duration::from_secs(3),
+        call_timeout: Duration::from_secs(5),
+    };
+    let history = in_namespace(&net.host_ns(CLIENT_HOST), move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(run(opts, Recorder::new()))
+    })
+    .unwrap()
+    .unwrap();
+    let tq = total_queue(&history);
+    assert!(tq.acknowledged > 50, "{tq:?}");
+    assert!(tq.valid, "{tq:?}");
+    let o = order(&history);
+    assert!(o.valid, "{o:?}");
+}

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
 use ledgermq_broker::pb::{
-    receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, FilterExpression,
-    FilterType, Message, MessageQueue, ReceiveMessageRequest, Resource, SendMessageRequest,
-    SystemProperties,
+    receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, Message, Resource,
+    SendMessageRequest, SystemProperties,
 };
+use ledgermq_jepsen::workload::receive_request;
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
 use tonic::transport::Channel;
 
@@ -52,28 +52,7 @@ async fn receive(
     topic: &str,
     client_id: &str,
 ) -> (i32, Vec<String>, Vec<String>) {
-    let mut req = tonic::Request::new(ReceiveMessageRequest {
-        group: res(group),
-        message_queue: Some(MessageQueue {
-            topic: res(topic),
-            id: -1,
-            ..Default::default()
-        }),
-        filter_expression: Some(FilterExpression {
-            r#type: FilterType::Tag as i32,
-            expression: "*".into(),
-        }),
-        batch_size: 32,
-        invisible_duration: Some(prost_types::Duration {
-            seconds: 30,
-            nanos: 0,
-        }),
-        auto_renew: false,
-        long_polling_timeout: Some(prost_types::Duration {
-            seconds: 2,
-            nanos: 0,
-        }),
-    });
+    let mut req = tonic::Request::new(receive_request(group, topic, 30, 2));
     req.metadata_mut()
         .insert("x-mq-client-id", client_id.parse().unwrap());
     let mut s = c.receive_message(req).await.unwrap().into_inner();

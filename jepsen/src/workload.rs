@@ -1,0 +1,357 @@
+//! The workload: producers sending unique values (normal, and FIFO in message
+//! groups) and consumers receiving and acking, through any node, over the RocketMQ
+//! 5 gRPC protocol; every call recorded in the history. It runs on a thread that
+//! has entered the clients' network namespace, so its traffic stays in the test
+//! network.
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
+use ledgermq_broker::pb::{
+    receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, FilterExpression,
+    FilterType, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource,
+    SendMessageRequest, SystemProperties,
+};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::history::{Delivered, Op, OpFn, OpType, Sent};
+use crate::JepsenError;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct WorkloadOptions {
+    /// Client addresses of the nodes (`host:port`); calls rotate over them.
+    pub nodes: Vec<String>,
+    /// Normal topic.
+    pub topic: String,
+    /// FIFO topic.
+    pub fifo_topic: String,
+    /// Consumer group for the normal topic (clustering).
+    pub group: String,
+    /// FIFO consumer group.
+    pub fifo_group: String,
+    /// Producer processes sending normal messages.
+    pub producers: usize,
+    /// Producer processes sending FIFO messages, one message group each.
+    pub fifo_producers: usize,
+    /// Consumer processes per topic.
+    pub consumers: usize,
+    /// How long producers send.
+    pub duration: Duration,
+    /// How long consumers keep draining after producers stop (ends earlier once
+    /// nothing new arrived for `quiet`).
+    pub drain: Duration,
+    /// Drain ends after this long without a new delivery.
+    pub quiet: Duration,
+    /// Deadline of one call.
+    pub call_timeout: Duration,
+}
+
+/// The history being recorded, with the run's clock.
+#[derive(Clone)]
+pub struct Recorder {
+    start: Instant,
+    ops: Arc<Mutex<Vec<Op>>>,
+}
+
+impl Recorder {
+    /// A recorder whose clock starts now.
+    pub fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            ops: Arc::default(),
+        }
+    }
+
+    /// Milliseconds since the start.
+    pub fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn push(&self, mut op: Op) {
+        op.time_ms = self.now_ms();
+        self.ops.lock().unwrap().push(op);
+    }
+
+    /// The ops recorded so far.
+    pub fn ops(&self) -> Vec<Op> {
+        self.ops.lock().unwrap().clone()
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Runs `f` on a new thread inside the network namespace `ns` (a name under
+/// `/var/run/netns`), with its own tokio runtime. Error: `Host` if the namespace
+/// cannot be entered.
+pub fn in_namespace<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, JepsenError> {
+    let path = format!("/var/run/netns/{ns}");
+    let file = std::fs::File::open(&path).map_err(|e| JepsenError::Host(format!("{path}: {e}")))?;
+    std::thread::spawn(move || {
+        // SAFETY: setns on a valid namespace fd changes only this thread's network
+        // namespace (CLONE_NEWNET is per thread).
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        if rc != 0 {
+            return Err(JepsenError::Host(format!(
+                "setns {path}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(f())
+    })
+    .join()
+    .map_err(|_| JepsenError::Host("the namespace thread panicked".into()))?
+}
+
+fn channel(addr: &str, timeout: Duration) -> Result<Channel, JepsenError> {
+    Ok(Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| JepsenError::Host(format!("{addr}: {e}")))?
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .connect_lazy())
+}
+
+fn res(name: &str) -> Option<Resource> {
+    Some(Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
+}
+
+/// Runs the workload (call from inside the clients' namespace, e.g. through
+/// [`in_namespace`]); returns the history.
+pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, JepsenError> {
+    let chans: Vec<Channel> = opts
+        .nodes
+        .iter()
+        .map(|a| channel(a, opts.call_timeout))
+        .collect::<Result<_, _>>()?;
+    let stop_sending = rec.start + opts.duration;
+    let mut tasks = Vec::new();
+    let mut process = 0u64;
+    for p in 0..opts.producers + opts.fifo_producers {
+        let fifo = p >= opts.producers;
+        let (chans, rec, opts) = (chans.clone(), rec.clone(), opts.clone());
+        process += 1;
+        let pid = process;
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < stop_sending {
+                let group = fifo.then(|| format!("g{pid}"));
+                let sent = Sent {
+                    id: format!("p{pid}-{n}"),
+                    group: group.clone(),
+                    seq: fifo.then_some(n),
+                };
+                let topic = if fifo { &opts.fifo_topic } else { &opts.topic };
+                let mut c =
+                    MessagingServiceClient::new(chans[(pid + n) as usize % chans.len()].clone());
+                send_one(&mut c, &rec, pid, topic, sent).await;
+                n += 1;
+            }
+        }));
+    }
+    let last_delivery = Arc::new(Mutex::new(Instant::now()));
+    for (topic, group) in [
+        (&opts.topic, &opts.group),
+        (&opts.fifo_topic, &opts.fifo_group),
+    ] {
+        for _ in 0..opts.consumers {
+            process += 1;
+            let pid = process;
+            let (chans, rec, topic, group, last) = (
+                chans.clone(),
+                rec.clone(),
+                topic.clone(),
+                group.clone(),
+                last_delivery.clone(),
+            );
+            let (drain_until, quiet) = (stop_sending + opts.drain, opts.quiet);
+            tasks.push(tokio::spawn(async move {
+                let mut i = pid as usize;
+                loop {
+                    let now = Instant::now();
+                    let idle = now.duration_since(*last.lock().unwrap());
+                    if now > drain_until || (now > stop_sending && idle > quiet) {
+                        return;
+                    }
+                    i += 1;
+                    let mut c = MessagingServiceClient::new(chans[i % chans.len()].clone());
+                    if receive_once(&mut c, &rec, pid, &topic, &group).await {
+                        *last.lock().unwrap() = Instant::now();
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(rec.ops())
+}
+
+async fn send_one(
+    c: &mut MessagingServiceClient<Channel>,
+    rec: &Recorder,
+    pid: u64,
+    topic: &str,
+    sent: Sent,
+) {
+    let op = |t: OpType, error: Option<String>| Op {
+        time_ms: 0,
+        process: pid,
+        op_type: t,
+        f: OpFn::Send,
+        sent: Some(sent.clone()),
+        delivered: vec![],
+        error,
+    };
+    rec.push(op(OpType::Invoke, None));
+    let msg = Message {
+        topic: res(topic),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: sent.id.clone(),
+            message_type: if sent.group.is_some() {
+                MessageType::Fifo as i32
+            } else {
+                MessageType::Normal as i32
+            },
+            message_group: sent.group.clone(),
+            keys: sent
+                .seq
+                .map(|s| vec![format!("seq-{s}")])
+                .unwrap_or_default(),
+            ..Default::default()
+        }),
+        body: sent.id.clone().into_bytes(),
+    };
+    match c
+        .send_message(SendMessageRequest {
+            messages: vec![msg],
+        })
+        .await
+    {
+        Ok(r) => {
+            let code = r.into_inner().status.map_or(0, |s| s.code);
+            if code == Code::Ok as i32 {
+                rec.push(op(OpType::Ok, None));
+            } else if code == Code::ProxyTimeout as i32 || code == Code::InternalServerError as i32
+            {
+                // May still commit.
+                rec.push(op(OpType::Info, Some(format!("code {code}"))));
+            } else {
+                rec.push(op(OpType::Fail, Some(format!("code {code}"))));
+            }
+        }
+        Err(s) => rec.push(op(OpType::Info, Some(s.message().to_owned()))),
+    }
+}
+
+/// A ReceiveMessage of up to 32 messages from any queue of `topic` (tags `*`),
+/// invisible for `invisible_s`, long-polling `long_poll_s`.
+pub fn receive_request(
+    group: &str,
+    topic: &str,
+    invisible_s: i64,
+    long_poll_s: i64,
+) -> ReceiveMessageRequest {
+    ReceiveMessageRequest {
+        group: res(group),
+        message_queue: Some(MessageQueue {
+            topic: res(topic),
+            id: -1,
+            ..Default::default()
+        }),
+        filter_expression: Some(FilterExpression {
+            r#type: FilterType::Tag as i32,
+            expression: "*".into(),
+        }),
+        batch_size: 32,
+        invisible_duration: Some(prost_types::Duration {
+            seconds: invisible_s,
+            nanos: 0,
+        }),
+        auto_renew: false,
+        long_polling_timeout: Some(prost_types::Duration {
+            seconds: long_poll_s,
+            nanos: 0,
+        }),
+    }
+}
+
+/// One receive and the acks of what came; true if something was delivered.
+async fn receive_once(
+    c: &mut MessagingServiceClient<Channel>,
+    rec: &Recorder,
+    pid: u64,
+    topic: &str,
+    group: &str,
+) -> bool {
+    let op = |t: OpType, delivered: Vec<Delivered>, error: Option<String>| Op {
+        time_ms: 0,
+        process: pid,
+        op_type: t,
+        f: OpFn::Receive,
+        sent: None,
+        delivered,
+        error,
+    };
+    rec.push(op(OpType::Invoke, vec![], None));
+    let req = receive_request(group, topic, 10, 2);
+    let mut delivered = Vec::new();
+    let mut handles = Vec::new();
+    match c.receive_message(req).await {
+        Ok(s) => {
+            let mut s = s.into_inner();
+            while let Ok(Some(item)) = s.message().await {
+                if let Some(Content::Message(m)) = item.content {
+                    let sp = m.system_properties.unwrap_or_default();
+                    let id = String::from_utf8_lossy(&m.body).into_owned();
+                    let seq = sp
+                        .keys
+                        .iter()
+                        .find_map(|k| k.strip_prefix("seq-").and_then(|s| s.parse().ok()));
+                    delivered.push(Delivered {
+                        id,
+                        broker: "broker-a".into(),
+                        queue_id: sp.queue_id,
+                        queue_offset: sp.queue_offset.unwrap_or(-1).max(0) as u64,
+                        group: sp.message_group.clone(),
+                        seq,
+                    });
+                    handles.push(sp.receipt_handle.unwrap_or_default());
+                }
+            }
+        }
+        Err(s) => {
+            rec.push(op(OpType::Fail, vec![], Some(s.message().to_owned())));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return false;
+        }
+    }
+    let got = !delivered.is_empty();
+    rec.push(op(OpType::Ok, delivered, None));
+    for h in handles {
+        let _ = c
+            .ack_message(AckMessageRequest {
+                group: res(group),
+                topic: res(topic),
+                entries: vec![AckMessageEntry {
+                    message_id: String::new(),
+                    receipt_handle: h,
+                }],
+            })
+            .await;
+    }
+    got
+}
