@@ -131,19 +131,19 @@ def main():
     producer.shutdown()
     fifo_total = sum(len(v) for v in fifo_acked.values())
 
-    deadline = time.time() + 90
+    drain_started = time.time()
+    deadline = drain_started + 90
     while time.time() < deadline:
         with lock:
             done = acked <= set(simple_got) and len(set(push_got)) >= fifo_total
         if done:
             break
         time.sleep(0.2)
+    drain_s = round(time.time() - drain_started, 1)
     stop.set()
     t.join(timeout=15)
     with lock:
         simple_seen, push_seen = list(simple_got), list(push_got)
-    push.shutdown()
-    simple.shutdown()
 
     errors = []
     lost = sorted(acked - set(simple_seen))
@@ -166,6 +166,7 @@ def main():
             break
         last[g] = seq
     print(json.dumps({
+        "drain_s": drain_s,
         "acked_normal": len(acked),
         "acked_fifo": fifo_total,
         "filtered_out_sent": excluded,
@@ -173,9 +174,18 @@ def main():
         "received_fifo_deliveries": len(push_seen),
         "longest_send_s": round(longest_send_s, 3),
         "errors": errors,
-    }))
+    }), flush=True)
+
+    # The client's shutdown may wait on connections to the killed node: bound it,
+    # then leave without waiting for the client's own threads.
+    closer = threading.Thread(target=lambda: (push.shutdown(), simple.shutdown()), daemon=True)
+    closer.start()
+    closer.join(timeout=10)
     return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

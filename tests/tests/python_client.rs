@@ -36,21 +36,38 @@ async fn official_python_client_survives_a_leader_kill() {
         .map(|(_, n)| n.client_addr.clone())
         .unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/client_check.py");
-    let out = Command::new("python3")
+    let out_path = dir.path().join("client_check.out");
+    let err_path = dir.path().join("client_check.err");
+    let mut child = Command::new("python3")
         .arg(script)
         .args(["--access", &access])
         .args([
             "--kill-pid",
             &cluster.nodes[leader].pid().unwrap().to_string(),
         ])
-        .output()
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
         .expect("python3 runs (scripts/test and .ci/run install the client)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The script bounds its own waits; this bounds a hang inside the client.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
     println!("{stdout}");
+    let tail = stderr.lines().rev().take(30).collect::<Vec<_>>().join("\n");
     assert!(
-        out.status.success(),
-        "client_check.py failed: {stdout}\n{}",
-        stderr.lines().rev().take(30).collect::<Vec<_>>().join("\n")
+        status.is_some_and(|s| s.success()),
+        "client_check.py failed or hung ({status:?}): {stdout}\n{tail}"
     );
 }
