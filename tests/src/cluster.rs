@@ -16,12 +16,25 @@ use ledgermq_namesrv::pb::{ListClusterRequest, Role};
 
 pub use ledgermq_jepsen::procs::bin;
 
-/// A free loopback port.
+/// A free loopback port below Linux's ephemeral range (32768-60999), so outgoing
+/// connections of other tests cannot take it between this check and the bind by a
+/// cluster process. Ports are handed out in turn from a per-process start point.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        20_000 + (std::process::id() % 600) as u16 * 20,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let p = NEXT.fetch_add(1, Ordering::SeqCst);
+        let p = if p >= 32_000 { 20_000 + p % 12_000 } else { p };
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
 }
 
 /// Waits until something listens on `addr`.
