@@ -7,7 +7,7 @@ mod common;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
-use common::{message, small_config};
+use common::{crash, message, small_config};
 
 use ledgermq_store::{MessageStore, StoreConfig, StoreError};
 use rand::{Rng, SeedableRng};
@@ -52,7 +52,7 @@ fn write_then_crash(
         }
     }
     // Stop the background checkpoint from covering the tail before we "crash".
-    drop(store);
+    crash(store);
     locs
 }
 
@@ -89,7 +89,7 @@ fn check_recovered(cfg: &StoreConfig, keep: u64, entries: u64, seed: u64) {
     }
     store.append_entry(2, keep, &[message(1, 10)]).unwrap();
     store.shutdown().unwrap();
-    drop(store);
+    crash(store); // already shut down: this only waits for the last reference
     let store = MessageStore::open(cfg.clone()).unwrap();
     assert!(store.recovery_report().clean);
     assert_eq!(store.commit_log().next_log_index(), keep + 1);
@@ -212,7 +212,7 @@ fn a_hole_in_a_consume_queue_past_the_checkpoint_is_cut_and_rebuilt() {
     let expect: Vec<Vec<u8>> = (0..40)
         .map(|q| store.get_message("T0", 0, q).unwrap().bytes)
         .collect();
-    drop(store);
+    crash(store);
     // A power loss kept the later entries but not the ones right after the checkpoint.
     let cq_file = cfg
         .root

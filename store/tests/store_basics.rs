@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{message, small_config};
+use common::{crash, message, small_config};
 use ledgermq_store::{MessageStore, StoreError};
 
 #[test]
@@ -118,7 +118,7 @@ fn truncate_removes_uncommitted_tail_and_refuses_applied_entries() {
     assert!(store.append_entry(0, 12, &[message(99, 10)]).is_err());
     store.append_entry(2, 12, &[message(99, 10)]).unwrap();
     store.dispatch_through(12).unwrap();
-    drop(store); // crash: no clean shutdown
+    crash(store); // no clean shutdown
     let store = MessageStore::open(cfg).unwrap();
     assert!(!store.recovery_report().clean);
     assert_eq!(store.commit_log().next_log_index(), 13);
@@ -289,7 +289,7 @@ fn a_snapshot_dispatch_position_survives_a_restart() {
     }];
     store.skip_dispatch_to(100, &pos).unwrap();
     assert_eq!(store.queue_offsets("T0", 0), (40, 40));
-    drop(store); // crash before anything else is written
+    crash(store); // before anything else is written
     let store = MessageStore::open(cfg).unwrap();
     assert_eq!(store.queue_offsets("T0", 0), (40, 40));
     assert_eq!(store.commit_log().next_log_index(), 100);
@@ -358,7 +358,7 @@ fn the_index_file_survives_a_crash_after_its_first_records_were_purged() {
         store.append_entry(1, idx, &[message(idx, 300)]).unwrap();
     }
     store.dispatch_through(49).unwrap();
-    drop(store); // crash
+    crash(store);
     let store = MessageStore::open(cfg).unwrap();
     store.dispatch_through(49).unwrap();
     for n in [30u64, 45] {

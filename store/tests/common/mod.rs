@@ -25,3 +25,14 @@ pub fn message(n: u64, body_bytes: usize) -> MessageRecord {
     .with_property(PROPERTY_KEYS, &format!("key-{n} all"))
     .with_property(PROPERTY_UNIQ_KEY, &format!("ID{n:08}"))
 }
+
+/// "Crashes" `store`: drops it without shutdown and waits until the drop has run
+/// (a background thread may hold the last reference for a moment and would
+/// otherwise finish its work after the test has reopened the store).
+pub fn crash(store: std::sync::Arc<ledgermq_store::MessageStore>) {
+    let weak = std::sync::Arc::downgrade(&store);
+    drop(store);
+    while weak.strong_count() > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
