@@ -2,7 +2,6 @@
 //! changes from `mqadmin`, committed through Raft from any member.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ledgermq_raft::{Command, GroupConfig, TopicConfig, TopicMessageType};
 use tonic::{Request, Response, Status};
@@ -51,16 +50,17 @@ pub fn topic_config(r: &UpdateTopicRequest) -> Result<TopicConfig, BrokerError> 
 }
 
 impl Admin {
+    /// Commits `cmd` through Raft (from any member; the node waits for a leader).
     async fn commit(&self, cmd: Command) -> AdminResponse {
-        let b = &self.0;
-        let r = b
-            .with_retry(Duration::from_secs(5), || {
-                let cmd = cmd.clone();
-                async move { Ok(b.node.write_command(cmd).await?) }
-            })
-            .await;
         AdminResponse {
-            error: r.err().map(|e| e.to_string()).unwrap_or_default(),
+            error: self
+                .0
+                .node
+                .write_command(cmd)
+                .await
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
         }
     }
 }

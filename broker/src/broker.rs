@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, GroupConfig, RaftNode, RaftNodeError, TopicConfig, TopicMessageType};
+use ledgermq_raft::{Command, GroupConfig, RaftNode, TopicConfig, TopicMessageType};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::consumers::Consumers;
@@ -41,9 +41,6 @@ pub struct ServiceSettings {
     /// `autoCreateSubscriptionGroup`, default on); otherwise
     /// CONSUMER_GROUP_NOT_FOUND.
     pub auto_create_groups: bool,
-    /// How long a send may wait for a leader and the commit, ms. A send that has
-    /// not committed by then answers PROXY_TIMEOUT and may still commit later.
-    pub send_timeout_ms: u64,
     /// Longest long poll, ms (RocketMQ proxy: 20 s).
     pub max_long_polling_ms: u64,
     /// Invisible duration when the client gives none (push consumers), ms.
@@ -62,7 +59,6 @@ impl Default for ServiceSettings {
             auto_create_topics: false,
             default_queue_count: 8,
             auto_create_groups: true,
-            send_timeout_ms: 2500,
             max_long_polling_ms: 20_000,
             default_invisible_ms: 60_000,
             max_receive_batch: 32,
@@ -262,35 +258,5 @@ impl Broker {
         Ok(MessagingServiceClient::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20))
-    }
-
-    /// Runs `write` until it succeeds, fails for good, or `timeout` passes; retries
-    /// only failures where nothing was proposed (no leader yet).
-    pub async fn with_retry<T, F, Fut>(
-        &self,
-        timeout: Duration,
-        mut write: F,
-    ) -> Result<T, BrokerError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, BrokerError>>,
-    {
-        let attempts = async {
-            loop {
-                match write().await {
-                    Err(e) if e.is_retryable() => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    other => return other,
-                }
-            }
-        };
-        tokio::time::timeout(timeout, attempts)
-            .await
-            .unwrap_or_else(|_| {
-                Err(BrokerError::Raft(RaftNodeError::Timeout {
-                    timeout_ms: timeout.as_millis() as u64,
-                }))
-            })
     }
 }

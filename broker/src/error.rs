@@ -70,20 +70,6 @@ impl BrokerError {
         }
     }
 
-    /// True when nothing was proposed, so the caller may try again (no leader yet,
-    /// leader unreachable). Timeouts and forwards that reached the leader are not:
-    /// the write may commit.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            BrokerError::Raft(
-                RaftNodeError::NotLeader { .. }
-                    | RaftNodeError::NoLeader
-                    | RaftNodeError::Forward { sent: false, .. }
-            )
-        )
-    }
-
     /// The status message sent with this failure.
     pub fn to_status(&self) -> crate::pb::Status {
         crate::pb::Status {

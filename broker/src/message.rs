@@ -256,9 +256,8 @@ pub struct DeliveryFields {
 /// The protocol message for a stored record. The body digest is a CRC32 of the body
 /// as 8 uppercase hex digits (the Python client verifies it).
 pub fn outgoing(view: &RecordView<'_>, d: Option<&DeliveryFields>) -> pb::Message {
-    let props = ledgermq_store::record::decode_properties(view.properties_str());
     let rec = view.to_record();
-    let body = rec.body;
+    let (body, props) = (rec.body, rec.properties);
     let mut user = BTreeMap::new();
     for (k, v) in &props {
         if !RESERVED.contains(&k.as_str()) {

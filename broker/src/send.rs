@@ -1,7 +1,5 @@
 //! SendMessage, QueryRoute and QueryAssignment.
 
-use std::time::Duration;
-
 use ledgermq_raft::{TopicConfig, TopicMessageType};
 
 use crate::broker::Broker;
@@ -142,13 +140,9 @@ impl Broker {
             );
             records.push(rec);
         }
-        let timeout = Duration::from_millis(self.settings.send_timeout_ms);
-        let placed = self
-            .with_retry(timeout, || {
-                let records = records.clone();
-                async move { Ok(self.node.write_messages(records).await?) }
-            })
-            .await?;
+        // RaftNode waits for a leader (up to its write timeout) without copying the
+        // messages; a write that reached a leader is never sent again here.
+        let placed = self.node.write_messages(records).await?;
         Ok(placed.into_iter().map(|p| p.queue_offset).collect())
     }
 

@@ -255,9 +255,11 @@ impl RaftNode {
     }
 
     /// Commits `messages` and returns where each was placed, from any node: a
-    /// follower forwards to the leader. Fails with `Timeout` if the commit takes
-    /// longer than the write timeout (the messages may still commit later),
-    /// `NotLeader` / `NoLeader` during an election.
+    /// follower forwards to the leader, and while no leader takes the write it waits
+    /// for one. Fails with `Timeout` if the commit takes longer than the write
+    /// timeout (the messages may still commit later), `NotLeader` if this node lost
+    /// leadership with the write in its hands (not committed), `Forward` if the
+    /// leader got it and failed or its answer was lost (it may have committed).
     pub async fn write_messages(
         &self,
         messages: Vec<MessageRecord>,
@@ -303,26 +305,36 @@ impl RaftNode {
         .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
     }
 
+    /// Proposes `request` here while this node leads, else forwards it to the
+    /// leader. Until some leader takes it (an election, a leader that cannot be
+    /// reached, one that just stepped down) it is tried again every 50 ms: nothing
+    /// was proposed, so that cannot duplicate it. The local path takes the request
+    /// by value, so message bytes are never copied for a retry.
     async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
         let timeout_ms = self.write_timeout.as_millis() as u64;
         let attempt = async {
-            if self.is_leader() {
-                match self.writer.write_local(request.clone()).await {
-                    Err(RaftNodeError::NotLeader { .. }) => {}
+            loop {
+                if self.is_leader() {
+                    return self.writer.write_local(request).await;
+                }
+                match self.forward(&request).await {
+                    Err(RaftNodeError::NoLeader | RaftNodeError::Forward { sent: false, .. }) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                     other => return other,
                 }
             }
-            self.forward(request).await
         };
         tokio::time::timeout(self.write_timeout, attempt)
             .await
             .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
     }
 
-    async fn forward(&self, request: Request) -> Result<Response, RaftNodeError> {
+    async fn forward(&self, request: &Request) -> Result<Response, RaftNodeError> {
         let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
         if leader == self.id {
-            return self.writer.write_local(request).await;
+            // Elected but not yet serving as leader: look again shortly.
+            return Err(RaftNodeError::NoLeader);
         }
         let unsent = |reason: String| RaftNodeError::Forward {
             leader,
@@ -338,7 +350,7 @@ impl RaftNode {
             sent: true,
         };
         let channel = self.channel(&addr).map_err(unsent)?;
-        let req = peer_request(self.id, &request, self.write_timeout)
+        let req = peer_request(self.id, request, self.write_timeout)
             .map_err(|s| unsent(s.to_string()))?;
         let reply = tokio::time::timeout(
             self.write_timeout,

@@ -8,6 +8,7 @@
 //!   `--kills` times and measures the time from each kill to the first write that
 //!   commits on the new leader.
 
+use ledgermq_tests::cluster::free_port;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -63,14 +64,6 @@ enum Cmd {
         #[arg(long, default_value_t = 20)]
         kills: usize,
     },
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn members(n: u64) -> BTreeMap<u64, String> {
