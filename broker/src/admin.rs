@@ -7,7 +7,9 @@ use ledgermq_raft::{Command, GroupConfig, TopicConfig, TopicMessageType};
 use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
-use crate::admin_pb::{AdminResponse, UpdateGroupRequest, UpdateTopicRequest};
+use crate::admin_pb::{
+    AdminResponse, LogDigestRequest, LogDigestResponse, UpdateGroupRequest, UpdateTopicRequest,
+};
 use crate::broker::Broker;
 use crate::error::{refuse, BrokerError};
 use crate::message::{check_group, check_topic};
@@ -100,6 +102,18 @@ impl BrokerAdmin for Admin {
             },
         };
         Ok(Response::new(self.commit(Command::UpdateGroup(g)).await))
+    }
+
+    async fn log_digest(
+        &self,
+        req: Request<LogDigestRequest>,
+    ) -> Result<Response<LogDigestResponse>, Status> {
+        let broker = self.0.clone();
+        // Reads many entries: off the runtime's threads.
+        tokio::task::spawn_blocking(move || crate::audit::log_digest(&broker, req.get_ref()))
+            .await
+            .map(Response::new)
+            .map_err(|e| Status::internal(format!("log digest task failed: {e}")))
     }
 }
 

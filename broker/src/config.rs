@@ -75,6 +75,11 @@ pub struct BrokerConfig {
     /// Largest message body in bytes (RocketMQ: 4 MiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Fault-injection tests only (leave unset): a file where the node records its
+    /// last fsynced CommitLog offset, so the jepsen harness can simulate a power
+    /// loss (see `CommitLogConfig::durable_mark_file`).
+    #[serde(default)]
+    pub durable_mark_file: Option<PathBuf>,
 }
 
 fn default_true() -> bool {
@@ -166,6 +171,7 @@ impl BrokerConfig {
     pub fn store_config(&self) -> Result<StoreConfig, String> {
         let mut s = StoreConfig::new(&self.store_root);
         s.commit_log.segment_bytes = self.commit_log_segment_bytes;
+        s.commit_log.durable_mark_file = self.durable_mark_file.clone();
         s.flush_mode = self.flush_mode()?;
         Ok(s)
     }

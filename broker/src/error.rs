@@ -48,17 +48,22 @@ pub fn refuse(code: Code, message: impl Into<String>) -> BrokerError {
 }
 
 impl BrokerError {
-    /// The protocol status code a client gets for this failure. Timeouts say
-    /// `PROXY_TIMEOUT` (the write may still commit: at-least-once); a group without a
+    /// The protocol status code a client gets for this failure. An unknown outcome
+    /// (a timeout, a forwarded write whose answer was lost) says `PROXY_TIMEOUT`: the
+    /// write may still commit (at-least-once); a write surely not made for want of a
     /// leader says `HA_NOT_AVAILABLE`; bad input its own 4xxxx code.
     pub fn code(&self) -> Code {
         match self {
             BrokerError::Refused { code, .. } => *code,
             BrokerError::Raft(e) => match e {
-                RaftNodeError::Timeout { .. } => Code::ProxyTimeout,
+                // The outcome is unknown: the write may still commit (a forwarded
+                // write whose answer was lost may have been proposed).
+                RaftNodeError::Timeout { .. }
+                | RaftNodeError::Forward { .. }
+                | RaftNodeError::Expired => Code::ProxyTimeout,
+                // Surely not written.
                 RaftNodeError::NotLeader { .. }
                 | RaftNodeError::NoLeader
-                | RaftNodeError::Forward { .. }
                 | RaftNodeError::ShuttingDown => Code::HaNotAvailable,
                 RaftNodeError::InvalidInput(_) => Code::BadRequest,
                 RaftNodeError::Store(s) => store_code(s),

@@ -7,12 +7,13 @@
 //!   offsets), [`receipt`]: receipt handles, [`filter`]: tag filters.
 //! - [`message`]: protocol messages <-> CommitLog records, input checks.
 //! - [`route`]: routes from the name servers.
-//! - [`admin`]: topic and group changes from `mqadmin`.
+//! - [`admin`]: topic and group changes from `mqadmin`; [`audit`]: log digests.
 //! - [`announce`]: turns the Raft node's state into name-server registrations.
 //! - [`config`]: the `mqbroker -c FILE` configuration.
 
 pub mod admin;
 pub mod announce;
+pub mod audit;
 pub mod broker;
 pub mod config;
 pub mod consume;

@@ -2,19 +2,19 @@
 //! Plain functions of the history: no I/O.
 //!
 //! - [`total_queue`] (Jepsen's total-queue): lost = acknowledged, never received;
-//!   unexpected = received, never sent; duplicated; recovered = unknown send that
+//!   unexpected = received, never sent or sent with a definite failure; duplicated; recovered = unknown send that
 //!   arrived. Valid only when nothing is lost or unexpected.
 //! - [`order`]: per message queue, one queue offset never holds two messages and the
 //!   offsets delivered have no gaps; per message group, deliveries follow the send
 //!   order (a redelivery may repeat the latest message, never go back).
-//! - [`availability`]: time from each fault to the first successful send after it
-//!   (RTO), and failed sends outside fault windows.
+//! - [`availability`]: time from each fault to the first acknowledgement of a send
+//!   invoked after it began (RTO), and failed sends outside fault windows.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::history::{send_outcomes, Op, OpFn, OpType};
+use crate::history::{acked_sends, send_outcomes, Op, OpFn, OpType};
 
 /// Most examples kept per finding.
 pub const MAX_EXAMPLES: usize = 10;
@@ -30,7 +30,7 @@ pub struct TotalQueue {
     pub received: usize,
     /// Acknowledged, never received.
     pub lost: usize,
-    /// Received, never sent.
+    /// Received, but never sent or sent with a definite failure.
     pub unexpected: usize,
     /// Values received more than once (deliveries beyond the first).
     pub duplicated: usize,
@@ -73,9 +73,11 @@ pub fn total_queue(ops: &[Op]) -> TotalQueue {
         .filter(|v| !counts.contains_key(*v))
         .copied()
         .collect();
+    // A send that failed surely did not happen: receiving it is as unexpected as
+    // receiving what was never sent.
     let unexpected: Vec<&str> = counts
         .keys()
-        .filter(|v| !attempted.contains(*v))
+        .filter(|v| !acked.contains(*v) && !unknown.contains(*v))
         .copied()
         .collect();
     TotalQueue {
@@ -126,17 +128,19 @@ pub fn order(ops: &[Op]) -> Order {
         }
     };
     // Per queue: offset → value.
-    let mut queues: BTreeMap<(&str, i32), BTreeMap<u64, &str>> = BTreeMap::new();
+    let mut queues: BTreeMap<(&str, &str, i32), BTreeMap<u64, &str>> = BTreeMap::new();
     for d in deliveries(ops) {
-        let q = queues.entry((d.broker.as_str(), d.queue_id)).or_default();
+        let q = queues
+            .entry((d.broker.as_str(), d.topic.as_str(), d.queue_id))
+            .or_default();
         match q.get(&d.queue_offset) {
             Some(v) if *v != d.id => {
                 r.inconsistent_offsets += 1;
                 note(
                     &mut r,
                     format!(
-                        "{}/{} offset {}: {v} and {}",
-                        d.broker, d.queue_id, d.queue_offset, d.id
+                        "{}/{}#{} offset {}: {v} and {}",
+                        d.broker, d.topic, d.queue_id, d.queue_offset, d.id
                     ),
                 );
             }
@@ -146,7 +150,7 @@ pub fn order(ops: &[Op]) -> Order {
             }
         }
     }
-    for ((broker, qid), offsets) in &queues {
+    for ((broker, topic, qid), offsets) in &queues {
         let (lo, hi) = (offsets.keys().next(), offsets.keys().next_back());
         if let (Some(&lo), Some(&hi)) = (lo, hi) {
             let missing = (hi - lo + 1) as usize - offsets.len();
@@ -154,7 +158,7 @@ pub fn order(ops: &[Op]) -> Order {
                 r.offset_gaps += missing;
                 note(
                     &mut r,
-                    format!("{broker}/{qid}: {missing} offsets missing in [{lo}, {hi}]"),
+                    format!("{broker}/{topic}#{qid}: {missing} offsets missing in [{lo}, {hi}]"),
                 );
             }
         }
@@ -200,7 +204,9 @@ pub fn order(ops: &[Op]) -> Order {
 /// A fault's window, ms since the run started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FaultWindow {
-    /// When the fault began.
+    /// When its injection began (failures from here on are the fault's).
+    pub began_ms: u64,
+    /// When it was in effect (RTO counts from here).
     pub start_ms: u64,
     /// When it was healed.
     pub end_ms: u64,
@@ -220,17 +226,15 @@ pub struct Availability {
 /// Runs the availability checker. `grace_ms` after each heal still counts as the
 /// fault (the cluster settles).
 pub fn availability(ops: &[Op], faults: &[FaultWindow], grace_ms: u64) -> Availability {
-    let acked_at: Vec<u64> = ops
-        .iter()
-        .filter(|o| o.f == OpFn::Send && o.op_type == OpType::Ok)
-        .map(|o| o.time_ms)
-        .collect();
+    let acked = acked_sends(ops);
+    // A send invoked before the fault says nothing about recovering from it.
     let rto_ms = faults
         .iter()
         .map(|f| {
-            acked_at
+            acked
                 .iter()
-                .filter(|&&t| t >= f.start_ms)
+                .filter(|(t0, _)| *t0 >= f.start_ms)
+                .map(|(_, t)| *t)
                 .min()
                 .map(|t| t - f.start_ms)
         })
@@ -238,7 +242,7 @@ pub fn availability(ops: &[Op], faults: &[FaultWindow], grace_ms: u64) -> Availa
     let in_fault = |t: u64| {
         faults
             .iter()
-            .any(|f| t >= f.start_ms && t <= f.end_ms + grace_ms)
+            .any(|f| t >= f.began_ms && t <= f.end_ms + grace_ms)
     };
     let failures_outside_faults = ops
         .iter()
@@ -273,6 +277,7 @@ mod tests {
                 .map(|(id, q, off, g)| Delivered {
                     id: id.to_string(),
                     broker: "broker-a".into(),
+                    topic: "T".into(),
                     queue_id: *q,
                     queue_offset: *off,
                     group: g.map(|g| g.0.into()),
@@ -313,6 +318,9 @@ mod tests {
             (r.lost, r.unexpected, r.duplicated, r.recovered),
             (1, 1, 1, 1)
         );
+        // A send that failed must not arrive.
+        h.push(recv(7, &[("d", 0, 3, None)]));
+        assert_eq!(total_queue(&h).unexpected, 2);
         assert_eq!(r.lost_examples, vec!["b"]);
         assert!(!r.valid);
     }
@@ -372,19 +380,28 @@ mod tests {
             send(2300, 1, OpType::Ok, "c", None),
             send(9000, 1, OpType::Invoke, "d", None),
             send(9100, 1, OpType::Fail, "d", None),
+            send(5000, 3, OpType::Invoke, "f", None),
+            send(5100, 3, OpType::Info, "f", None),
+            // Invoked before the first fault: acknowledged during it, but no RTO.
+            send(950, 2, OpType::Invoke, "e", None),
+            send(1010, 2, OpType::Ok, "e", None),
         ];
         let faults = [
             FaultWindow {
+                began_ms: 900,
                 start_ms: 1000,
                 end_ms: 3000,
             },
             FaultWindow {
+                began_ms: 9050,
                 start_ms: 9500,
                 end_ms: 9600,
             },
         ];
         let a = availability(&h, &faults, 500);
         assert_eq!(a.rto_ms, vec![Some(1300), None]);
+        // "f" failed in the calm; "d" after the second fault began, before it was
+        // in effect: that one is the fault's.
         assert_eq!(a.failures_outside_faults, 1);
     }
 }

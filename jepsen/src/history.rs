@@ -53,8 +53,11 @@ pub struct Sent {
 pub struct Delivered {
     /// The value received.
     pub id: String,
-    /// Broker group and queue id it came from.
+    /// Broker group it came from.
     pub broker: String,
+    /// Topic it came from.
+    #[serde(default)]
+    pub topic: String,
     /// Message queue id.
     pub queue_id: i32,
     /// Its queue offset.
@@ -135,6 +138,30 @@ pub fn send_outcomes(ops: &[Op]) -> Vec<(Sent, OpType)> {
         }
     }
     out.extend(open.into_values().map(|s| (s, OpType::Info)));
+    out
+}
+
+/// (invoked, acknowledged) times in ms of every acknowledged send, in the order
+/// they completed: an invoke pairs with the next completion of the same process
+/// (each process makes one call at a time).
+pub fn acked_sends(ops: &[Op]) -> Vec<(u64, u64)> {
+    let mut open: std::collections::HashMap<u64, u64> = Default::default();
+    let mut out = Vec::new();
+    for o in ops.iter().filter(|o| o.f == OpFn::Send) {
+        match o.op_type {
+            OpType::Invoke => {
+                open.insert(o.process, o.time_ms);
+            }
+            OpType::Ok => {
+                if let Some(t0) = open.remove(&o.process) {
+                    out.push((t0, o.time_ms));
+                }
+            }
+            OpType::Fail | OpType::Info => {
+                open.remove(&o.process);
+            }
+        }
+    }
     out
 }
 

@@ -49,6 +49,20 @@ pub fn namespaces_with_prefix(prefix: &str) -> Result<Vec<String>, JepsenError> 
         .collect())
 }
 
+/// Removes namespaces named `{prefix}{pid}-...` whose process `pid` is gone (left by
+/// a run that was killed). Returns how many were removed.
+pub fn remove_orphans(prefix: &str) -> Result<usize, JepsenError> {
+    let mut n = 0;
+    for ns in namespaces_with_prefix(prefix)? {
+        let pid = ns[prefix.len()..].split('-').next().unwrap_or("");
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            ip(&["netns", "del", &ns])?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// A bridged network of `hosts` namespaces.
 pub struct Network {
     prefix: String,

@@ -1,7 +1,8 @@
-//! LedgerMQ's Jepsen-style partition tests (issue 6). So far: the history model and
-//! its checkers; the hosts in network namespaces, the nemesis, the workload and the
-//! report are still to come.
+//! LedgerMQ's Jepsen-style partition tests: the `jepsen` binary runs a 3-node group
+//! and a name server as real processes in network namespaces, a workload of
+//! producers and consumers, and a nemesis; then checks the history and the replicas.
 //!
+//! - [`runner`]: one run, from hosts to the run folder.
 //! - [`history`]: invoke / ok / fail / info ops as JSON lines.
 //! - [`checker`]: total-queue, order (queue offsets, message groups), availability.
 //! - [`nemesis`]: fault kinds, partition shapes (grudges) and seeded fault plans.
@@ -10,13 +11,20 @@
 //! - [`procs`]: the name server and broker nodes running on those hosts.
 //! - [`workload`]: producers and consumers over the gRPC protocol, recording the
 //!   history, from inside the clients' namespace.
+//! - [`disk`]: power loss and damaged tails on a stopped node's files.
+//! - [`audit`]: the replica audit (committed prefix, ConsumeQueues vs commit).
+//! - [`report`]: per-second series and the HTML report.
 
+pub mod audit;
 pub mod checker;
+pub mod disk;
 pub mod history;
 pub mod hosts;
 pub mod nemesis;
 pub mod net;
 pub mod procs;
+pub mod report;
+pub mod runner;
 pub mod workload;
 
 /// Failures of the harness.

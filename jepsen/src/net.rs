@@ -8,21 +8,11 @@ use std::net::Ipv4Addr;
 
 use crate::nemesis::Grudge;
 
-/// Prefix of every namespace the harness makes (it removes all of them on exit,
-/// also those a crashed run left behind).
+/// Prefix of every namespace `jepsen run` makes (`lmqj-<pid>-h0`, ...); it removes
+/// its own on exit, and at start those of runs whose process is gone.
 pub const NS_PREFIX: &str = "lmqj-";
 /// The nftables table the nemesis owns in each host namespace.
 pub const NFT_TABLE: &str = "lmq_nemesis";
-
-/// Name of host `i`'s namespace.
-pub fn host_ns(i: usize) -> String {
-    format!("{NS_PREFIX}h{i}")
-}
-
-/// Name of the bridge's namespace.
-pub fn bridge_ns() -> String {
-    format!("{NS_PREFIX}br")
-}
 
 /// Host `i`'s address (10.77.0.10 + i; the client namespace is a host too).
 pub fn host_addr(i: usize) -> Ipv4Addr {
@@ -64,6 +54,5 @@ mod tests {
         assert_eq!(nft_script(&g, 2).matches("drop").count(), 2);
         // Each script first replaces the table, so it also heals the last grudge.
         assert!(s0.starts_with("table inet lmq_nemesis\ndelete table inet lmq_nemesis\n"));
-        assert_eq!(host_ns(2), "lmqj-h2");
     }
 }

@@ -6,6 +6,7 @@
 //! Binaries are found with [`bin`]: `LEDGERMQ_BIN_DIR`, else next to the running
 //! executable or one directory up (test executables live in `deps/`).
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
@@ -67,10 +68,12 @@ pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
     let mut s = format!(
         "cluster = \"JepsenCluster\"\nbroker_group = \"broker-a\"\nnode_id = {i}\n\
          client_addr = \"{}\"\nnamesrv_addrs = [\"{}\"]\nstore_root = \"{}\"\n\
-         flush = \"{flush}\"\ncommit_log_segment_bytes = 67108864\nnamesrv_heartbeat_ms = 1000\n\n[peers]\n",
+         flush = \"{flush}\"\ncommit_log_segment_bytes = 67108864\nnamesrv_heartbeat_ms = 1000\n\
+         durable_mark_file = \"{}\"\n\n[peers]\n",
         client_addr(i),
         namesrv_addr(),
-        store_root.display()
+        store_root.display(),
+        crate::disk::mark_path(store_root).display()
     );
     for j in 0..NODES {
         s.push_str(&format!("{j} = \"{}:{RAFT_PORT}\"\n", host_addr(j)));
@@ -98,8 +101,18 @@ impl Proc {
             .append(true)
             .open(&self.log)?;
         let program = self.program.to_string_lossy().into_owned();
-        let child = net
-            .command(self.host, &program)
+        let mut cmd = net.command(self.host, &program);
+        // SAFETY: prctl is async-signal-safe. The node dies with the thread that
+        // started it (the harness's main thread), even if the harness is killed.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
             .args(&self.args)
             .env("RUST_LOG", "info,openraft=warn")
             .stdout(log.try_clone()?)
@@ -139,7 +152,7 @@ impl Cluster {
         }];
         for i in 0..NODES {
             let cfg = dir.join(format!("n{i}.toml"));
-            std::fs::write(&cfg, broker_config(i, &dir.join(format!("n{i}")), flush))?;
+            std::fs::write(&cfg, broker_config(i, &Self::store_root(dir, i), flush))?;
             procs.push(Proc {
                 host: i,
                 program: bin("mqbroker")?,
@@ -153,6 +166,25 @@ impl Cluster {
             p.spawn(net)?;
         }
         Ok(c)
+    }
+
+    /// Node `i`'s store root.
+    pub fn store_root(dir: &Path, i: usize) -> PathBuf {
+        dir.join(format!("n{i}"))
+    }
+
+    /// Whether node `i` runs (was not killed, or was restarted).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.procs[1 + i].child.is_some()
+    }
+
+    /// If node `i` exited by itself (not killed by the harness), reaps it and
+    /// returns its exit status.
+    pub fn exited(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        let p = self.node(i);
+        let status = p.child.as_mut()?.try_wait().ok().flatten()?;
+        p.child = None;
+        Some(status)
     }
 
     fn node(&mut self, i: usize) -> &mut Proc {
@@ -251,6 +283,7 @@ mod tests {
         assert!(c.contains("namesrv_addrs = [\"10.77.0.13:9876\"]"));
         assert!(c.contains("2 = \"10.77.0.12:40911\""));
         assert!(c.contains("0 = \"10.77.0.10:8081\""));
+        assert!(c.contains("durable_mark_file = \"/tmp/x/n1.durable-mark\""));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! network.
 
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,20 +41,38 @@ pub struct WorkloadOptions {
     pub consumers: usize,
     /// How long producers send.
     pub duration: Duration,
-    /// How long consumers keep draining after producers stop (ends earlier once
-    /// nothing new arrived for `quiet`).
+    /// Longest the consumers keep draining after producers stop. The drain ends
+    /// earlier once every acknowledged send was received and nothing new arrived
+    /// for `settle`, or once nothing at all arrived for `quiet`.
     pub drain: Duration,
+    /// See `drain`.
+    pub settle: Duration,
     /// Drain ends after this long without a new delivery.
     pub quiet: Duration,
     /// Deadline of one call.
     pub call_timeout: Duration,
+    /// Pause between one producer's sends (paces the load so consumers keep up).
+    pub send_interval: Duration,
+    /// The same for FIFO producers (a FIFO queue delivers one message at a time, so
+    /// its consumers are slower).
+    pub fifo_send_interval: Duration,
+    /// Set to stop every producer and consumer early (an interrupted run).
+    pub stop: Arc<AtomicBool>,
 }
 
-/// The history being recorded, with the run's clock.
+/// The history being recorded, with the run's clock, and which acknowledged sends
+/// no consumer has received yet (so the final drain knows when it is done).
 #[derive(Clone)]
 pub struct Recorder {
     start: Instant,
     ops: Arc<Mutex<Vec<Op>>>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+#[derive(Default)]
+struct Progress {
+    received: std::collections::HashSet<String>,
+    acked_unreceived: std::collections::HashSet<String>,
 }
 
 impl Recorder {
@@ -62,6 +81,7 @@ impl Recorder {
         Self {
             start: Instant::now(),
             ops: Arc::default(),
+            progress: Arc::default(),
         }
     }
 
@@ -72,7 +92,27 @@ impl Recorder {
 
     fn push(&self, mut op: Op) {
         op.time_ms = self.now_ms();
+        if op.op_type == OpType::Ok {
+            let mut p = self.progress.lock().unwrap();
+            match (&op.sent, op.f) {
+                (Some(sent), OpFn::Send) if !p.received.contains(&sent.id) => {
+                    p.acked_unreceived.insert(sent.id.clone());
+                }
+                (_, OpFn::Receive) => {
+                    for d in &op.delivered {
+                        p.acked_unreceived.remove(&d.id);
+                        p.received.insert(d.id.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
         self.ops.lock().unwrap().push(op);
+    }
+
+    /// Acknowledged sends no consumer has received yet.
+    pub fn outstanding(&self) -> usize {
+        self.progress.lock().unwrap().acked_unreceived.len()
     }
 
     /// The ops recorded so far.
@@ -145,7 +185,7 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
         let pid = process;
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
-            while Instant::now() < stop_sending {
+            while Instant::now() < stop_sending && !opts.stop.load(Ordering::Relaxed) {
                 let group = fifo.then(|| format!("g{pid}"));
                 let sent = Sent {
                     id: format!("p{pid}-{n}"),
@@ -157,6 +197,12 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
                     MessagingServiceClient::new(chans[(pid + n) as usize % chans.len()].clone());
                 send_one(&mut c, &rec, pid, topic, sent).await;
                 n += 1;
+                tokio::time::sleep(if fifo {
+                    opts.fifo_send_interval
+                } else {
+                    opts.send_interval
+                })
+                .await;
             }
         }));
     }
@@ -168,20 +214,23 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
         for _ in 0..opts.consumers {
             process += 1;
             let pid = process;
-            let (chans, rec, topic, group, last) = (
+            let (chans, rec, topic, group, last, stop) = (
                 chans.clone(),
                 rec.clone(),
                 topic.clone(),
                 group.clone(),
                 last_delivery.clone(),
+                opts.stop.clone(),
             );
-            let (drain_until, quiet) = (stop_sending + opts.drain, opts.quiet);
+            let (drain_until, quiet, settle) = (stop_sending + opts.drain, opts.quiet, opts.settle);
             tasks.push(tokio::spawn(async move {
                 let mut i = pid as usize;
                 loop {
                     let now = Instant::now();
                     let idle = now.duration_since(*last.lock().unwrap());
-                    if now > drain_until || (now > stop_sending && idle > quiet) {
+                    let drained = now > stop_sending
+                        && (idle > quiet || (idle > settle && rec.outstanding() == 0));
+                    if now > drain_until || drained || stop.load(Ordering::Relaxed) {
                         return;
                     }
                     i += 1;
@@ -252,6 +301,10 @@ async fn send_one(
             } else {
                 rec.push(op(OpType::Fail, Some(format!("code {code}"))));
             }
+        }
+        // No connection: the request never left.
+        Err(s) if s.message().contains("tcp connect error") => {
+            rec.push(op(OpType::Fail, Some(s.message().to_owned())))
         }
         Err(s) => rec.push(op(OpType::Info, Some(s.message().to_owned()))),
     }
@@ -324,6 +377,7 @@ async fn receive_once(
                     delivered.push(Delivered {
                         id,
                         broker: "broker-a".into(),
+                        topic: m.topic.as_ref().map(|t| t.name.clone()).unwrap_or_default(),
                         queue_id: sp.queue_id,
                         queue_offset: sp.queue_offset.unwrap_or(-1).max(0) as u64,
                         group: sp.message_group.clone(),

@@ -83,7 +83,11 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
         duration: Duration::from_secs(4),
         drain: Duration::from_secs(20),
         quiet: Duration::from_secs(3),
+        settle: Duration::from_secs(1),
         call_timeout: Duration::from_secs(5),
+        send_interval: Duration::from_millis(0),
+        fifo_send_interval: Duration::from_millis(0),
+        stop: Default::default(),
     };
     let history = in_namespace(&net.host_ns(CLIENT_HOST), move || {
         tokio::runtime::Builder::new_current_thread()

@@ -40,6 +40,11 @@ pub enum RaftNodeError {
         /// The deadline in ms.
         timeout_ms: u64,
     },
+    /// The write's deadline passed before it was proposed: it was not written (the
+    /// caller had given up; proposing it late could place it after writes its
+    /// sender made since).
+    #[error("the write's deadline passed before it was proposed (not written)")]
+    Expired,
     /// openraft refused or failed.
     #[error("raft: {0}")]
     Raft(String),

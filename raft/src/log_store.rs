@@ -25,14 +25,19 @@ use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig};
 pub struct LogStore {
     store: Arc<MessageStore>,
     meta: MetaDb,
+    node_id: NodeId,
 }
 
 use crate::error::any_err as io_err;
 
 impl LogStore {
-    /// The log of `store`, with vote and purge state in `meta`.
-    pub fn new(store: Arc<MessageStore>, meta: MetaDb) -> Self {
-        Self { store, meta }
+    /// The log of node `node_id`'s `store`, with vote and purge state in `meta`.
+    pub fn new(store: Arc<MessageStore>, meta: MetaDb, node_id: NodeId) -> Self {
+        Self {
+            store,
+            meta,
+            node_id,
+        }
     }
 
     fn last_purged(&self) -> Result<Option<LogId>, StorageError> {
@@ -110,8 +115,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        MetaDb::get(&self.meta.raft, "vote")
-            .map_err(|e| StorageIOError::read_vote(io_err(e)).into())
+        // Read once, at startup.
+        let vote: Option<Vote<NodeId>> = MetaDb::get(&self.meta.raft, "vote")
+            .map_err(|e| StorageIOError::read_vote(io_err(e)))?;
+        Ok(vote.map(|v| resume_vote(v, self.node_id)))
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
@@ -122,9 +129,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(MetaDb::get::<Option<LogId>>(&self.meta.raft, "committed")
+        let committed = MetaDb::get::<Option<LogId>>(&self.meta.raft, "committed")
             .map_err(|e| StorageIOError::read_logs(io_err(e)))?
-            .flatten())
+            .flatten();
+        let last = self
+            .store
+            .commit_log()
+            .last_entry()
+            .map_err(|e| StorageIOError::read_logs(io_err(e)))?;
+        Ok(clamp_committed(
+            committed,
+            last.map(|l| log_id(l.term, l.log_index)),
+        ))
     }
 
     async fn append<I>(
@@ -192,6 +208,34 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 }
 
+/// The vote a restarting node resumes with. A node that led a term before it
+/// stopped must not lead that term again: its log may have lost a tail it had
+/// proposed in that term (a power loss, a damaged tail cut by recovery), and
+/// proposing new entries at those log indexes in the same term would give two
+/// different entries one log id, which Raft's log matching cannot tell apart (the
+/// jepsen corrupt-tail nemesis found exactly that). So its own committed vote comes
+/// back uncommitted: same term and candidate, so it still never votes twice in the
+/// term, but it has to win a new election (in a higher term) to lead again.
+fn resume_vote(mut vote: Vote<NodeId>, node_id: NodeId) -> Vote<NodeId> {
+    if vote.committed && vote.leader_id.voted_for() == Some(node_id) {
+        vote.committed = false;
+    }
+    vote
+}
+
+/// The commit index a restarted node may re-apply up to: the saved one, but never
+/// past its own last entry. After a power loss the log may have lost its unflushed
+/// tail while the saved commit index survived; the entries it still holds up to that
+/// point are committed (a committed entry is never truncated), the rest it learns
+/// from the leader again.
+fn clamp_committed(committed: Option<LogId>, last: Option<LogId>) -> Option<LogId> {
+    match (committed, last) {
+        (Some(c), Some(l)) if l.index < c.index => Some(l),
+        (Some(_), None) => None,
+        (c, _) => c,
+    }
+}
+
 /// Runs file-system work (fsyncs, deletions) on tokio's blocking pool, so it never
 /// stalls the runtime threads that carry heartbeats.
 async fn blocking<T: Send + 'static>(
@@ -200,4 +244,30 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| RaftNodeError::Raft(format!("blocking storage task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restarted_leader_does_not_resume_its_term() {
+        let led = Vote::new_committed(5, 1);
+        let resumed = resume_vote(led, 1);
+        assert!(!resumed.committed);
+        assert_eq!(resumed.leader_id, led.leader_id);
+        // Another node's leadership, or a vote still being collected, stays as is.
+        assert_eq!(resume_vote(led, 2), led);
+        let voting = Vote::new(6, 1);
+        assert_eq!(resume_vote(voting, 1), voting);
+    }
+
+    #[test]
+    fn a_saved_commit_index_never_passes_the_last_entry() {
+        let (c, l) = (log_id(3, 10), log_id(3, 7));
+        assert_eq!(clamp_committed(Some(c), Some(l)), Some(l));
+        assert_eq!(clamp_committed(Some(l), Some(c)), Some(l));
+        assert_eq!(clamp_committed(Some(c), None), None);
+        assert_eq!(clamp_committed(None, Some(l)), None);
+    }
 }

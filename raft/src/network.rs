@@ -41,6 +41,18 @@ pub const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 32 << 20;
 
 /// gRPC metadata key naming the sending node.
 pub const FROM_HEADER: &str = "x-ledgermq-from";
+/// Header of a forwarded write: the wall-clock time (ms since the Unix epoch) after
+/// which the forwarding node has given up on it, so the leader must not propose it
+/// (a request held up in the network, e.g. by TCP retransmission across a healed
+/// partition, must not commit after writes its producer made since). Assumes node
+/// clocks agree to well within a write timeout.
+pub const DEADLINE_HEADER: &str = "x-ledgermq-deadline-ms";
+
+/// The time left until the wall-clock deadline `deadline_ms`, if any is left.
+pub fn time_left(deadline_ms: i64) -> Option<Duration> {
+    let left = deadline_ms - ledgermq_store::store::now_ms();
+    (left > 0).then(|| Duration::from_millis(left as u64))
+}
 
 /// Pairs `(from, to)` whose traffic is dropped. Shared by every node of an
 /// in-process test cluster; empty in production.

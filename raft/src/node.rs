@@ -15,7 +15,9 @@ use crate::log_store::LogStore;
 use crate::meta::MetaDb;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
 use crate::network::pb::raft_peer_server::RaftPeerServer;
-use crate::network::{decode, lazy_channel, peer_request, NetworkFilter, PeerNetworkFactory};
+use crate::network::{
+    decode, lazy_channel, peer_request, NetworkFilter, PeerNetworkFactory, DEADLINE_HEADER,
+};
 use crate::server::PeerService;
 use crate::state_machine::{SharedMeta, StateMachine};
 use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
@@ -115,7 +117,7 @@ impl RaftNode {
         }
         let store = MessageStore::open(cfg.store.clone())?;
         let meta = MetaDb::open(&cfg.store.root.join("meta"))?;
-        let log_store = LogStore::new(store.clone(), meta.clone());
+        let log_store = LogStore::new(store.clone(), meta.clone(), cfg.node_id);
         let sm = StateMachine::open(store.clone(), meta.clone())?;
         let shared = sm.shared();
         let config = openraft::Config {
@@ -215,6 +217,16 @@ impl RaftNode {
         self.id
     }
 
+    /// The commit index this node last saved (openraft's `save_committed`, which
+    /// may lag the leader's; `None` before the first commit). Errors: `Storage`.
+    pub fn saved_commit_index(&self) -> Result<Option<u64>, RaftNodeError> {
+        Ok(
+            MetaDb::get::<Option<crate::types::LogId>>(&self.meta.raft, "committed")?
+                .flatten()
+                .map(|l| l.index),
+        )
+    }
+
     /// The openraft handle (metrics, triggers).
     pub fn raft(&self) -> &Raft {
         &self.raft
@@ -312,12 +324,13 @@ impl RaftNode {
     /// by value, so message bytes are never copied for a retry.
     async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
         let timeout_ms = self.write_timeout.as_millis() as u64;
+        let deadline_ms = ledgermq_store::store::now_ms() + timeout_ms as i64;
         let attempt = async {
             loop {
                 if self.is_leader() {
                     return self.writer.write_local(request).await;
                 }
-                match self.forward(&request).await {
+                match self.forward(&request, deadline_ms).await {
                     Err(RaftNodeError::NoLeader | RaftNodeError::Forward { sent: false, .. }) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -330,7 +343,13 @@ impl RaftNode {
             .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
     }
 
-    async fn forward(&self, request: &Request) -> Result<Response, RaftNodeError> {
+    /// Forwards `request` to the leader, which will not propose it after the
+    /// wall-clock `deadline_ms` (when this node has given up on it).
+    async fn forward(
+        &self,
+        request: &Request,
+        deadline_ms: i64,
+    ) -> Result<Response, RaftNodeError> {
         let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
         if leader == self.id {
             // Elected but not yet serving as leader: look again shortly.
@@ -350,8 +369,15 @@ impl RaftNode {
             sent: true,
         };
         let channel = self.channel(&addr).map_err(unsent)?;
-        let req = peer_request(self.id, request, self.write_timeout)
+        let mut req = peer_request(self.id, request, self.write_timeout)
             .map_err(|s| unsent(s.to_string()))?;
+        req.metadata_mut().insert(
+            DEADLINE_HEADER,
+            deadline_ms
+                .to_string()
+                .parse()
+                .expect("a number is a valid header"),
+        );
         let reply = tokio::time::timeout(
             self.write_timeout,
             RaftPeerClient::new(channel).forward(req),
@@ -610,7 +636,9 @@ impl Drop for TransferGuard<'_> {
 fn refused_unproposed(reason: &str) -> bool {
     let not_leader = RaftNodeError::NotLeader { leader: None }.to_string();
     let prefix = not_leader.split(" (").next().unwrap_or(&not_leader);
-    reason.starts_with(prefix) || reason == RaftNodeError::NoLeader.to_string()
+    reason.starts_with(prefix)
+        || reason == RaftNodeError::NoLeader.to_string()
+        || reason == RaftNodeError::Expired.to_string()
 }
 
 /// True if the status comes from failing to connect (hyper's connect error), so the
@@ -654,6 +682,7 @@ mod tests {
             &RaftNodeError::NotLeader { leader: Some(2) }.to_string()
         ));
         assert!(refused_unproposed(&RaftNodeError::NoLeader.to_string()));
+        assert!(refused_unproposed(&RaftNodeError::Expired.to_string()));
         assert!(!refused_unproposed(
             &RaftNodeError::Timeout { timeout_ms: 5 }.to_string()
         ));

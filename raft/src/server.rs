@@ -7,9 +7,11 @@ use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use tonic::{Request, Response, Status};
 
+use crate::error::RaftNodeError;
 use crate::network::pb::raft_peer_server::RaftPeer;
 use crate::network::pb::Payload;
-use crate::network::{decode, encode, NetworkFilter, FROM_HEADER};
+use crate::network::{decode, encode, time_left, NetworkFilter, DEADLINE_HEADER, FROM_HEADER};
+use crate::types::Response as WriteResponse;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::writer::Writer;
 
@@ -68,10 +70,26 @@ impl RaftPeer for PeerService {
 
     async fn forward(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
+        let deadline = match req
+            .metadata()
+            .get(DEADLINE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+        {
+            Some(ms) => match time_left(ms) {
+                Some(left) => Some(tokio::time::Instant::now() + left),
+                None => {
+                    let res: Result<WriteResponse, String> =
+                        Err(RaftNodeError::Expired.to_string());
+                    return Ok(Response::new(encode(&res)?));
+                }
+            },
+            None => None,
+        };
         let request = decode(req.get_ref())?;
         let res = self
             .writer
-            .write_local(request)
+            .write_local_until(request, deadline)
             .await
             .map_err(|e| e.to_string());
         Ok(Response::new(encode(&res)?))

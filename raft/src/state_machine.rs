@@ -69,8 +69,33 @@ impl StateMachine {
     /// after a crash; if the log no longer holds them, the last snapshot's queue
     /// positions are reinstalled).
     pub fn open(store: Arc<MessageStore>, db: MetaDb) -> Result<Self, RaftNodeError> {
-        let last_applied: Option<LogId> =
+        let mut last_applied: Option<LogId> =
             MetaDb::get::<Option<LogId>>(&db.sm, "last_applied")?.flatten();
+        if let Some(applied) = last_applied {
+            let log = store.commit_log();
+            if log.next_log_index() <= applied.index && log.first_log_index() <= applied.index {
+                // A power loss took the log's unflushed tail, entries this node had
+                // applied among them (sled kept the newer last_applied). Continue from
+                // what the store still holds and has dispatched; the leader sends
+                // the lost entries again and applying them again is idempotent.
+                let next = store.dispatched_next_log_index().min(log.next_log_index());
+                last_applied = if next > log.first_log_index() {
+                    let loc = log.entry_location(next - 1)?;
+                    Some(crate::codec::log_id(loc.term, loc.log_index))
+                } else {
+                    MetaDb::get::<SnapshotMeta<NodeId, openraft::BasicNode>>(
+                        &db.sm,
+                        "snapshot_meta",
+                    )?
+                    .and_then(|m| m.last_log_id)
+                };
+                tracing::warn!(
+                    saved = applied.index,
+                    resumed = ?last_applied,
+                    "the log ends before the last applied entry (lost unflushed tail); applying again from the log"
+                );
+            }
+        }
         let membership: Membership = MetaDb::get(&db.sm, "membership")?.unwrap_or_default();
         let mut meta = GroupMeta::default();
         for kv in db.offsets.iter() {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use ledgermq_store::{MessageRecord, MessageStore};
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
 
 use crate::error::RaftNodeError;
 use crate::types::{NodeId, Placed, Raft, Request, Response};
@@ -42,6 +43,24 @@ struct Pending {
     messages: Vec<MessageRecord>,
     encoded_bytes: usize,
     done: oneshot::Sender<Result<Vec<Placed>, RaftNodeError>>,
+    /// Not proposed at or after this instant (a forwarded write's deadline).
+    deadline: Option<Instant>,
+}
+
+impl Pending {
+    /// Nobody waits for it any more (the caller gave up or its deadline passed):
+    /// it must not be proposed. Answers `Expired` to a caller still listening.
+    fn expired(self) -> Option<Self> {
+        let late = self.deadline.is_some_and(|d| Instant::now() >= d);
+        if self.done.is_closed() {
+            return None;
+        }
+        if late {
+            let _ = self.done.send(Err(RaftNodeError::Expired));
+            return None;
+        }
+        Some(self)
+    }
 }
 
 /// Writes proposed by this node while it leads.
@@ -106,13 +125,26 @@ impl Writer {
         Ok(())
     }
 
-    /// Commits `request` through the local Raft (this node must lead).
+    /// Commits `request` through the local Raft (this node must lead). Dropping the
+    /// returned future before a message write was proposed withdraws it.
     pub async fn write_local(&self, request: Request) -> Result<Response, RaftNodeError> {
+        self.write_local_until(request, None).await
+    }
+
+    /// [`Self::write_local`], but a message write still unproposed at `deadline` is
+    /// dropped (answered `Expired`); so is a command whose deadline has passed.
+    pub async fn write_local_until(
+        &self,
+        request: Request,
+        deadline: Option<Instant>,
+    ) -> Result<Response, RaftNodeError> {
         self.check_not_paused()?;
         match request {
-            Request::Messages(messages) => {
-                self.write_messages(messages).await.map(Response::Messages)
-            }
+            Request::Messages(messages) => self
+                .write_messages_until(messages, deadline)
+                .await
+                .map(Response::Messages),
+            _ if deadline.is_some_and(|d| Instant::now() >= d) => Err(RaftNodeError::Expired),
             command => self
                 .raft
                 .client_write(command)
@@ -127,6 +159,14 @@ impl Writer {
     pub async fn write_messages(
         &self,
         messages: Vec<MessageRecord>,
+    ) -> Result<Vec<Placed>, RaftNodeError> {
+        self.write_messages_until(messages, None).await
+    }
+
+    async fn write_messages_until(
+        &self,
+        messages: Vec<MessageRecord>,
+        deadline: Option<Instant>,
     ) -> Result<Vec<Placed>, RaftNodeError> {
         if messages.is_empty() {
             return Err(RaftNodeError::InvalidInput("no messages to write".into()));
@@ -150,6 +190,7 @@ impl Writer {
                 messages,
                 encoded_bytes,
                 done,
+                deadline,
             })
             .await
             .map_err(|_| RaftNodeError::ShuttingDown)?;
@@ -180,11 +221,15 @@ async fn batch_loop(
                 None => return,
             },
         };
+        let Some(first) = first.expired() else {
+            continue;
+        };
         let mut bytes = first.encoded_bytes;
         let mut count = first.messages.len();
         let mut batch = vec![first];
         while count < cfg.max_messages {
             let Ok(p) = rx.try_recv() else { break };
+            let Some(p) = p.expired() else { continue };
             if bytes + p.encoded_bytes > max_entry_bytes {
                 carry = Some(p);
                 break;

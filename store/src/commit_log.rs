@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use crate::error::{Result, StoreError};
+use crate::error::{IoContext, Result, StoreError};
 use crate::mapped_file::MappedFileQueue;
 use crate::raft_index::{EntryLocation, RaftIndex};
 use crate::record::{
@@ -37,6 +37,13 @@ pub struct CommitLogConfig {
     pub max_message_size_bytes: usize,
     /// Entries per Raft index file.
     pub raft_index_entries_per_file: u64,
+    /// For fault-injection tests only (`None` in production): after every fsync of
+    /// the CommitLog, and before anyone is told the bytes are durable, the new
+    /// flushed offset is written here (8 bytes, big-endian, at offset 0, not itself
+    /// fsynced). A harness that kills the process can then simulate a power loss by
+    /// erasing every CommitLog byte at or past that offset: nothing acknowledged as
+    /// durable lies past it.
+    pub durable_mark_file: Option<std::path::PathBuf>,
 }
 
 impl Default for CommitLogConfig {
@@ -45,6 +52,7 @@ impl Default for CommitLogConfig {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             max_message_size_bytes: DEFAULT_MAX_MESSAGE_SIZE_BYTES,
             raft_index_entries_per_file: crate::raft_index::DEFAULT_RAFT_INDEX_ENTRIES_PER_FILE,
+            durable_mark_file: None,
         }
     }
 }
@@ -94,6 +102,12 @@ impl StoredEntry {
     }
 }
 
+/// Writes the durable mark (see [`CommitLogConfig::durable_mark_file`]).
+fn write_mark(path: &Path, f: &std::fs::File, offset: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&offset.to_be_bytes(), 0).at(path)
+}
+
 struct Writer {
     last_term: u64,
     buf: Vec<u8>,
@@ -117,6 +131,8 @@ pub struct CommitLog {
     wrote: AtomicU64,
     flushed: AtomicU64,
     min_offset: AtomicU64,
+    /// See [`CommitLogConfig::durable_mark_file`].
+    durable_mark: Option<(std::path::PathBuf, std::fs::File)>,
 }
 
 impl CommitLog {
@@ -141,6 +157,19 @@ impl CommitLog {
         let segments = MappedFileQueue::open(&dir.join("commitlog"), cfg.segment_bytes)?;
         let raft_index = RaftIndex::open(&dir.join("raftindex"), cfg.raft_index_entries_per_file)?;
         let min_offset = segments.first_start().unwrap_or(end_offset);
+        let durable_mark = match &cfg.durable_mark_file {
+            Some(p) => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(p)
+                    .at(p)?;
+                write_mark(p, &f, end_offset)?;
+                Some((p.clone(), f))
+            }
+            None => None,
+        };
         Ok(Self {
             cfg,
             segments,
@@ -155,6 +184,7 @@ impl CommitLog {
             wrote: AtomicU64::new(end_offset),
             flushed: AtomicU64::new(end_offset),
             min_offset: AtomicU64::new(min_offset),
+            durable_mark,
         })
     }
 
@@ -412,6 +442,9 @@ impl CommitLog {
             if let Err(e) = self.segments.flush_range(from, target) {
                 *self.poisoned.lock().unwrap() = Some(format!("an fsync failed: {e}"));
                 return Err(e);
+            }
+            if let Some((p, f)) = &self.durable_mark {
+                write_mark(p, f, target)?;
             }
             self.flushed.store(target, Ordering::Release);
         }

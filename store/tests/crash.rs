@@ -232,3 +232,25 @@ fn a_hole_in_a_consume_queue_past_the_checkpoint_is_cut_and_rebuilt() {
         assert_eq!(&store.get_message("T0", 0, q as u64).unwrap().bytes, want);
     }
 }
+
+/// The durable mark (fault-injection hook) follows every fsync: it equals the
+/// flushed offset after a flush and never passes what was written.
+#[test]
+fn the_durable_mark_records_the_flushed_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("durable.mark");
+    let mut cfg = crash_config(&dir.path().join("s"));
+    cfg.commit_log.durable_mark_file = Some(mark.clone());
+    let read_mark = || u64::from_be_bytes(std::fs::read(&mark).unwrap()[..8].try_into().unwrap());
+    let store = MessageStore::open(cfg).unwrap();
+    assert_eq!(read_mark(), 0);
+    let a = store.append_entry(1, 0, &[message(0, 100)]).unwrap();
+    store.wait_durable(a.end_offset()).unwrap();
+    assert_eq!(read_mark(), a.end_offset());
+    assert_eq!(read_mark(), store.commit_log().flushed_offset());
+    let b = store.append_entry(1, 1, &[message(1, 100)]).unwrap();
+    // Written, not yet fsynced: the mark stays behind.
+    assert_eq!(read_mark(), a.end_offset());
+    assert!(b.end_offset() > read_mark());
+    crash(store);
+}

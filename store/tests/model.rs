@@ -179,7 +179,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if clean {
                     s.shutdown().unwrap();
                 }
-                drop(s);
+                // Wait until background threads let go, so none creates a segment
+                // after the reopened store listed its directory.
+                common::crash(s);
                 let reopened = MessageStore::open(cfg.clone()).unwrap();
                 prop_assert_eq!(reopened.recovery_report().clean, clean);
                 let d = reopened.dispatched_next_log_index();

@@ -108,9 +108,27 @@ async fn main() -> Result<()> {
     println!("mqbroker {} node {} started", cfg.broker_group, cfg.node_id);
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // A Raft core that stopped on a fatal error (a storage failure, a panic) leaves
+    // a node that cannot serve: exit so a supervisor restarts it, and recovery runs.
+    let mut metrics = node.raft().metrics();
+    let fatal = async move {
+        loop {
+            if let Err(e) = &metrics.borrow().running_state {
+                return e.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the Raft core stopped".to_string();
+            }
+        }
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+        why = fatal => {
+            tracing::error!(error = %why, "the Raft node failed; exiting");
+            eprintln!("mqbroker: the Raft node failed: {why}");
+            std::process::exit(70);
+        }
     }
     if node.is_leader() {
         match node.transfer_leadership(None, Duration::from_secs(5)).await {

@@ -1,0 +1,516 @@
+//! One run: hosts, cluster, workload, nemesis, audit, checkers and the run folder
+//! (`history.jsonl`, `results.json`, `report.html`, node logs and stores).
+//!
+//! The nemesis runs on the calling thread (which also starts every node, so a
+//! node's parent-death signal fires only when the harness dies); the workload runs
+//! on a thread inside the clients' namespace. Faults come one at a time from the
+//! seeded plan ([`crate::nemesis::plan`]); after the last one everything is healed
+//! and the workload's consumers drain.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use crate::audit::{self, ReplicaAudit};
+use crate::checker::{
+    availability, order, total_queue, Availability, FaultWindow, Order, TotalQueue,
+};
+use crate::disk;
+use crate::history::{write_jsonl, Op};
+use crate::hosts::Network;
+use crate::nemesis::{halves, isolate, majorities_ring, one_way, plan, FaultKind, Grudge};
+use crate::net::NS_PREFIX;
+use crate::procs::{client_addr, Cluster, CLIENT_HOST, HOSTS, NODES};
+use crate::report::{self, quantile, Shade};
+use crate::workload::{in_namespace, Recorder, WorkloadOptions};
+use crate::JepsenError;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Length of the workload's sending phase, s (faults happen inside it).
+    pub time_limit_s: u64,
+    /// Fault kinds to draw from.
+    pub kinds: Vec<FaultKind>,
+    /// Seed of the fault plan and of the faults' targets.
+    pub seed: u64,
+    /// `sync` or `async` flush on the nodes.
+    pub flush: String,
+    /// Where the run folder is created.
+    pub out_dir: PathBuf,
+    /// Calm before the first fault, ms.
+    pub warmup_ms: u64,
+    /// Length of each fault, ms.
+    pub fault_ms: u64,
+    /// Calm after each fault, ms.
+    pub gap_ms: u64,
+}
+
+/// A fault as it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultRecord {
+    /// What it was.
+    pub kind: FaultKind,
+    /// When the nemesis began injecting it, ms since the start.
+    pub began_ms: u64,
+    /// When it was in effect (process killed or paused, rules applied, files
+    /// damaged), ms since the start: RTO counts from here.
+    pub start_ms: u64,
+    /// When it was healed, ms since the start.
+    pub end_ms: u64,
+    /// Which nodes it hit and how.
+    pub detail: String,
+    /// Time from its start to the first acknowledged send after it, ms.
+    pub rto_ms: Option<u64>,
+}
+
+/// Everything `results.json` holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResults {
+    /// Seed of the plan.
+    pub seed: u64,
+    /// Flush mode of the nodes.
+    pub flush: String,
+    /// Fault kinds drawn from.
+    pub nemesis: Vec<FaultKind>,
+    /// Sending phase, s.
+    pub time_limit_s: u64,
+    /// Ops in the history.
+    pub ops: usize,
+    /// The faults, in order.
+    pub faults: Vec<FaultRecord>,
+    /// Lost / unexpected / duplicated / recovered.
+    pub total_queue: TotalQueue,
+    /// Queue offsets and message group order.
+    pub order: Order,
+    /// The replica audit (None if it could not be run; see `audit_error`).
+    pub replica_audit: Option<ReplicaAudit>,
+    /// Why the audit could not be run.
+    pub audit_error: Option<String>,
+    /// RTO per fault and failures outside faults.
+    pub availability: Availability,
+    /// Median RTO over the faults after which a send succeeded, ms.
+    pub rto_p50_ms: Option<u64>,
+    /// 99th percentile RTO, ms.
+    pub rto_p99_ms: Option<u64>,
+    /// Faults after which no send succeeded before the run ended.
+    pub faults_without_recovery: usize,
+    /// Nodes that exited without the nemesis killing them (a crash: not a safety
+    /// violation by itself, but a finding).
+    pub unexpected_exits: Vec<String>,
+    /// The run was interrupted (Ctrl-C): results are partial.
+    pub interrupted: bool,
+    /// No safety violation: nothing lost or unexpected, order kept, replicas agree.
+    pub valid: bool,
+}
+
+/// Ms after a heal that still count as the fault's (restart and catch-up).
+pub const GRACE_MS: u64 = 5_000;
+
+/// A run's outcome: its folder and results.
+pub struct RunOutcome {
+    /// The run folder.
+    pub dir: PathBuf,
+    /// The findings.
+    pub results: RunResults,
+}
+
+/// Sleeps until `t_ms` on the recorder's clock; false if interrupted meanwhile.
+fn sleep_until(rec: &Recorder, t_ms: u64, stop: &AtomicBool) -> bool {
+    while rec.now_ms() < t_ms {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(
+            Duration::from_millis(50).min(Duration::from_millis(t_ms - rec.now_ms())),
+        );
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+/// The current leader as the name server sees it (highest term), if any.
+fn leader(c: &Cluster, net: &Network) -> Option<usize> {
+    c.leaders(net)
+        .ok()?
+        .into_iter()
+        .max_by_key(|l| l.1)
+        .map(|l| l.0)
+}
+
+/// Waits for a leader and creates the workload's topics and groups.
+fn prepare(c: &Cluster, net: &Network) -> Result<(), JepsenError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while leader(c, net).is_none() {
+        if Instant::now() > deadline {
+            return Err(JepsenError::Host("no leader within 60 s".into()));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for args in [
+        &["updateTopic", "-t", "JNormal", "-q", "4"][..],
+        &["updateTopic", "-t", "JFifo", "-q", "4", "--fifo"],
+        &["updateSubGroup", "-g", "JGroup"],
+        &["updateSubGroup", "-g", "JFifoGroup", "--fifo"],
+    ] {
+        let mut tries = 0;
+        while let Err(e) = c.admin(net, args) {
+            tries += 1;
+            if tries > 20 {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    Ok(())
+}
+
+/// How a running fault is undone.
+enum Undo {
+    Heal,
+    Restart(usize),
+    Continue(usize),
+}
+
+/// Starts fault `kind`; returns how to undo it and what it did.
+fn inject(
+    kind: FaultKind,
+    rng: &mut StdRng,
+    pick: u64,
+    c: &mut Cluster,
+    net: &Network,
+    dir: &Path,
+) -> Result<(Undo, String), JepsenError> {
+    let random = (pick % NODES as u64) as usize;
+    let grudge = |g: Grudge, what: String| -> Result<(Undo, String), JepsenError> {
+        net.apply(&g)?;
+        Ok((Undo::Heal, format!("{what}; dropped links {g:?}")))
+    };
+    Ok(match kind {
+        FaultKind::PartitionHalves => grudge(halves(NODES, rng), "random halves".into())?,
+        FaultKind::IsolateLeader => {
+            let l = leader(c, net).unwrap_or(random);
+            grudge(isolate(NODES, l), format!("node {l} (leader) isolated"))?
+        }
+        FaultKind::MajoritiesRing => grudge(majorities_ring(NODES, rng), "majorities ring".into())?,
+        FaultKind::OneWay => grudge(one_way(NODES, random), format!("node {random} cannot send"))?,
+        FaultKind::KillLeader | FaultKind::KillRandom => {
+            let n = match kind {
+                FaultKind::KillLeader => leader(c, net).unwrap_or(random),
+                _ => random,
+            };
+            c.kill(n);
+            (Undo::Restart(n), format!("node {n} killed (SIGKILL)"))
+        }
+        FaultKind::PauseLeader => {
+            let n = leader(c, net).unwrap_or(random);
+            c.signal(n, "STOP")?;
+            (Undo::Continue(n), format!("node {n} paused (SIGSTOP)"))
+        }
+        FaultKind::PowerLoss => {
+            c.kill(random);
+            let root = Cluster::store_root(dir, random);
+            let f = disk::power_loss(&root, &disk::mark_path(&root))?;
+            (
+                Undo::Restart(random),
+                format!(
+                    "node {random} lost power: {} ({} bytes from offset {})",
+                    f.what, f.bytes, f.offset
+                ),
+            )
+        }
+        FaultKind::CorruptTail => {
+            c.kill(random);
+            let what = match disk::damage_tail(&Cluster::store_root(dir, random), rng)? {
+                Some(f) => format!("{} at offset {}", f.what, f.offset),
+                None => "nothing written after the checkpoint; tail left intact".into(),
+            };
+            (
+                Undo::Restart(random),
+                format!("node {random} killed, {what}"),
+            )
+        }
+    })
+}
+
+fn undo(u: Undo, c: &mut Cluster, net: &Network) -> Result<(), JepsenError> {
+    match u {
+        Undo::Heal => net.apply(&Grudge::new()),
+        Undo::Restart(n) => c.restart(net, n),
+        Undo::Continue(n) => c.signal(n, "CONT"),
+    }
+}
+
+/// Runs the test; `stop` interrupts it (results are then partial). The hosts and
+/// processes are removed before this returns, whatever happened.
+pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, JepsenError> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let dir = opts
+        .out_dir
+        .join(format!("jepsen-{stamp}-seed{}-{}", opts.seed, opts.flush));
+    std::fs::create_dir_all(&dir)?;
+    // Namespaces of this run: `lmqj-<pid>-...`, so runs side by side do not meet;
+    // those of killed runs go first.
+    crate::hosts::remove_orphans(NS_PREFIX)?;
+    let net = Network::create(&format!("{NS_PREFIX}{}-", std::process::id()), HOSTS)?;
+    let mut c = Cluster::start(&net, &dir, &opts.flush)?;
+    prepare(&c, &net)?;
+    let nodes: Vec<String> = (0..NODES).map(client_addr).collect();
+    let rec = Recorder::new();
+    let time_limit_ms = opts.time_limit_s * 1000;
+    let faults = plan(
+        opts.seed,
+        &opts.kinds,
+        time_limit_ms,
+        opts.warmup_ms,
+        opts.fault_ms,
+        opts.gap_ms,
+    );
+    let wl = WorkloadOptions {
+        nodes: nodes.clone(),
+        topic: "JNormal".into(),
+        fifo_topic: "JFifo".into(),
+        group: "JGroup".into(),
+        fifo_group: "JFifoGroup".into(),
+        producers: 3,
+        fifo_producers: 3,
+        consumers: 3,
+        duration: Duration::from_millis(time_limit_ms),
+        drain: Duration::from_secs(300),
+        quiet: Duration::from_secs(20),
+        settle: Duration::from_secs(5),
+        call_timeout: Duration::from_secs(5),
+        send_interval: Duration::from_millis(5),
+        fifo_send_interval: Duration::from_millis(50),
+        stop: stop.clone(),
+    };
+    let (ns, wl_rec) = (net.host_ns(CLIENT_HOST), rec.clone());
+    let workload = std::thread::spawn(move || {
+        in_namespace(&ns, move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(JepsenError::Io)?
+                .block_on(crate::workload::run(wl, wl_rec))
+        })
+    });
+    let mut rng = StdRng::seed_from_u64(opts.seed ^ 0x5eed);
+    let mut done: Vec<FaultRecord> = Vec::new();
+    let mut nemesis_error = None;
+    let mut unexpected_exits: Vec<String> = Vec::new();
+    for f in &faults {
+        if !sleep_until(&rec, f.start_ms, &stop) {
+            break;
+        }
+        let began_ms = rec.now_ms();
+        let (u, detail) = match inject(f.kind, &mut rng, f.pick, &mut c, &net, &dir) {
+            Ok(x) => x,
+            Err(e) => {
+                nemesis_error = Some(format!("{}: {e}", f.kind.name()));
+                break;
+            }
+        };
+        // The fault is in effect from here (finding the leader and applying rules
+        // took time; sends acknowledged meanwhile say nothing about recovery).
+        let start_ms = rec.now_ms();
+        eprintln!(
+            "[{:>7.1}s] {}: {detail}",
+            start_ms as f64 / 1000.0,
+            f.kind.name()
+        );
+        sleep_until(&rec, start_ms + f.duration_ms, &stop);
+        if let Err(e) = undo(u, &mut c, &net) {
+            nemesis_error = Some(format!("healing {}: {e}", f.kind.name()));
+            break;
+        }
+        let end_ms = rec.now_ms();
+        eprintln!("[{:>7.1}s] healed", end_ms as f64 / 1000.0);
+        for n in 0..NODES {
+            if let Some(status) = c.exited(n) {
+                let why =
+                    format!("node {n} exited by itself ({status}) by {end_ms} ms; see n{n}.log");
+                eprintln!("[{:>7.1}s] {why}; restarting it", end_ms as f64 / 1000.0);
+                unexpected_exits.push(why);
+                if let Err(e) = c.restart(&net, n) {
+                    nemesis_error = Some(format!("restarting node {n}: {e}"));
+                }
+            }
+        }
+        done.push(FaultRecord {
+            kind: f.kind,
+            began_ms,
+            start_ms,
+            end_ms,
+            detail,
+            rto_ms: None,
+        });
+    }
+    // Heal everything: network, paused and stopped nodes.
+    let _ = net.apply(&Grudge::new());
+    for n in 0..NODES {
+        let _ = c.signal(n, "CONT");
+        if let Some(status) = c.exited(n) {
+            unexpected_exits.push(format!(
+                "node {n} exited by itself ({status}); see n{n}.log"
+            ));
+        }
+        if !c.is_running(n) {
+            c.restart(&net, n)?;
+        }
+    }
+    if let Some(e) = nemesis_error {
+        stop.store(true, Ordering::Relaxed);
+        let _ = workload.join();
+        return Err(JepsenError::Host(format!("nemesis failed: {e}")));
+    }
+    let history = workload
+        .join()
+        .map_err(|_| JepsenError::Host("the workload thread panicked".into()))???;
+    let interrupted = stop.load(Ordering::Relaxed);
+    let (replica_audit, audit_error) = if interrupted {
+        (None, Some("interrupted".to_owned()))
+    } else {
+        eprintln!(
+            "[{:>7.1}s] workload done; auditing replicas",
+            rec.now_ms() as f64 / 1000.0
+        );
+        let nodes2 = nodes.clone();
+        let views = in_namespace(&net.host_ns(CLIENT_HOST), move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(JepsenError::Io)?
+                .block_on(async {
+                    audit::settle(&nodes2, Duration::from_secs(60)).await;
+                    audit::fetch(&nodes2).await
+                })
+        })?;
+        match views {
+            Ok(v) => (Some(audit::check(&v)), None),
+            Err(e) => (None, Some(e.to_string())),
+        }
+    };
+    drop(c);
+    drop(net);
+    let mut results = evaluate(
+        opts,
+        &history,
+        done,
+        replica_audit,
+        audit_error,
+        interrupted,
+    );
+    results.unexpected_exits = unexpected_exits;
+    write_outputs(&dir, &history, &results)?;
+    Ok(RunOutcome { dir, results })
+}
+
+/// Runs the checkers over a finished run.
+pub fn evaluate(
+    opts: &RunOptions,
+    history: &[Op],
+    mut faults: Vec<FaultRecord>,
+    replica_audit: Option<ReplicaAudit>,
+    audit_error: Option<String>,
+    interrupted: bool,
+) -> RunResults {
+    let windows: Vec<FaultWindow> = faults
+        .iter()
+        .map(|f| FaultWindow {
+            began_ms: f.began_ms,
+            start_ms: f.start_ms,
+            end_ms: f.end_ms,
+        })
+        .collect();
+    let availability = availability(history, &windows, GRACE_MS);
+    for (f, rto) in faults.iter_mut().zip(&availability.rto_ms) {
+        f.rto_ms = *rto;
+    }
+    let mut rtos: Vec<u64> = availability.rto_ms.iter().flatten().copied().collect();
+    rtos.sort_unstable();
+    let total_queue = total_queue(history);
+    let order = order(history);
+    let valid = total_queue.valid
+        && order.valid
+        && replica_audit.as_ref().is_some_and(|a| a.valid)
+        && !interrupted;
+    RunResults {
+        seed: opts.seed,
+        flush: opts.flush.clone(),
+        nemesis: opts.kinds.clone(),
+        time_limit_s: opts.time_limit_s,
+        ops: history.len(),
+        faults_without_recovery: availability.rto_ms.iter().filter(|r| r.is_none()).count(),
+        rto_p50_ms: quantile(&rtos, 0.5),
+        rto_p99_ms: quantile(&rtos, 0.99),
+        faults,
+        total_queue,
+        order,
+        replica_audit,
+        audit_error,
+        availability,
+        unexpected_exits: Vec::new(),
+        interrupted,
+        valid,
+    }
+}
+
+/// The one-line verdict.
+pub fn verdict(r: &RunResults) -> String {
+    if r.valid {
+        return "valid: nothing lost or unexpected, order kept, replicas agree".into();
+    }
+    let mut why = Vec::new();
+    if r.interrupted {
+        why.push("interrupted".to_owned());
+    }
+    if !r.total_queue.valid {
+        why.push(format!(
+            "{} lost, {} unexpected",
+            r.total_queue.lost, r.total_queue.unexpected
+        ));
+    }
+    if !r.order.valid {
+        why.push("order violated".into());
+    }
+    match (&r.replica_audit, &r.audit_error) {
+        (Some(a), _) if !a.valid => why.push("replicas diverge".into()),
+        (None, Some(e)) => why.push(format!("replica audit not run: {e}")),
+        _ => {}
+    }
+    format!("INVALID: {}", why.join("; "))
+}
+
+fn write_outputs(dir: &Path, history: &[Op], r: &RunResults) -> Result<(), JepsenError> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("history.jsonl"))?);
+    write_jsonl(&mut f, history)?;
+    let json = serde_json::to_string_pretty(r).map_err(|e| JepsenError::History(e.to_string()))?;
+    std::fs::write(dir.join("results.json"), &json)?;
+    let shades: Vec<Shade> = r
+        .faults
+        .iter()
+        .map(|f| Shade {
+            start_ms: f.began_ms,
+            end_ms: f.end_ms,
+            label: format!("{}: {}", f.kind.name(), f.detail),
+        })
+        .collect();
+    let title = format!(
+        "LedgerMQ jepsen run: seed {}, flush {}, {} s",
+        r.seed, r.flush, r.time_limit_s
+    );
+    let page = report::html(
+        &title,
+        &verdict(r),
+        &json,
+        &report::timeline(history),
+        &shades,
+    );
+    std::fs::write(dir.join("report.html"), page)?;
+    Ok(())
+}
