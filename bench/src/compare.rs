@@ -1,0 +1,192 @@
+//! `mqbench-compare`'s systems: start one on loopback, run the load against it
+//! with the shared [`runner`](crate::runner), stop it.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use ledgermq_tests::cluster::{bin, ClusterOptions, LocalCluster};
+
+use crate::ledgermq::LedgerMq;
+use crate::nats::Nats;
+use crate::peers::nats::NatsCluster;
+use crate::peers::rabbit::RabbitCluster;
+use crate::rabbit::Rabbit;
+use crate::runner::{run, LoadSpec};
+use crate::summary::Summary;
+
+/// A system of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// LedgerMQ 3-node group, SYNC_FLUSH (majority fsynced before the answer).
+    LedgerMqSync,
+    /// LedgerMQ 3-node group, ASYNC_FLUSH (majority has it in page cache).
+    LedgerMqAsync,
+    /// NATS JetStream, 3 nodes, file storage, replicas 3.
+    Nats,
+    /// RabbitMQ quorum queue on 3 nodes.
+    RabbitMq,
+}
+
+impl System {
+    /// Every system, in table order.
+    pub const ALL: [System; 4] = [
+        System::LedgerMqSync,
+        System::LedgerMqAsync,
+        System::Nats,
+        System::RabbitMq,
+    ];
+
+    /// Name as given to `--systems`.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::LedgerMqSync => "ledgermq-sync",
+            System::LedgerMqAsync => "ledgermq-async",
+            System::Nats => "nats",
+            System::RabbitMq => "rabbitmq",
+        }
+    }
+
+    /// What an acknowledged send means on this system.
+    pub fn durability(self) -> &'static str {
+        match self {
+            System::LedgerMqSync => "SYNC_FLUSH: fsynced on a majority",
+            System::LedgerMqAsync => "ASYNC_FLUSH: majority page cache",
+            System::Nats => "JetStream R3 file: quorum page cache",
+            System::RabbitMq => "quorum queue: fsynced on a majority",
+        }
+    }
+}
+
+impl FromStr for System {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        System::ALL
+            .into_iter()
+            .find(|x| x.name() == s.trim())
+            .with_context(|| {
+                format!("unknown system {s:?}: ledgermq-sync, ledgermq-async, nats, rabbitmq")
+            })
+    }
+}
+
+/// Checks up front that what `system` needs is installed (a clear error naming
+/// the build command or the Debian package if not).
+pub fn check_installed(system: System) -> Result<()> {
+    use crate::peers::proc::find_binary;
+    match system {
+        System::LedgerMqSync | System::LedgerMqAsync => {
+            for b in ["mqbroker", "mqnamesrv", "mqadmin"] {
+                bin(b).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e}; build them with `cargo build --release -p ledgermq-broker -p ledgermq-namesrv` \
+                         (or set LEDGERMQ_BIN_DIR)"
+                    )
+                })?;
+            }
+        }
+        System::Nats => {
+            find_binary("nats-server", &["/usr/sbin", "/usr/bin"], "nats-server")?;
+        }
+        System::RabbitMq => {
+            let dirs = &["/usr/lib/rabbitmq/bin", "/usr/sbin"];
+            find_binary("rabbitmq-server", dirs, "rabbitmq-server")?;
+            find_binary("rabbitmqctl", dirs, "rabbitmq-server")?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts `system` with its files under `dir`, runs `spec` (its label replaced by
+/// the system's name) and stops it.
+pub async fn run_system(system: System, spec: &LoadSpec, dir: &Path) -> Result<Summary> {
+    let spec = LoadSpec {
+        label: system.name().to_owned(),
+        ..spec.clone()
+    };
+    match system {
+        System::LedgerMqSync => run_ledgermq("sync", spec, dir).await,
+        System::LedgerMqAsync => run_ledgermq("async", spec, dir).await,
+        System::Nats => run_nats(spec, dir).await,
+        System::RabbitMq => run_rabbit(spec, dir).await,
+    }
+}
+
+async fn run_ledgermq(flush: &str, spec: LoadSpec, dir: &Path) -> Result<Summary> {
+    let opts = ClusterOptions {
+        flush: flush.into(),
+        ..ClusterOptions::default()
+    };
+    println!(
+        "[{}] starting a 3-node LedgerMQ group (flush {flush})",
+        spec.label
+    );
+    let cluster = LocalCluster::start(dir, &opts)
+        .await
+        .context("starting the LedgerMQ cluster")?;
+    let leader = cluster
+        .wait_leader("broker-a", Duration::from_secs(20))
+        .await?;
+    // Producer 0 and consumer 0 talk to the leader, as on the other systems.
+    let first = cluster.nodes[leader].client_addr.clone();
+    let mut endpoints = vec![first.clone()];
+    endpoints.extend(
+        cluster
+            .client_addrs("broker-a")
+            .into_iter()
+            .filter(|a| *a != first),
+    );
+    let driver = LedgerMq {
+        endpoints,
+        topic: "BenchTopic".into(),
+        group: "BenchGroup".into(),
+        fifo: false,
+        call_timeout: Duration::from_secs(10),
+    };
+    driver.create(8).await?;
+    let summary = run(Arc::new(driver), spec).await;
+    drop(cluster);
+    Ok(summary)
+}
+
+async fn run_nats(spec: LoadSpec, dir: &Path) -> Result<Summary> {
+    println!("[{}] starting a 3-node NATS JetStream cluster", spec.label);
+    let mut cluster = NatsCluster::start(dir, 3)?;
+    let mut driver = Nats {
+        urls: cluster.urls.clone(),
+    };
+    let leader = driver.prepare(3).await?;
+    // Producer 0 and consumer 0 talk to the stream's leader.
+    if let Some(i) = leader.and_then(|l| cluster.names.iter().position(|n| *n == l)) {
+        driver.urls.rotate_left(i);
+    }
+    let summary = run(Arc::new(driver), spec).await;
+    cluster.stop();
+    Ok(summary)
+}
+
+async fn run_rabbit(spec: LoadSpec, dir: &Path) -> Result<Summary> {
+    println!(
+        "[{}] starting a 3-node RabbitMQ cluster (about a minute on 2 cores)",
+        spec.label
+    );
+    let d = dir.to_path_buf();
+    let mut cluster = tokio::task::spawn_blocking(move || RabbitCluster::start(&d, 3)).await??;
+    let status = cluster.ctl(&["-n", &cluster.names[0], "cluster_status"])?;
+    if cluster.names.iter().any(|n| !status.contains(n.as_str())) {
+        bail!("the RabbitMQ nodes did not form one cluster:\n{status}");
+    }
+    // The queue is declared through node 1, whose member becomes its leader;
+    // producer 0 and consumer 0 talk to node 1.
+    let driver = Rabbit {
+        uris: cluster.uris.clone(),
+        prefetch: 1000,
+    };
+    driver.prepare().await?;
+    let summary = run(Arc::new(driver), spec).await;
+    cluster.stop();
+    Ok(summary)
+}

@@ -1,0 +1,269 @@
+//! The LedgerMQ driver: RocketMQ 5 gRPC (`apache.rocketmq.v2`) straight from the
+//! generated client, so it runs against any LedgerMQ cluster (and any RocketMQ 5
+//! proxy that accepts raw calls).
+//!
+//! Producer `i` and consumer `i` each open their own connection to endpoint
+//! `i mod n`. Any node accepts any call (followers pass them on to
+//! their leader). Consumers receive batches of 32 from any queue (`id -1`) with a
+//! short long-poll, and acknowledge each batch with one AckMessage, sent while
+//! the next receive runs (up to 4 acks in flight per consumer).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_broker::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
+use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
+use ledgermq_broker::pb::{
+    receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, Message,
+    MessageType, ReceiveMessageRequest, Resource, SendMessageRequest, SystemProperties,
+};
+use tokio::sync::Semaphore;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::runner::{produce, Ctx, Driver};
+
+/// AckMessage calls a consumer task keeps in flight while it receives on.
+const ACKS_IN_FLIGHT: usize = 4;
+
+/// Where and what to send and receive.
+#[derive(Debug, Clone)]
+pub struct LedgerMq {
+    /// Client addresses (`host:port`) of nodes.
+    pub endpoints: Vec<String>,
+    /// Topic.
+    pub topic: String,
+    /// Consumer group.
+    pub group: String,
+    /// FIFO messages, one message group per producer.
+    pub fifo: bool,
+    /// Deadline of one call.
+    pub call_timeout: Duration,
+}
+
+fn res(name: &str) -> Option<Resource> {
+    Some(Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
+}
+
+/// The name of a RocketMQ status code (`PROXY_TIMEOUT`), or its number.
+pub fn code_name(code: i32) -> String {
+    Code::try_from(code).map_or_else(|_| code.to_string(), |c| c.as_str_name().to_owned())
+}
+
+fn grpc_error(what: &str, s: &tonic::Status) -> String {
+    format!("{what}: grpc {:?}", s.code())
+}
+
+impl LedgerMq {
+    fn channel(&self, i: usize) -> Result<Channel> {
+        let addr = &self.endpoints[i % self.endpoints.len()];
+        Ok(Endpoint::from_shared(format!("http://{addr}"))
+            .with_context(|| format!("bad endpoint {addr}"))?
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(self.call_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy())
+    }
+
+    /// Creates or updates the topic (`queues` queues) and the consumer group on every
+    /// endpoint given (each commits the change through its group's Raft log;
+    /// repeating it on the same group is harmless), then waits a moment for
+    /// followers to apply it. Errors if no endpoint accepted it.
+    pub async fn create(&self, queues: u32) -> Result<()> {
+        let mut ok = 0;
+        let mut last_err = String::new();
+        for addr in &self.endpoints {
+            let mut c = match BrokerAdminClient::connect(format!("http://{addr}")).await {
+                Ok(c) => c,
+                Err(e) => {
+                    last_err = format!("{addr}: {e}");
+                    continue;
+                }
+            };
+            let topic = c
+                .update_topic(UpdateTopicRequest {
+                    name: self.topic.clone(),
+                    queue_count: queues,
+                    perm: 6,
+                    fifo: self.fifo,
+                })
+                .await;
+            let group = c
+                .update_group(UpdateGroupRequest {
+                    name: self.group.clone(),
+                    fifo: self.fifo,
+                    broadcast: false,
+                    max_delivery_attempts: 0,
+                })
+                .await;
+            match (topic, group) {
+                (Ok(t), Ok(g)) if t.get_ref().error.is_empty() && g.get_ref().error.is_empty() => {
+                    ok += 1
+                }
+                (Ok(t), Ok(g)) => {
+                    last_err = format!("{addr}: {} {}", t.get_ref().error, g.get_ref().error)
+                }
+                (Err(s), _) | (_, Err(s)) => last_err = format!("{addr}: {}", s.message()),
+            }
+        }
+        if ok == 0 {
+            bail!(
+                "creating topic {} / group {} failed: {last_err}",
+                self.topic,
+                self.group
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Ok(())
+    }
+
+    fn message(&self, body: Vec<u8>, message_id: String, message_group: Option<String>) -> Message {
+        Message {
+            topic: res(&self.topic),
+            user_properties: Default::default(),
+            system_properties: Some(SystemProperties {
+                message_id,
+                message_type: if message_group.is_some() {
+                    MessageType::Fifo as i32
+                } else {
+                    MessageType::Normal as i32
+                },
+                message_group,
+                ..Default::default()
+            }),
+            body,
+        }
+    }
+
+    fn receive_request(&self) -> ReceiveMessageRequest {
+        // Batches of 32 from any queue, tags `*`, invisible 30 s, 1 s long poll.
+        ledgermq_jepsen::workload::receive_request(&self.group, &self.topic, 30, 1)
+    }
+
+    async fn consume(self: Arc<Self>, idx: usize, ctx: Arc<Ctx>) {
+        let chan = match self.channel(idx) {
+            Ok(c) => c,
+            Err(e) => return ctx.stats.on_error(&format!("receive: {e}")),
+        };
+        let mut c = MessagingServiceClient::new(chan);
+        let acks = Arc::new(Semaphore::new(ACKS_IN_FLIGHT));
+        while !ctx.recv_stopped() {
+            let mut handles = Vec::new();
+            match c.receive_message(self.receive_request()).await {
+                Ok(stream) => {
+                    let mut stream = stream.into_inner();
+                    loop {
+                        match stream.message().await {
+                            Ok(Some(item)) => match item.content {
+                                Some(Content::Message(m)) => {
+                                    ctx.stats.on_receive(&m.body);
+                                    let sp = m.system_properties.unwrap_or_default();
+                                    handles.push(AckMessageEntry {
+                                        message_id: sp.message_id,
+                                        receipt_handle: sp.receipt_handle.unwrap_or_default(),
+                                    });
+                                }
+                                Some(Content::Status(s))
+                                    if s.code != Code::Ok as i32
+                                        && s.code != Code::MessageNotFound as i32 =>
+                                {
+                                    ctx.stats.on_error(&format!(
+                                        "receive: status {}",
+                                        code_name(s.code)
+                                    ));
+                                }
+                                _ => {}
+                            },
+                            Ok(None) => break,
+                            Err(s) => {
+                                ctx.stats.on_error(&grpc_error("receive", &s));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(s) => {
+                    ctx.stats.on_error(&grpc_error("receive", &s));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            if handles.is_empty() {
+                continue;
+            }
+            let req = AckMessageRequest {
+                group: res(&self.group),
+                topic: res(&self.topic),
+                entries: handles,
+            };
+            // Acks run beside the next receive (at most ACKS_IN_FLIGHT at once), as a
+            // client's consumption threads would.
+            let Ok(permit) = acks.clone().acquire_owned().await else {
+                break;
+            };
+            let (mut ac, ctx) = (c.clone(), ctx.clone());
+            tokio::spawn(async move {
+                match ac.ack_message(req).await {
+                    Ok(r) => {
+                        let code = r.into_inner().status.map_or(0, |s| s.code);
+                        if code != Code::Ok as i32 {
+                            ctx.stats
+                                .on_error(&format!("ack: status {}", code_name(code)));
+                        }
+                    }
+                    Err(s) => ctx.stats.on_error(&grpc_error("ack", &s)),
+                }
+                drop(permit);
+            });
+        }
+        let _ = acks.acquire_many(ACKS_IN_FLIGHT as u32).await;
+    }
+}
+
+impl Driver for LedgerMq {
+    fn producer(self: Arc<Self>, idx: usize, ctx: Arc<Ctx>) -> BoxFuture<'static, ()> {
+        async move {
+            let chan = match self.channel(idx) {
+                Ok(c) => c,
+                Err(e) => return ctx.stats.on_error(&format!("send: {e}")),
+            };
+            let client = MessagingServiceClient::new(chan);
+            let group = self.fifo.then(|| format!("mqbench-p{idx}"));
+            // Unique ids in RocketMQ's 32-hex-digit shape: run, producer, sequence.
+            let id_prefix = format!("{:016X}{:04X}", ctx.stats.run_id(), idx as u16);
+            let mut seq = 0u64;
+            produce(ctx.clone(), move |body| {
+                let mut c = client.clone();
+                seq += 1;
+                let id = format!("{id_prefix}{seq:012X}");
+                let req = SendMessageRequest {
+                    messages: vec![self.message(body, id, group.clone())],
+                };
+                async move {
+                    match c.send_message(req).await {
+                        Ok(r) => {
+                            let code = r.into_inner().status.map_or(0, |s| s.code);
+                            if code == Code::Ok as i32 {
+                                Ok(())
+                            } else {
+                                Err(format!("send: status {}", code_name(code)))
+                            }
+                        }
+                        Err(s) => Err(grpc_error("send", &s)),
+                    }
+                }
+            })
+            .await
+        }
+        .boxed()
+    }
+
+    fn consumer(self: Arc<Self>, idx: usize, ctx: Arc<Ctx>) -> BoxFuture<'static, ()> {
+        self.consume(idx, ctx).boxed()
+    }
+}

@@ -1,0 +1,24 @@
+//! LedgerMQ benchmarks (issue 7).
+//!
+//! - `mqbench`: a load tool for any LedgerMQ cluster over the RocketMQ 5 gRPC
+//!   protocol, in the spirit of RocketMQ's benchmark producer and consumer.
+//! - `mqbench-compare`: the same load, in one run on one machine, against a local
+//!   LedgerMQ 3-node group (SYNC_FLUSH and ASYNC_FLUSH), a 3-node NATS JetStream
+//!   cluster (file storage, replicas 3) and a 3-node RabbitMQ cluster (quorum
+//!   queue), all on loopback; prints a table and the ratios.
+//!
+//! Every system is driven by the same [`runner`] (windowed producers, consumers,
+//! progress, summary) through a [`runner::Driver`]: [`ledgermq::LedgerMq`],
+//! [`nats::Nats`], [`rabbit::Rabbit`]. The peers' server processes are started and
+//! stopped by [`peers`].
+
+pub mod compare;
+pub mod ledgermq;
+pub mod nats;
+pub mod payload;
+pub mod peers;
+pub mod rabbit;
+pub mod runner;
+pub mod stats;
+pub mod summary;
+pub mod table;
