@@ -94,9 +94,18 @@ impl MessageStore {
         }
         let log = self.commit_log();
         let limit = offset.min(self.dispatched_offset());
-        let before = log.segments().segments().len();
+        // Count what was deleted by start offset, not by the number of segments: the
+        // warm-up thread may create the next segment meanwhile (counting files once
+        // missed a deletion, so the ConsumeQueues kept entries the CommitLog no
+        // longer held).
+        let starts: Vec<u64> = log
+            .segments()
+            .segments()
+            .iter()
+            .map(|f| f.start_offset())
+            .collect();
         let min = log.remove_segments(limit, |_, _| true)?;
-        let deleted = before - log.segments().segments().len();
+        let deleted = starts.iter().filter(|&&s| s < min).count();
         if deleted > 0 {
             for (_, cq) in self.consume_queues().all() {
                 cq.set_min_commit_log_offset(min)?;

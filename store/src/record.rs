@@ -139,7 +139,10 @@ pub struct MessageRecord {
     pub reconsume_times: i32,
     /// CommitLog offset of the prepared (half) message, or 0.
     pub prepared_transaction_offset: i64,
-    /// The body bytes.
+    /// The body bytes. Serialized as one byte string (`serde_bytes`), not as a
+    /// sequence of single bytes: postcard writes the same bytes either way, but
+    /// one copy instead of a call per byte (profiling the leader showed it).
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
     /// User and system properties (tags, keys, message id, ...).
     pub properties: BTreeMap<String, String>,

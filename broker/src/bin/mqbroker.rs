@@ -17,6 +17,10 @@ use ledgermq_broker::route::{Members, NameServers};
 use ledgermq_namesrv::registrar::Registrar;
 use ledgermq_raft::{BatchConfig, NetworkFilter, RaftNode, RaftNodeConfig, RaftTiming};
 
+/// mimalloc instead of glibc malloc: allocation was ~16% of a leader's CPU.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "mqbroker",
