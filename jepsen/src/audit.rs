@@ -11,7 +11,7 @@ use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{EntryDigest, LogDigestRequest, LogDigestResponse};
 use serde::Serialize;
 
-use crate::checker::MAX_EXAMPLES;
+use crate::checker::note_example;
 use crate::JepsenError;
 
 /// One node's view: its state and the digests of the entries it holds.
@@ -53,11 +53,7 @@ pub fn check(views: &[NodeView]) -> ReplicaAudit {
         nodes: views.len(),
         ..Default::default()
     };
-    let note = |r: &mut ReplicaAudit, s: String| {
-        if r.examples.len() < MAX_EXAMPLES {
-            r.examples.push(s);
-        }
-    };
+    let note = |r: &mut ReplicaAudit, s: String| note_example(&mut r.examples, s);
     let from = views.iter().map(|v| v.state.first_index).max().unwrap_or(0);
     let through = views.iter().map(|v| v.state.applied_index).min().flatten();
     r.compared_from = from;

@@ -19,6 +19,13 @@ use crate::history::{acked_sends, send_outcomes, Op, OpFn, OpType};
 /// Most examples kept per finding.
 pub const MAX_EXAMPLES: usize = 10;
 
+/// Adds `example` to `examples` unless [`MAX_EXAMPLES`] are kept already.
+pub fn note_example(examples: &mut Vec<String>, example: String) {
+    if examples.len() < MAX_EXAMPLES {
+        examples.push(example);
+    }
+}
+
 /// Counts and examples of Jepsen's total-queue checker.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TotalQueue {
@@ -122,11 +129,7 @@ pub struct Order {
 /// message group (failed and unknown ones may be missing).
 pub fn order(ops: &[Op]) -> Order {
     let mut r = Order::default();
-    let note = |r: &mut Order, s: String| {
-        if r.examples.len() < MAX_EXAMPLES {
-            r.examples.push(s);
-        }
-    };
+    let note = |r: &mut Order, s: String| note_example(&mut r.examples, s);
     // Per queue: offset → value.
     let mut queues: BTreeMap<(&str, &str, i32), BTreeMap<u64, &str>> = BTreeMap::new();
     for d in deliveries(ops) {

@@ -124,10 +124,15 @@ pub fn checkpoint_offset(store_root: &Path) -> std::io::Result<u64> {
     }
 }
 
-/// The end of what was written to the CommitLog: one past its last non-zero byte.
-pub fn written_end(store_root: &Path) -> std::io::Result<u64> {
-    let mut end = 0;
+/// The end of what was written to the CommitLog at or after `from`: one past its
+/// last non-zero byte (`from` if nothing is). Segments ending at or before `from`
+/// are not read.
+pub fn written_end(store_root: &Path, from: u64) -> std::io::Result<u64> {
+    let mut end = from;
     for (start, path) in segments(&store_root.join("commitlog"))? {
+        if start + std::fs::metadata(&path)?.len() <= from {
+            continue;
+        }
         let bytes = std::fs::read(&path)?;
         if let Some(last) = bytes.iter().rposition(|&b| b != 0) {
             end = start + last as u64 + 1;
@@ -142,7 +147,7 @@ pub fn written_end(store_root: &Path) -> std::io::Result<u64> {
 /// corrupted one). Returns `None` when nothing was written after the checkpoint.
 pub fn damage_tail(store_root: &Path, rng: &mut impl Rng) -> std::io::Result<Option<DiskFault>> {
     let checkpoint = checkpoint_offset(store_root)?;
-    let end = written_end(store_root)?;
+    let end = written_end(store_root, checkpoint)?;
     if end <= checkpoint {
         return Ok(None);
     }

@@ -122,13 +122,16 @@ pub struct RunOutcome {
 
 /// Sleeps until `t_ms` on the recorder's clock; false if interrupted meanwhile.
 fn sleep_until(rec: &Recorder, t_ms: u64, stop: &AtomicBool) -> bool {
-    while rec.now_ms() < t_ms {
+    loop {
+        // One reading of the clock: it may pass `t_ms` between two readings.
+        let left = t_ms.saturating_sub(rec.now_ms());
+        if left == 0 {
+            break;
+        }
         if stop.load(Ordering::Relaxed) {
             return false;
         }
-        std::thread::sleep(
-            Duration::from_millis(50).min(Duration::from_millis(t_ms - rec.now_ms())),
-        );
+        std::thread::sleep(Duration::from_millis(left.min(50)));
     }
     !stop.load(Ordering::Relaxed)
 }

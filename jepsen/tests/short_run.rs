@@ -1,5 +1,5 @@
 //! The CI run of the `jepsen` binary: a short run with fixed seeds covering a
-//! partition, a killed leader, a paused leader and a power loss (about 2-3
+//! partition, a killed leader, a paused leader and a power loss (about 1.5
 //! minutes). It must exit 0 (no safety violation) and leave a complete run folder.
 //! Needs root, iproute2, nftables and the workspace binaries (`cargo build --bins`).
 
