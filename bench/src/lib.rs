@@ -6,6 +6,8 @@
 //!   LedgerMQ 3-node group (SYNC_FLUSH and ASYNC_FLUSH), a 3-node NATS JetStream
 //!   cluster (file storage, replicas 3) and a 3-node RabbitMQ cluster (quorum
 //!   queue), all on loopback; prints a table and the ratios.
+//! - `mqbench-noop`: a MessagingService that stores nothing ([`noop`]), to measure
+//!   what the gRPC transport alone costs on a machine.
 //!
 //! Every system is driven by the same [`runner`] (windowed producers, consumers,
 //! progress, summary) through a [`runner::Driver`]: [`ledgermq::LedgerMq`],
@@ -15,6 +17,7 @@
 pub mod compare;
 pub mod ledgermq;
 pub mod nats;
+pub mod noop;
 pub mod payload;
 pub mod peers;
 pub mod rabbit;

@@ -56,6 +56,8 @@ pub struct Summary {
     pub consumers: usize,
     /// Un-acknowledged sends per producer.
     pub window: usize,
+    /// Offered load in messages per second (`None`: as fast as the window allows).
+    pub rate_per_sec: Option<f64>,
     /// Seconds measured (after the warm-up, until the producers stopped).
     pub seconds: f64,
     /// Sends started while measuring.
@@ -66,7 +68,8 @@ pub struct Summary {
     pub send_msgs_per_s: f64,
     /// Acknowledged body MB per second.
     pub send_mb_per_s: f64,
-    /// Send latency: from handing the message to the client to its acknowledgment.
+    /// Send latency: from handing the message to the client (or, with a rate, from
+    /// its scheduled start) to its acknowledgment.
     pub send_latency_ms: Latency,
     /// Messages of this run received while measuring.
     pub received: u64,
@@ -108,6 +111,7 @@ impl Summary {
             producers: spec.producers,
             consumers: spec.consumers,
             window: spec.window,
+            rate_per_sec: spec.rate_per_sec,
             seconds: secs,
             sent: stats.sent.load(Ordering::Relaxed),
             acked,
@@ -134,8 +138,15 @@ impl Summary {
             )
         };
         let mut s = format!(
-            "== {}: {} producer(s) x window {}, {} consumer(s), {} B bodies, {:.1} s measured ==\n",
-            self.system, self.producers, self.window, self.consumers, self.body_bytes, self.seconds
+            "== {}: {} producer(s) x window {}{}, {} consumer(s), {} B bodies, {:.1} s measured ==\n",
+            self.system,
+            self.producers,
+            self.window,
+            self.rate_per_sec
+                .map_or_else(String::new, |r| format!(" at {r} msgs/s offered")),
+            self.consumers,
+            self.body_bytes,
+            self.seconds
         );
         s += &format!(
             "sends     {} acked of {} started: {:.0} msgs/s, {:.2} MB/s; latency ms {}\n",

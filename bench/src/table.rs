@@ -86,8 +86,14 @@ impl Report {
             (System::LedgerMqSync, System::RabbitMq),
         ] {
             let (x, y) = (get(a), get(b));
+            // At a fixed offered rate both sides send the same: no throughput
+            // ratio then (compare their latency instead).
             let ratio = |f: fn(&Summary) -> f64| match (&x, &y) {
-                (Some(x), Some(y)) if f(y) > 0.0 => Some(f(x) / f(y)),
+                (Some(x), Some(y))
+                    if f(y) > 0.0 && x.rate_per_sec.is_none() && y.rate_per_sec.is_none() =>
+                {
+                    Some(f(x) / f(y))
+                }
                 _ => None,
             };
             ratios.push(Ratio {
@@ -160,8 +166,14 @@ impl Report {
         );
         if let Some(x) = self.rows.iter().find_map(|r| r.summary.as_ref()) {
             s += &format!(
-                "Load: {} producer(s) x window {} un-acked, {} consumer(s), {} B bodies, {:.0} s measured per system.\n",
-                x.producers, x.window, x.consumers, x.body_bytes, x.seconds
+                "Load: {} producer(s) x window {} un-acked{}, {} consumer(s), {} B bodies, {:.0} s measured per system.\n",
+                x.producers,
+                x.window,
+                x.rate_per_sec
+                    .map_or_else(String::new, |r| format!(", {r} msgs/s offered")),
+                x.consumers,
+                x.body_bytes,
+                x.seconds
             );
         }
         s
