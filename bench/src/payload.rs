@@ -8,6 +8,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Bytes of the header: send time (µs since the Unix epoch, u64 LE), run id (u64 LE).
 pub const HEADER_BYTES: usize = 16;
 
+/// Checks a body size from the command line. Error: it is below [`HEADER_BYTES`]
+/// (the summary would report a size that was never sent).
+pub fn check_body_bytes(body_bytes: usize) -> Result<(), String> {
+    if body_bytes < HEADER_BYTES {
+        return Err(format!(
+            "--body-bytes {body_bytes}: bodies carry a {HEADER_BYTES}-byte header, so at least {HEADER_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
 /// Microseconds since the Unix epoch, by the wall clock (producers and consumers of
 /// one run share the machine, or need synchronised clocks for end-to-end latency).
 pub fn now_micros() -> u64 {

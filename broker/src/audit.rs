@@ -1,7 +1,8 @@
 //! The LogDigest admin call: one node's own view of its Raft log (log index, term
-//! and CRC32 of each entry's CommitLog bytes) and of its ConsumeQueue tails, for
+//! and a CRC32 of each entry's records, independent of where they sit) and of its ConsumeQueue tails, for
 //! replica audits. Read-only; never passed on to the leader.
 
+use ledgermq_store::record::record_crc;
 use ledgermq_store::MessageStore;
 
 use crate::admin_pb::{EntryDigest, LogDigestRequest, LogDigestResponse, QueueTail};
@@ -25,10 +26,18 @@ pub fn entry_digests(
     (start..end)
         .map(|i| {
             let e = store.read_entry(i).map_err(|e| e.to_string())?;
+            // Over each record's CRC, recomputed from its bytes: the layout's CRC
+            // leaves out PHYSICALOFFSET, so an entry digests the same wherever a
+            // replica placed it (a snapshot's reset moves a follower's offsets),
+            // and a damaged record still changes the digest.
+            let mut h = crc32fast::Hasher::new();
+            for r in e.records() {
+                h.update(&record_crc(r?.bytes()).to_be_bytes());
+            }
             Ok(EntryDigest {
                 log_index: i,
                 term: e.location.term,
-                crc32: crc32fast::hash(&e.bytes),
+                crc32: h.finalize(),
             })
         })
         .collect()

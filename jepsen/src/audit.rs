@@ -1,5 +1,5 @@
 //! The replica audit: after healing, every replica holds the same committed prefix
-//! (log index, term, CRC32 of the entry's bytes), and no ConsumeQueue holds an
+//! (log index, term, CRC32 of the entry's records), and no ConsumeQueue holds an
 //! entry past what its node has applied (apply follows commit, so past the commit
 //! index either). [`fetch`] asks each node for its view (the LogDigest admin call);
 //! [`check`] is a plain function of those views.
@@ -41,9 +41,14 @@ pub struct ReplicaAudit {
     pub queue_entries_past_commit: u64,
     /// Message queues whose length differs between nodes at the same applied index.
     pub queue_length_mismatches: u64,
+    /// Nodes that had applied less than the most advanced node when audited (after
+    /// the settle wait), or nothing at all: a replica that never caught up, whose
+    /// unapplied part the comparison above cannot see.
+    pub lagging_nodes: u64,
     /// A few findings, in words.
     pub examples: Vec<String>,
-    /// Nothing divergent, nothing past the commit index, queues agree.
+    /// Nothing divergent, nothing past the commit index, queues agree, no node
+    /// lagging.
     pub valid: bool,
 }
 
@@ -97,6 +102,20 @@ pub fn check(views: &[NodeView]) -> ReplicaAudit {
             }
         }
     }
+    let most = views.iter().filter_map(|v| v.state.applied_index).max();
+    for v in views
+        .iter()
+        .filter(|v| most.is_some() && v.state.applied_index != most)
+    {
+        r.lagging_nodes += 1;
+        note_example(
+            &mut r.examples,
+            format!(
+                "node {} applied through {:?}, others through {most:?}",
+                v.state.node_id, v.state.applied_index
+            ),
+        );
+    }
     // Queue lengths agree between nodes that applied the same entries.
     let mut by_applied: BTreeMap<Option<u64>, Vec<&NodeView>> = BTreeMap::new();
     for v in views {
@@ -136,7 +155,8 @@ pub fn check(views: &[NodeView]) -> ReplicaAudit {
     }
     r.valid = r.divergent_entries == 0
         && r.queue_entries_past_commit == 0
-        && r.queue_length_mismatches == 0;
+        && r.queue_length_mismatches == 0
+        && r.lagging_nodes == 0;
     r
 }
 
@@ -263,5 +283,16 @@ mod tests {
         // A node that lacks a committed entry diverges too.
         let r = check(&[view(0, 2, &a, (3, 900)), view(1, 2, &a[..2], (3, 900))]);
         assert_eq!(r.divergent_entries, 1);
+    }
+
+    #[test]
+    fn a_replica_that_never_caught_up_fails_the_audit() {
+        // Identical over the prefix both applied, but node 1 stopped at index 1.
+        let e = [(0, 1, 7), (1, 1, 8), (2, 2, 9)];
+        let r = check(&[view(0, 2, &e, (3, 900)), view(1, 1, &e[..2], (2, 900))]);
+        assert_eq!(
+            (r.divergent_entries, r.lagging_nodes, r.valid),
+            (0, 1, false)
+        );
     }
 }

@@ -7,8 +7,8 @@
 //! - [`order`]: per message queue, one queue offset never holds two messages and the
 //!   offsets delivered have no gaps; per message group, deliveries follow the send
 //!   order (a redelivery may repeat the latest message, never go back).
-//! - [`availability`]: time from each fault to the first acknowledgement of a send
-//!   invoked after it began (RTO), and failed sends outside fault windows.
+//! - [`availability`]: time from each fault taking effect (`start_ms`) to the first
+//!   acknowledgement of a send invoked after that (RTO), and failed sends outside fault windows.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -218,7 +218,7 @@ pub struct FaultWindow {
 /// Availability findings.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Availability {
-    /// Per fault: ms from its start to the first send acknowledged after it (None if
+    /// Per fault: ms from its start to the first acknowledgement of a send invoked after it (None if
     /// none was).
     pub rto_ms: Vec<Option<u64>>,
     /// Sends that failed or timed out outside every fault window (a grace period after

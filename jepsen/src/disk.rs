@@ -13,8 +13,8 @@
 //! ConsumeQueues and metadata are left as the page cache had them; recovery must
 //! reconcile them with the shorter CommitLog.
 //!
-//! **Damaged tail.** [`damage_tail`] truncates (zeroes from a point on) or flips a
-//! byte within the last 4 KiB written after the last checkpoint: the part of the log
+//! **Damaged tail.** [`damage_tail`] truncates (zeroes from a point on) or flips one
+//! bit within the last 4 KiB written after the last checkpoint: the part of the log
 //! crash recovery scans and must cut at the first bad record.
 
 use std::fs::{File, OpenOptions};

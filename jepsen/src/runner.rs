@@ -353,8 +353,11 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             rto_ms: None,
         });
     }
-    // Heal everything: network, paused and stopped nodes.
-    let _ = net.apply(&Grudge::new());
+    // Heal everything: network, paused and stopped nodes. A network left cut would
+    // turn the drain's misses into false losses.
+    if let Err(e) = net.apply(&Grudge::new()) {
+        nemesis_error.get_or_insert(format!("healing the network: {e}"));
+    }
     for n in 0..NODES {
         let _ = c.signal(n, "CONT");
         if let Some(status) = c.exited(n) {
@@ -482,7 +485,7 @@ pub fn verdict(r: &RunResults) -> String {
         why.push("order violated".into());
     }
     match (&r.replica_audit, &r.audit_error) {
-        (Some(a), _) if !a.valid => why.push("replicas diverge".into()),
+        (Some(a), _) if !a.valid => why.push("replicas diverge or lag".into()),
         (None, Some(e)) => why.push(format!("replica audit not run: {e}")),
         _ => {}
     }

@@ -64,5 +64,11 @@ fn a_short_run_under_faults_finds_no_violation() {
         "{results}"
     );
     assert_eq!(r["faults"].as_array().unwrap().len(), 5, "{results}");
+    // A node that crashed on its own (a panic, a fatal Raft error) fails the run
+    // even when its restart went fine.
+    assert!(
+        r["unexpected_exits"].as_array().unwrap().is_empty(),
+        "{results}"
+    );
     println!("{stdout}");
 }

@@ -124,14 +124,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Need not be durable (openraft re-learns the commit index); it only lets a
         // restarted node re-apply sooner.
-        MetaDb::put(&self.meta.raft, "committed", &committed)
+        MetaDb::put(&self.meta.raft, COMMITTED_KEY, &committed)
             .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        let committed = MetaDb::get::<Option<LogId>>(&self.meta.raft, "committed")
-            .map_err(|e| StorageIOError::read_logs(io_err(e)))?
-            .flatten();
+        let committed =
+            saved_committed(&self.meta).map_err(|e| StorageIOError::read_logs(io_err(e)))?;
         let last = self
             .store
             .commit_log()
@@ -206,6 +205,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .await
         .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
     }
+}
+
+/// Key of the commit index openraft last saved (`save_committed`).
+const COMMITTED_KEY: &str = "committed";
+
+/// The commit index openraft last saved in `meta` (`None` before the first
+/// commit); it may lag the leader's. Errors: `Storage`.
+pub(crate) fn saved_committed(meta: &MetaDb) -> Result<Option<LogId>, RaftNodeError> {
+    Ok(MetaDb::get::<Option<LogId>>(&meta.raft, COMMITTED_KEY)?.flatten())
 }
 
 /// The vote a restarting node resumes with. A node that led a term before it

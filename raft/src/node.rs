@@ -220,11 +220,7 @@ impl RaftNode {
     /// The commit index this node last saved (openraft's `save_committed`, which
     /// may lag the leader's; `None` before the first commit). Errors: `Storage`.
     pub fn saved_commit_index(&self) -> Result<Option<u64>, RaftNodeError> {
-        Ok(
-            MetaDb::get::<Option<crate::types::LogId>>(&self.meta.raft, "committed")?
-                .flatten()
-                .map(|l| l.index),
-        )
+        Ok(crate::log_store::saved_committed(&self.meta)?.map(|l| l.index))
     }
 
     /// The openraft handle (metrics, triggers).

@@ -247,14 +247,30 @@ impl CommitLog {
         )
     }
 
-    /// Sets the written and flushed end after recovery established it.
-    pub(crate) fn set_recovered_end(&self, end_offset: u64, last_term: u64) {
+    /// Sets the written end after recovery established it. The flushed end stays
+    /// where the checkpoint put it (lowered to `end_offset` if that is less): bytes
+    /// recovered past it may only have been in the page cache of a killed process,
+    /// so they count as durable only once [`CommitLog::flush`] has fsynced them.
+    pub(crate) fn set_recovered_end(&self, end_offset: u64, last_term: u64) -> Result<()> {
         let mut w = self.writer.lock().unwrap();
         w.last_term = last_term;
         self.wrote.store(end_offset, Ordering::Release);
-        self.flushed.store(end_offset, Ordering::Release);
+        let before = self.flushed.fetch_min(end_offset, Ordering::AcqRel);
         if self.segments.first_start().is_none() {
             self.min_offset.store(end_offset, Ordering::Release);
+        }
+        if before > end_offset {
+            self.write_durable_mark(end_offset)?;
+        }
+        Ok(())
+    }
+
+    /// Records `offset` as the durable end in the durable mark file, when one is
+    /// configured (tests only; see [`CommitLogConfig::durable_mark_file`]).
+    fn write_durable_mark(&self, offset: u64) -> Result<()> {
+        match &self.durable_mark {
+            Some((p, f)) => write_mark(p, f, offset),
+            None => Ok(()),
         }
     }
 
@@ -443,9 +459,7 @@ impl CommitLog {
                 *self.poisoned.lock().unwrap() = Some(format!("an fsync failed: {e}"));
                 return Err(e);
             }
-            if let Some((p, f)) = &self.durable_mark {
-                write_mark(p, f, target)?;
-            }
+            self.write_durable_mark(target)?;
             self.flushed.store(target, Ordering::Release);
         }
         Ok(target.max(from))
@@ -483,7 +497,11 @@ impl CommitLog {
         self.raft_index.truncate(log_index)?;
         self.erase_range(cut, old_end)?;
         self.segments.remove_segments_after(cut)?;
-        self.flushed.fetch_min(cut, Ordering::AcqRel);
+        // The mark follows it down: bytes written again below the old mark are
+        // not durable until the next fsync.
+        if self.flushed.fetch_min(cut, Ordering::AcqRel) > cut {
+            self.write_durable_mark(cut)?;
+        }
         w.last_term = if log_index > first {
             self.raft_index.get(log_index - 1)?.term
         } else {
@@ -525,6 +543,7 @@ impl CommitLog {
         self.raft_index.reset(next_log_index)?;
         self.wrote.store(fresh, Ordering::Release);
         self.flushed.store(fresh, Ordering::Release);
+        self.write_durable_mark(fresh)?;
         self.min_offset.store(fresh, Ordering::Release);
         w.last_term = last_term;
         Ok(())
@@ -576,12 +595,14 @@ impl CommitLog {
     /// Deletes the oldest segments while `expired(segment start, segment end)` says so,
     /// never the segment holding the written end, and never a segment that ends after
     /// `limit_offset`. Moves the minimum offset and the index's first log index.
-    /// Returns the new minimum physical offset.
+    /// Returns the new minimum physical offset and how many segments were deleted
+    /// (counted under the writer lock, so a segment the warm-up thread creates
+    /// meanwhile cannot hide a deletion).
     pub fn remove_segments(
         &self,
         limit_offset: u64,
         mut expired: impl FnMut(u64, u64) -> bool,
-    ) -> Result<u64> {
+    ) -> Result<(u64, usize)> {
         let _w = self.writer.lock().unwrap();
         // Never delete what is not durable yet: a later flush must still find it.
         let durable = self.flushed_offset();
@@ -598,7 +619,7 @@ impl CommitLog {
                 self.raft_index.purge_below(first_index)?;
             }
         }
-        Ok(self.min_offset())
+        Ok((self.min_offset(), removed))
     }
 
     /// After a restart: the Raft index may still hold entries of segments deleted by

@@ -94,18 +94,11 @@ impl MessageStore {
         }
         let log = self.commit_log();
         let limit = offset.min(self.dispatched_offset());
-        // Count what was deleted by start offset, not by the number of segments: the
-        // warm-up thread may create the next segment meanwhile (counting files once
-        // missed a deletion, so the ConsumeQueues kept entries the CommitLog no
+        // The CommitLog counts what it deleted (comparing file counts before and
+        // after once missed a deletion when the warm-up thread created the next
+        // segment meanwhile, so the ConsumeQueues kept entries the CommitLog no
         // longer held).
-        let starts: Vec<u64> = log
-            .segments()
-            .segments()
-            .iter()
-            .map(|f| f.start_offset())
-            .collect();
-        let min = log.remove_segments(limit, |_, _| true)?;
-        let deleted = starts.iter().filter(|&&s| s < min).count();
+        let (min, deleted) = log.remove_segments(limit, |_, _| true)?;
         if deleted > 0 {
             for (_, cq) in self.consume_queues().all() {
                 cq.set_min_commit_log_offset(min)?;

@@ -148,7 +148,7 @@ impl MessageStore {
             offset: cp.dispatched_offset,
         };
         if clean {
-            log.set_recovered_end(cp.commit_log_offset, cp.last_term);
+            log.set_recovered_end(cp.commit_log_offset, cp.last_term)?;
             log.forget_purged_index_entries()?;
         } else {
             recover_log(&log, checkpoint, &mut report)?;
@@ -596,7 +596,10 @@ fn recover_log(
         tracing::warn!(offset = at, reason = %why, "CommitLog damaged or torn; cutting the tail");
     }
     erase_after(log, outcome.end_offset)?;
-    log.set_recovered_end(outcome.end_offset, outcome.last_term);
+    log.set_recovered_end(outcome.end_offset, outcome.last_term)?;
+    // The recovered tail may have lived only in the killed process's page cache:
+    // fsync it before anything treats it as durable.
+    log.flush()?;
     log.forget_purged_index_entries()?;
     report.scanned_from = Some(start);
     report.entries_scanned = outcome.entries;

@@ -253,4 +253,20 @@ fn the_durable_mark_records_the_flushed_offset() {
     assert_eq!(read_mark(), a.end_offset());
     assert!(b.end_offset() > read_mark());
     crash(store);
+    // Reopened after the crash: recovery fsyncs the tail it kept before counting
+    // it durable, and the mark says so (never the older checkpoint offset).
+    let store = MessageStore::open(cfg_again(&dir, &mark)).unwrap();
+    assert_eq!(store.commit_log().wrote_offset(), b.end_offset());
+    assert_eq!(store.commit_log().flushed_offset(), b.end_offset());
+    assert_eq!(read_mark(), b.end_offset());
+    // A truncation lowers it: what is written there again is not durable yet.
+    store.truncate_from(1).unwrap();
+    assert_eq!(read_mark(), a.end_offset());
+    crash(store);
+}
+
+fn cfg_again(dir: &tempfile::TempDir, mark: &std::path::Path) -> ledgermq_store::StoreConfig {
+    let mut cfg = crash_config(&dir.path().join("s"));
+    cfg.commit_log.durable_mark_file = Some(mark.to_path_buf());
+    cfg
 }

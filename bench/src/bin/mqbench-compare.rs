@@ -89,6 +89,10 @@ async fn main() -> Result<()> {
     for s in &systems {
         check_installed(*s)?;
     }
+    if args.producers == 0 {
+        bail!("--producers 0: nothing to compare");
+    }
+    ledgermq_bench::payload::check_body_bytes(args.body_bytes).map_err(anyhow::Error::msg)?;
     let spec = LoadSpec {
         label: String::new(),
         producers: args.producers,
@@ -109,7 +113,13 @@ async fn main() -> Result<()> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("mqbench-{}-", system.name()))
             .tempdir_in(&base)?;
-        let outcome = run_system(system, &spec, dir.path()).await;
+        // On Ctrl-C, return through the clusters' Drop (their processes sit in
+        // process groups of their own, so the terminal's signal does not reach
+        // them): no peer is left running.
+        let outcome = tokio::select! {
+            r = run_system(system, &spec, dir.path()) => r,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted: {} stopped", system.name()),
+        };
         let row = match outcome {
             Ok(summary) => {
                 print!("{}", summary.render());

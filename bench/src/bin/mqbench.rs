@@ -107,6 +107,10 @@ async fn main() -> Result<()> {
     if args.producers == 0 && args.consumers == 0 {
         bail!("nothing to do: --producers 0 and --consumers 0");
     }
+    if args.producers == 0 && args.count.is_some() {
+        bail!("--count needs producers: consumers alone would never finish");
+    }
+    ledgermq_bench::payload::check_body_bytes(args.body_bytes).map_err(anyhow::Error::msg)?;
     let driver = LedgerMq {
         endpoints,
         topic: args.topic.clone(),

@@ -107,8 +107,8 @@ fn main() {
             );
             match (&r.replica_audit, &r.audit_error) {
                 (Some(a), _) => println!(
-                    "replica audit: {} entries compared on {} nodes, {} divergent, {} queue entries past commit, {} queue length mismatches",
-                    a.entries_compared, a.nodes, a.divergent_entries, a.queue_entries_past_commit, a.queue_length_mismatches
+                    "replica audit: {} entries compared on {} nodes, {} divergent, {} queue entries past commit, {} queue length mismatches, {} lagging nodes",
+                    a.entries_compared, a.nodes, a.divergent_entries, a.queue_entries_past_commit, a.queue_length_mismatches, a.lagging_nodes
                 ),
                 (None, e) => println!("replica audit: not run ({})", e.as_deref().unwrap_or("?")),
             }
