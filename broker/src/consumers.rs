@@ -243,7 +243,7 @@ impl Consumers {
         }
         if !out.leases.is_empty() {
             let leases = std::mem::take(&mut out.leases);
-            if let Err(e) = self.commit_leases(leases.clone()).await {
+            if let Err(e) = self.commit_leases(term, leases.clone()).await {
                 // Not returned: make them deliverable again at once.
                 for l in leases {
                     let key = QueueKey {
@@ -263,8 +263,13 @@ impl Consumers {
         Ok(out)
     }
 
-    async fn commit_leases(&self, leases: Vec<FifoLease>) -> Result<(), BrokerError> {
-        self.node.write_command(Command::FifoLeases(leases)).await?;
+    /// Records FIFO deliveries decided in `term` through Raft, proposed only by this
+    /// node while it leads (never forwarded); the state machine refuses them if
+    /// they reach the log in a later term.
+    async fn commit_leases(&self, term: u64, leases: Vec<FifoLease>) -> Result<(), BrokerError> {
+        self.node
+            .write_command_as_leader(Command::FifoLeasesOfTerm { term, leases })
+            .await?;
         Ok(())
     }
 
@@ -385,7 +390,7 @@ impl Consumers {
             // Commit first: a new leader must continue after this message.
             let base = st.base_after_ack(handle.queue_offset);
             if base != st.base() {
-                self.commit(vec![OffsetCommit {
+                self.commit_as_leader(vec![OffsetCommit {
                     group: consumer.to_owned(),
                     topic: handle.topic.clone(),
                     queue_id: handle.queue_id,
@@ -432,15 +437,18 @@ impl Consumers {
         };
         if fifo {
             // A new leader must keep the message invisible as long.
-            self.commit_leases(vec![FifoLease {
-                group: consumer.to_owned(),
-                topic: handle.topic.clone(),
-                queue_id: handle.queue_id,
-                queue_offset: handle.queue_offset,
-                delivery_id: handle.delivery_id,
-                attempt,
-                visible_at_ms: visible_at,
-            }])
+            self.commit_leases(
+                term,
+                vec![FifoLease {
+                    group: consumer.to_owned(),
+                    topic: handle.topic.clone(),
+                    queue_id: handle.queue_id,
+                    queue_offset: handle.queue_offset,
+                    delivery_id: handle.delivery_id,
+                    attempt,
+                    visible_at_ms: visible_at,
+                }],
+            )
             .await?;
         }
         st.change_invisible(handle.queue_offset, handle.delivery_id, visible_at);
@@ -465,6 +473,15 @@ impl Consumers {
     async fn commit(&self, commits: Vec<OffsetCommit>) -> Result<(), BrokerError> {
         self.node
             .write_command(Command::CommitOffsets(commits))
+            .await?;
+        Ok(())
+    }
+
+    /// Commits a FIFO group's offsets only as this node's own proposal while it leads
+    /// (never forwarded to a later leader).
+    async fn commit_as_leader(&self, commits: Vec<OffsetCommit>) -> Result<(), BrokerError> {
+        self.node
+            .write_command_as_leader(Command::CommitOffsets(commits))
             .await?;
         Ok(())
     }

@@ -45,6 +45,15 @@ pub enum RaftNodeError {
     /// sender made since).
     #[error("the write's deadline passed before it was proposed (not written)")]
     Expired,
+    /// A command bound to its proposer's term (a FIFO lease) reached the log in a
+    /// later term's entry and was not applied: the proposer had been deposed.
+    #[error("a command decided in term {proposed_term} reached the log in term {entry_term} and was not applied")]
+    StaleTerm {
+        /// The term the command was decided in.
+        proposed_term: u64,
+        /// The term of the entry that carried it.
+        entry_term: u64,
+    },
     /// openraft refused or failed.
     #[error("raft: {0}")]
     Raft(String),

@@ -6,6 +6,8 @@
 //! - [`state_machine`]: apply = dispatch into ConsumeQueues and IndexFile, plus the
 //!   group's metadata (consumer offsets, topic and group configs) in sled; snapshots
 //!   hold the metadata and every queue's next offset.
+//! - [`boundary`]: snapshots at CommitLog segment boundaries; retention purges only
+//!   through one, and that is the snapshot a lagging follower gets.
 //! - [`network`], [`server`]: tonic peer transport with deadlines and lazy channels.
 //! - [`writer`]: leader-side batching of client writes into entries (group commit).
 //! - [`node`]: one running member; forwarding from followers; leadership transfer.
@@ -13,6 +15,7 @@
 // openraft's `StorageError` is large and its traits return it; helpers do too.
 #![allow(clippy::result_large_err)]
 
+pub mod boundary;
 pub mod codec;
 pub mod error;
 pub mod log_store;

@@ -192,6 +192,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let (store, meta) = (self.store.clone(), self.meta.clone());
         blocking(move || {
             // Record the purge point durably before deleting anything.
+            // The flush also makes the boundary snapshot at the purge point durable
+            // (the one a lagging follower will be sent).
             MetaDb::put(&meta.raft, "last_purged", &Some(log_id)).and_then(|_| meta.flush())?;
             let next = store.commit_log().next_log_index();
             if log_id.index + 1 >= next {
@@ -200,6 +202,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             } else {
                 store.purge_through(log_id.index)?;
             }
+            crate::boundary::remove_below(&meta, log_id.index)?;
             Ok(())
         })
         .await

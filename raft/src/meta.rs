@@ -25,6 +25,9 @@ pub struct MetaDb {
     pub groups: sled::Tree,
     /// Offset key (as `offsets`) → the queue's current `FifoLease`.
     pub fifo_leases: sled::Tree,
+    /// Log index (u64 big-endian) → snapshot taken at that segment boundary
+    /// ([`crate::boundary`]).
+    pub boundaries: sled::Tree,
 }
 
 impl MetaDb {
@@ -43,6 +46,7 @@ impl MetaDb {
             topics: db.open_tree("topics")?,
             groups: db.open_tree("groups")?,
             fifo_leases: db.open_tree("fifo_leases")?,
+            boundaries: db.open_tree("boundary_snapshots")?,
             db,
         })
     }

@@ -89,6 +89,10 @@ pub struct RaftNode {
     write_timeout: Duration,
     /// One multiplexed channel per peer address, shared by forwarded writes.
     channels: std::sync::Mutex<BTreeMap<String, tonic::transport::Channel>>,
+    /// The state machine's next snapshot source (see `StateMachine::snapshot_target`).
+    snapshot_target: Arc<std::sync::atomic::AtomicU64>,
+    /// One purge at a time (each sets `snapshot_target`).
+    purging: tokio::sync::Mutex<()>,
 }
 
 impl RaftNode {
@@ -120,13 +124,17 @@ impl RaftNode {
         let log_store = LogStore::new(store.clone(), meta.clone(), cfg.node_id);
         let sm = StateMachine::open(store.clone(), meta.clone())?;
         let shared = sm.shared();
+        let snapshot_target = sm.snapshot_target();
         let config = openraft::Config {
             cluster_name: cfg.cluster_name.clone(),
             heartbeat_interval: cfg.timing.heartbeat_interval_ms,
             election_timeout_min: cfg.timing.election_timeout_min_ms,
             election_timeout_max: cfg.timing.election_timeout_max_ms,
-            // Snapshots are metadata only (offsets, configs, queue positions): cheap.
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
+            // Snapshots are taken at segment boundaries as entries are applied
+            // (`crate::boundary`); openraft takes one only when retention asks for
+            // the one at its purge point, so that is the snapshot a lagging follower
+            // gets.
+            snapshot_policy: SnapshotPolicy::Never,
             // The log is purged by retention (`purge_log`), never just because a
             // snapshot exists: consumers may still need those messages.
             max_in_snapshot_log_to_keep: u64::MAX,
@@ -187,6 +195,8 @@ impl RaftNode {
             server: std::sync::Mutex::new(Some((server, stop_tx))),
             write_timeout: Duration::from_millis(cfg.write_timeout_ms),
             channels: std::sync::Mutex::new(BTreeMap::new()),
+            snapshot_target,
+            purging: tokio::sync::Mutex::new(()),
         });
         if cfg.retention_interval_ms > 0 {
             tokio::spawn(retention_loop(
@@ -278,15 +288,17 @@ impl RaftNode {
         }
         match self.write(Request::Messages(messages)).await? {
             Response::Messages(p) => Ok(p),
-            Response::Applied => Err(RaftNodeError::Raft(
+            Response::Applied | Response::StaleTerm { .. } => Err(RaftNodeError::Raft(
                 "a message write applied as a command".into(),
             )),
         }
     }
 
-    /// Commits a metadata command, from any node.
+    /// Commits a metadata command, from any node. Errors: as
+    /// [`Self::write_messages`], and `StaleTerm` when the command is bound to an
+    /// earlier term than the entry that carried it (it was not applied).
     pub async fn write_command(&self, command: Command) -> Result<Response, RaftNodeError> {
-        self.write(Request::Command(command)).await
+        applied(self.write(Request::Command(command)).await?)
     }
 
     /// Commits a metadata command only as this node's own proposal while it leads
@@ -294,7 +306,8 @@ impl RaftNode {
     /// as a FIFO delivery lease. An entry proposed in a term commits only with that
     /// term's quorum, or as part of a later leader's log before that leader serves.
     /// Errors: `NotLeader` (also when leadership is lost before the commit),
-    /// `Timeout`.
+    /// `Timeout`, `StaleTerm` (the command is bound to a term other than the one
+    /// its entry was proposed in: not applied).
     pub async fn write_command_as_leader(
         &self,
         command: Command,
@@ -305,12 +318,14 @@ impl RaftNode {
             });
         }
         let timeout_ms = self.write_timeout.as_millis() as u64;
-        tokio::time::timeout(
-            self.write_timeout,
-            self.writer.write_local(Request::Command(command)),
+        applied(
+            tokio::time::timeout(
+                self.write_timeout,
+                self.writer.write_local(Request::Command(command)),
+            )
+            .await
+            .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))?,
         )
-        .await
-        .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
     }
 
     /// Proposes `request` here while this node leads, else forwards it to the
@@ -509,18 +524,30 @@ impl RaftNode {
         }
     }
 
-    /// Purges the Raft log through `upto` (retention): takes a snapshot covering it
-    /// first if needed, since openraft purges only what a snapshot covers. Purging is
-    /// asynchronous and waits for replication tasks that still read those entries.
+    /// Purges the Raft log (retention) through the highest segment boundary at or
+    /// below `upto` that has a snapshot ([`crate::boundary`]): the snapshot a
+    /// lagging follower is then sent sits exactly where this log begins, so it gets
+    /// every retained entry. Takes a snapshot covering that index first if needed,
+    /// since openraft purges only what a snapshot covers. Purging is asynchronous and
+    /// waits for replication tasks that still read those entries. Returns the index
+    /// purged through, or None when no boundary at or below `upto` has a snapshot
+    /// (nothing is purged). Errors: `Timeout`, `ShuttingDown`, `Raft`, `Meta`.
     pub async fn purge_log_through(
         &self,
         upto: u64,
         timeout: Duration,
-    ) -> Result<(), RaftNodeError> {
+    ) -> Result<Option<u64>, RaftNodeError> {
+        let _one = self.purging.lock().await;
+        let Some(upto) = crate::boundary::latest_at_or_below(&self.meta, upto)? else {
+            return Ok(None);
+        };
         let covered = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
             m.snapshot.is_some_and(|s| s.index >= upto)
         };
         if !covered(&self.raft.metrics().borrow()) {
+            // The build returns the snapshot saved at `upto`.
+            self.snapshot_target
+                .store(upto, std::sync::atomic::Ordering::Release);
             self.raft
                 .trigger()
                 .snapshot()
@@ -544,7 +571,8 @@ impl RaftNode {
             .trigger()
             .purge_log(upto)
             .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        Ok(Some(upto))
     }
 
     /// One retention run: the store decides which old CommitLog segments are due
@@ -564,9 +592,7 @@ impl RaftNode {
         let Some(upto) = plan.zip(applied).map(|(p, a)| p.min(a)) else {
             return Ok(None);
         };
-        self.purge_log_through(upto, Duration::from_secs(30))
-            .await?;
-        Ok(Some(upto))
+        self.purge_log_through(upto, Duration::from_secs(30)).await
     }
 
     /// Stops Raft and the server; with `clean`, flushes and shuts the store down so the
@@ -609,6 +635,21 @@ async fn retention_loop(node: std::sync::Weak<RaftNode>, every: Duration) {
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "retention run failed"),
         }
+    }
+}
+
+/// A command's response as a result: `StaleTerm` (committed, not applied) is an
+/// error to the caller.
+fn applied(r: Response) -> Result<Response, RaftNodeError> {
+    match r {
+        Response::StaleTerm {
+            proposed_term,
+            entry_term,
+        } => Err(RaftNodeError::StaleTerm {
+            proposed_term,
+            entry_term,
+        }),
+        other => Ok(other),
     }
 }
 

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ledgermq_store::{MessageStore, QueuePosition};
@@ -61,7 +62,16 @@ pub struct StateMachine {
     last_applied: Option<LogId>,
     membership: Membership,
     snapshot_seq: u64,
+    /// Start offset of the CommitLog segment holding the last applied entry (None
+    /// until known, e.g. right after a snapshot was installed).
+    last_segment: Option<u64>,
+    /// Log index of the segment-boundary snapshot the next build returns
+    /// ([`NO_SNAPSHOT_TARGET`]: none set; the current state is built).
+    snapshot_target: Arc<AtomicU64>,
 }
+
+/// [`StateMachine::snapshot_target`] when no boundary is set.
+pub const NO_SNAPSHOT_TARGET: u64 = u64::MAX;
 
 impl StateMachine {
     /// Loads the metadata from `db` and brings the store's dispatch up to the last
@@ -158,6 +168,8 @@ impl StateMachine {
             last_applied,
             membership,
             snapshot_seq: 0,
+            last_segment: None,
+            snapshot_target: Arc::new(AtomicU64::new(NO_SNAPSHOT_TARGET)),
         })
     }
 
@@ -166,7 +178,58 @@ impl StateMachine {
         self.shared.clone()
     }
 
-    fn apply_command(&self, meta: &mut GroupMeta, cmd: Command) -> Result<(), RaftNodeError> {
+    /// Where the next snapshot build comes from: a log index with a saved
+    /// segment-boundary snapshot ([`crate::boundary`]) makes the build return that
+    /// snapshot, so the snapshot openraft holds (and sends to a lagging follower) is
+    /// the one at the index the log is about to be purged through. Retention sets it
+    /// before it asks openraft for a snapshot.
+    pub fn snapshot_target(&self) -> Arc<AtomicU64> {
+        self.snapshot_target.clone()
+    }
+
+    /// Stores FIFO leases that passed the term check: each replaces its queue's
+    /// stored lease unless that one has a higher delivery id (a newer delivery).
+    fn apply_leases(
+        &self,
+        meta: &mut GroupMeta,
+        leases: Vec<FifoLease>,
+    ) -> Result<(), RaftNodeError> {
+        for l in leases {
+            let key = (l.group.clone(), l.topic.clone(), l.queue_id);
+            if meta
+                .fifo_leases
+                .get(&key)
+                .is_some_and(|cur| cur.delivery_id > l.delivery_id)
+            {
+                continue;
+            }
+            // Everything below a FIFO delivery is acked or skipped: the group's
+            // offset is at least the leased offset, so a new leader adopts the
+            // lease even if the last offset commit did not land.
+            let cur = meta.offsets.get(&key).copied().unwrap_or(0);
+            if l.queue_offset > cur {
+                self.db.offsets.insert(
+                    offset_key(&l.group, &l.topic, l.queue_id),
+                    &l.queue_offset.to_be_bytes(),
+                )?;
+                meta.offsets.insert(key.clone(), l.queue_offset);
+            }
+            let db_key = offset_key(&l.group, &l.topic, l.queue_id);
+            self.db
+                .fifo_leases
+                .insert(db_key, postcard::to_stdvec(&l)?)?;
+            meta.fifo_leases.insert(key, l);
+        }
+        Ok(())
+    }
+
+    /// Applies a metadata command from an entry of `entry_term`.
+    fn apply_command(
+        &self,
+        meta: &mut GroupMeta,
+        cmd: Command,
+        entry_term: u64,
+    ) -> Result<Response, RaftNodeError> {
         match cmd {
             Command::CommitOffsets(commits) => {
                 for mut c in commits {
@@ -198,24 +261,25 @@ impl StateMachine {
                 }
             }
             Command::FifoLeases(leases) => {
-                for l in leases {
-                    // Everything below a FIFO delivery is acked or skipped: the
-                    // group's offset is at least the leased offset, so a new leader
-                    // adopts the lease even if the last offset commit did not land.
-                    let key = (l.group.clone(), l.topic.clone(), l.queue_id);
-                    let cur = meta.offsets.get(&key).copied().unwrap_or(0);
-                    if l.queue_offset > cur {
-                        self.db.offsets.insert(
-                            offset_key(&l.group, &l.topic, l.queue_id),
-                            &l.queue_offset.to_be_bytes(),
-                        )?;
-                        meta.offsets.insert(key, l.queue_offset);
-                    }
-                    let key = offset_key(&l.group, &l.topic, l.queue_id);
-                    self.db.fifo_leases.insert(key, postcard::to_stdvec(&l)?)?;
-                    meta.fifo_leases
-                        .insert((l.group.clone(), l.topic.clone(), l.queue_id), l);
+                // Written by earlier releases (and by tests): the proposer's term is
+                // the one in each delivery id.
+                let stale = leases.iter().find(|l| l.delivery_term() < entry_term);
+                if let Some(l) = stale {
+                    return Ok(Response::StaleTerm {
+                        proposed_term: l.delivery_term(),
+                        entry_term,
+                    });
                 }
+                self.apply_leases(meta, leases)?;
+            }
+            Command::FifoLeasesOfTerm { term, leases } => {
+                if term != entry_term {
+                    return Ok(Response::StaleTerm {
+                        proposed_term: term,
+                        entry_term,
+                    });
+                }
+                self.apply_leases(meta, leases)?;
             }
             Command::UpdateTopic(t) => {
                 MetaDb::put(&self.db.topics, &t.name, &t)?;
@@ -254,11 +318,45 @@ impl StateMachine {
                 meta.groups.remove(&name);
             }
         }
+        Ok(Response::Applied)
+    }
+
+    /// Start offset of the CommitLog segment holding entry `index`, if this node's
+    /// log holds it.
+    fn segment_of(&self, index: u64) -> Option<u64> {
+        let log = self.store.commit_log();
+        let loc = log.entry_location(index).ok()?;
+        log.segments()
+            .find(loc.physical_offset)
+            .map(|f| f.start_offset())
+    }
+
+    /// Before applying entry `index`: if it opens a new segment, saves a snapshot of
+    /// the state as of the previous entry (the last of the previous segment).
+    fn snapshot_at_boundary(&mut self, index: u64) -> Result<(), RaftNodeError> {
+        let seg = self.segment_of(index);
+        if let (Some(prev), Some(seg)) = (self.last_applied, seg) {
+            let prev_seg = self.last_segment.or_else(|| self.segment_of(prev.index));
+            if prev_seg.is_some_and(|p| p != seg) {
+                debug_assert_eq!(self.store.dispatched_next_log_index(), prev.index + 1);
+                let snapshot = crate::boundary::BoundarySnapshot {
+                    meta: SnapshotMeta {
+                        last_log_id: Some(prev),
+                        last_membership: self.membership.clone(),
+                        snapshot_id: format!("{}-{}-segment", prev.leader_id.term, prev.index),
+                    },
+                    data: postcard::to_stdvec(&self.snapshot_data())?,
+                };
+                crate::boundary::save(&self.db, &snapshot)?;
+            }
+        }
+        self.last_segment = seg;
         Ok(())
     }
 
     fn apply_one(&mut self, entry: Entry) -> Result<Response, RaftNodeError> {
         let index = entry.log_id.index;
+        self.snapshot_at_boundary(index)?;
         // Dispatch is by log index, in order: it places exactly this entry's messages
         // (nothing if a restart already dispatched it).
         // Applied entries are always in the local log (committed ⇒ appended here);
@@ -278,8 +376,7 @@ impl StateMachine {
             ),
             EntryPayload::Normal(Request::Command(cmd)) => {
                 let mut meta = self.shared.write().unwrap();
-                self.apply_command(&mut meta, cmd)?;
-                Response::Applied
+                self.apply_command(&mut meta, cmd, entry.log_id.leader_id.term)?
             }
             EntryPayload::Blank => Response::Applied,
             EntryPayload::Membership(m) => {
@@ -356,6 +453,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let target = self.snapshot_target.load(Ordering::Acquire);
+        if target != NO_SNAPSHOT_TARGET {
+            match crate::boundary::at(&self.db, target) {
+                Ok(Some(b)) => {
+                    return SnapshotBuilder {
+                        data: b.data,
+                        meta: b.meta,
+                        db: self.db.clone(),
+                    }
+                }
+                Ok(None) => tracing::warn!(target, "no boundary snapshot there; building one now"),
+                Err(e) => tracing::warn!(target, error = %e, "reading a boundary snapshot failed"),
+            }
+        }
         self.snapshot_seq += 1;
         let last = self.last_applied;
         debug_assert_eq!(
@@ -426,17 +537,28 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             MetaDb::put(&self.db.sm, "membership", &meta.last_membership)?;
             MetaDb::put(&self.db.sm, "snapshot_meta", meta)?;
             self.db.sm.insert("snapshot", bytes.as_slice())?;
+            // The log restarts right after it: the snapshot to serve from here.
+            crate::boundary::save(
+                &self.db,
+                &crate::boundary::BoundarySnapshot {
+                    meta: meta.clone(),
+                    data: bytes.clone(),
+                },
+            )?;
             self.db.flush()
         };
         persist().map_err(fail)?;
         *self.shared.write().unwrap() = data.meta;
         self.last_applied = meta.last_log_id;
+        self.last_segment = None;
         self.membership = meta.last_membership.clone();
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         let read = || -> Result<Option<Snapshot<TypeConfig>>, RaftNodeError> {
+            // The latest snapshot built (always the one at the purge point, see
+            // `get_snapshot_builder`) or installed.
             let Some(meta) = MetaDb::get::<SnapshotMeta<NodeId, openraft::BasicNode>>(
                 &self.db.sm,
                 "snapshot_meta",

@@ -64,11 +64,24 @@ pub enum Command {
     /// FIFO deliveries in flight: a new leader keeps each queue's message invisible
     /// until the lease ends, so the next message is not delivered before it.
     FifoLeases(Vec<FifoLease>),
+    /// FIFO deliveries in flight, decided by the leader of `term`. Applied only from
+    /// an entry of that same term: a lease decided by a leader that has since been
+    /// deposed never commits in a later term (the state machine answers
+    /// [`Response::StaleTerm`] and changes nothing). Each lease replaces the stored
+    /// one of its queue only if its delivery id is not lower (delivery ids grow
+    /// with the term), so an older lease never replaces a newer one. Appended after
+    /// the older variants, so logs written by earlier releases still decode.
+    FifoLeasesOfTerm {
+        /// Term of the leader that made the deliveries.
+        term: u64,
+        /// The deliveries.
+        leases: Vec<FifoLease>,
+    },
 }
 
 /// A FIFO consumer group's delivery in flight on one queue (one at a time per
-/// queue). Replaced by the queue's next lease; void once the group's offset passes
-/// `queue_offset`.
+/// queue). Replaced by the queue's next lease (never by one with a lower
+/// `delivery_id`); void once the group's offset passes `queue_offset`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FifoLease {
     /// Offset key of the consumer (the group).
@@ -79,12 +92,24 @@ pub struct FifoLease {
     pub queue_id: i32,
     /// The delivered message's queue offset.
     pub queue_offset: u64,
-    /// The delivery id in its receipt handle (unique across terms).
+    /// The delivery id in its receipt handle: the deciding leader's term in the top
+    /// 24 bits ([`FifoLease::DELIVERY_TERM_SHIFT`]), a per-term sequence below, so
+    /// ids grow with the term and are unique across terms.
     pub delivery_id: u64,
     /// Delivery attempt, from 1.
     pub attempt: u32,
     /// Wall-clock ms (leader's clock) when the message becomes visible again.
     pub visible_at_ms: i64,
+}
+
+impl FifoLease {
+    /// Bits of a delivery id below its term.
+    pub const DELIVERY_TERM_SHIFT: u32 = 40;
+
+    /// The term of the leader that made this delivery (from its delivery id).
+    pub fn delivery_term(&self) -> u64 {
+        self.delivery_id >> Self::DELIVERY_TERM_SHIFT
+    }
 }
 
 /// One consumer offset: the next queue offset `group` will consume from a queue.
@@ -161,4 +186,13 @@ pub enum Response {
     /// A command or a Raft system entry was applied.
     #[default]
     Applied,
+    /// A command bound to the term of the leader that proposed it
+    /// ([`Command::FifoLeasesOfTerm`]) reached the log in another term's entry and
+    /// was not applied.
+    StaleTerm {
+        /// The term the command was decided in.
+        proposed_term: u64,
+        /// The term of the entry that carried it.
+        entry_term: u64,
+    },
 }

@@ -1,0 +1,112 @@
+//! Snapshots at CommitLog segment boundaries, so that a follower that catches up by
+//! snapshot gets every message its leader still holds.
+//!
+//! A snapshot holds metadata and queue positions only; message bytes stay in the
+//! log. A follower that installs a snapshot at log index S continues its log at
+//! S + 1, so the snapshot openraft sends must sit exactly where the leader's log
+//! begins: any entry between the leader's first retained index and S would never
+//! reach the follower. Retention deletes whole segments, so the state machine saves
+//! a snapshot each time it applies the first entry of a new segment (the state as of
+//! the previous segment's last entry), retention purges the log only through such an
+//! index, and the snapshot a node serves is the one at its purge point
+//! ([`crate::state_machine::StateMachine`]'s `get_current_snapshot`). One snapshot
+//! per segment (1 GiB by default) costs next to nothing; those below the purge
+//! point are dropped when the log is purged.
+
+use openraft::{BasicNode, SnapshotMeta};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RaftNodeError;
+use crate::meta::MetaDb;
+use crate::types::NodeId;
+
+/// openraft's snapshot metadata for this crate's types.
+pub type SnapMeta = SnapshotMeta<NodeId, BasicNode>;
+
+/// A snapshot saved at a segment boundary (postcard in sled, keyed by the
+/// big-endian log index it was taken at).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BoundarySnapshot {
+    /// openraft's metadata: last log id, membership, id.
+    pub meta: SnapMeta,
+    /// The snapshot data (the state machine's encoding).
+    pub data: Vec<u8>,
+}
+
+/// Saves `snapshot` under its last log index (not flushed: a purge flushes before
+/// it deletes anything, and a lost one is taken again when its entries are
+/// applied again after a restart). Errors: `Meta`, `Codec`.
+pub fn save(db: &MetaDb, snapshot: &BoundarySnapshot) -> Result<(), RaftNodeError> {
+    let index = snapshot.meta.last_log_id.map_or(0, |l| l.index);
+    db.boundaries
+        .insert(index.to_be_bytes(), postcard::to_stdvec(snapshot)?)?;
+    Ok(())
+}
+
+/// The snapshot saved at exactly `index`, if any. Errors: `Meta`, `Codec`.
+pub fn at(db: &MetaDb, index: u64) -> Result<Option<BoundarySnapshot>, RaftNodeError> {
+    match db.boundaries.get(index.to_be_bytes())? {
+        Some(v) => Ok(Some(postcard::from_bytes(&v)?)),
+        None => Ok(None),
+    }
+}
+
+/// The highest log index at or below `index` with a saved snapshot. Errors: `Meta`.
+pub fn latest_at_or_below(db: &MetaDb, index: u64) -> Result<Option<u64>, RaftNodeError> {
+    match db.boundaries.range(..=index.to_be_bytes()).next_back() {
+        Some(kv) => {
+            let (k, _) = kv?;
+            Ok(<[u8; 8]>::try_from(k.as_ref()).ok().map(u64::from_be_bytes))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Drops the snapshots below `index` (the log no longer starts there); returns how
+/// many. Errors: `Meta`.
+pub fn remove_below(db: &MetaDb, index: u64) -> Result<usize, RaftNodeError> {
+    let keys: Vec<_> = db
+        .boundaries
+        .range(..index.to_be_bytes())
+        .keys()
+        .collect::<Result<_, _>>()?;
+    for k in &keys {
+        db.boundaries.remove(k)?;
+    }
+    Ok(keys.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(index: u64) -> BoundarySnapshot {
+        BoundarySnapshot {
+            meta: SnapMeta {
+                last_log_id: Some(crate::codec::log_id(1, index)),
+                last_membership: Default::default(),
+                snapshot_id: format!("b-{index}"),
+            },
+            data: index.to_le_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn boundaries_are_found_at_or_below_an_index_and_dropped_below_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = MetaDb::open(dir.path()).unwrap();
+        assert_eq!(latest_at_or_below(&db, 100).unwrap(), None);
+        for i in [10, 300, 256, 2000] {
+            save(&db, &snap(i)).unwrap();
+        }
+        assert_eq!(latest_at_or_below(&db, 9).unwrap(), None);
+        assert_eq!(latest_at_or_below(&db, 10).unwrap(), Some(10));
+        assert_eq!(latest_at_or_below(&db, 299).unwrap(), Some(256));
+        assert_eq!(latest_at_or_below(&db, u64::MAX).unwrap(), Some(2000));
+        assert_eq!(at(&db, 256).unwrap().unwrap().data, 256u64.to_le_bytes());
+        assert!(at(&db, 257).unwrap().is_none());
+        assert_eq!(remove_below(&db, 300).unwrap(), 2);
+        assert_eq!(latest_at_or_below(&db, 299).unwrap(), None);
+        assert_eq!(latest_at_or_below(&db, 300).unwrap(), Some(300));
+    }
+}

@@ -1,0 +1,92 @@
+//! A follower that catches up by snapshot holds every message the leader still
+//! holds (issue 13, item 2): a failover to it never makes a retained message
+//! disappear.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{message, Cluster};
+use ledgermq_store::FlushMode;
+
+const T: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_down_across_retention_serves_every_retained_message_after_failover() {
+    let mut c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(T).await;
+    let lagging = (leader + 1) % 3;
+    c.crash(lagging).await;
+    // About eight 64 KiB segments of messages while the follower is down.
+    for i in 0..1000 {
+        let body = format!("{i:04}-{}", "r".repeat(400));
+        c.node(leader)
+            .write_messages(vec![message("TopicR", 0, &body)])
+            .await
+            .unwrap();
+    }
+    // A retention run: the oldest part of the log expired.
+    let applied = c
+        .node(leader)
+        .raft()
+        .metrics()
+        .borrow()
+        .last_applied
+        .unwrap()
+        .index;
+    c.node(leader)
+        .purge_log_through(applied / 3, T)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + T;
+    while c.node(leader).store().commit_log().first_log_index() == 0 {
+        assert!(Instant::now() < deadline, "the leader did not purge");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (lo, hi) = c.node(leader).store().queue_offsets("TopicR", 0);
+    assert!(lo > 0 && hi == 1000, "retention kept [{lo}, {hi})");
+    let retained: Vec<(u64, Vec<u8>)> = (lo..hi)
+        .map(|o| {
+            let m = c.node(leader).store().get_message("TopicR", 0, o).unwrap();
+            (o, m.view().body().to_vec())
+        })
+        .collect();
+    // The follower rejoins (behind the purge point: it catches up by snapshot).
+    c.restart(lagging).await;
+    c.wait_converged(T).await;
+    c.audit();
+    // The leader is killed; the rejoined follower leads.
+    c.crash(leader).await;
+    let now = c.wait_leader(T).await;
+    if now != lagging {
+        c.node(now)
+            .transfer_leadership(Some(lagging), T)
+            .await
+            .unwrap();
+        assert_eq!(c.wait_leader(T).await, lagging);
+    }
+    let store = c.node(lagging).store();
+    let (new_lo, new_hi) = store.queue_offsets("TopicR", 0);
+    let mut missing = Vec::new();
+    for (o, body) in &retained {
+        match store.get_message("TopicR", 0, *o) {
+            Ok(m) => assert_eq!(m.view().body(), &body[..], "offset {o}"),
+            Err(_) => missing.push(*o),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the new leader lacks {} of the {} retained messages (it holds [{new_lo}, {new_hi}), \
+         the old leader held [{lo}, {hi})), first missing: {:?}",
+        missing.len(),
+        retained.len(),
+        missing.first()
+    );
+    // And it goes on where the old leader stopped.
+    let p = c
+        .node(lagging)
+        .write_messages(vec![message("TopicR", 0, "after")])
+        .await
+        .unwrap();
+    assert_eq!(p[0].queue_offset, 1000);
+}
