@@ -164,7 +164,20 @@ impl RaftNode {
             raft: raft.clone(),
             writer: writer.clone(),
             filter: filter.clone(),
+            store: store.clone(),
         };
+        if store.commit_log().lost_acknowledged() {
+            // Protocol-aware recovery: this node's log lost entries it had
+            // acknowledged, which a majority may have counted on. Its log cannot
+            // speak for them, so it neither campaigns nor votes (`PeerService::vote`)
+            // until it has them back from a leader.
+            tracing::warn!(
+                node = cfg.node_id,
+                "lost acknowledged entries: staying out of elections until caught up"
+            );
+            raft.runtime_config().elect(false);
+            tokio::spawn(rejoin_elections_when_caught_up(raft.clone(), store.clone()));
+        }
         let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
             .await
             .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
@@ -618,6 +631,25 @@ impl RaftNode {
             self.store.shutdown()?;
         }
         Ok(())
+    }
+}
+
+/// Re-enables elections once the store holds again everything it had acknowledged
+/// (see `RaftNode::start`).
+async fn rejoin_elections_when_caught_up(raft: Raft, store: Arc<MessageStore>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if store.is_closed() {
+            return;
+        }
+        if !store.commit_log().lost_acknowledged() {
+            tracing::info!(
+                "caught up past every acknowledged entry: taking part in elections again"
+            );
+            raft.runtime_config().elect(true);
+            return;
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use openraft::error::{InstallSnapshotError, RaftError};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
 use tonic::{Request, Response, Status};
 
 use crate::error::RaftNodeError;
@@ -26,6 +26,8 @@ pub struct PeerService {
     pub writer: Arc<Writer>,
     /// Fault injection.
     pub filter: NetworkFilter,
+    /// The store (whether it lost entries it had acknowledged).
+    pub store: Arc<ledgermq_store::MessageStore>,
 }
 
 impl PeerService {
@@ -56,6 +58,23 @@ impl RaftPeer for PeerService {
     async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
         let rpc: VoteRequest<NodeId> = decode(req.get_ref())?;
+        if self.store.commit_log().lost_acknowledged() {
+            // This node lost entries it had acknowledged: its log cannot tell whether
+            // the candidate has them, so it gives no vote until it has them back.
+            let refused = VoteResponse {
+                vote: rpc.vote,
+                vote_granted: false,
+                last_log_id: self
+                    .store
+                    .commit_log()
+                    .last_entry()
+                    .ok()
+                    .flatten()
+                    .map(|l| crate::codec::log_id(l.term, l.log_index)),
+            };
+            let res: Result<_, RaftError<NodeId>> = Ok(refused);
+            return Ok(Response::new(encode(&res)?));
+        }
         let res: Result<_, RaftError<NodeId>> = self.raft.vote(rpc).await;
         Ok(Response::new(encode(&res)?))
     }
@@ -97,6 +116,11 @@ impl RaftPeer for PeerService {
 
     async fn timeout_now(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
+        if self.store.commit_log().lost_acknowledged() {
+            let res: Result<(), String> =
+                Err("this node lost entries it had acknowledged; it does not campaign".into());
+            return Ok(Response::new(encode(&res)?));
+        }
         tracing::info!(
             node = self.node_id,
             "asked to take over leadership: starting an election"

@@ -133,6 +133,8 @@ pub struct CommitLog {
     min_offset: AtomicU64,
     /// See [`CommitLogConfig::durable_mark_file`].
     durable_mark: Option<(std::path::PathBuf, std::fs::File)>,
+    /// How far the log was acknowledged as durable ([`crate::ack_mark`]).
+    ack_mark: crate::ack_mark::AckMark,
 }
 
 impl CommitLog {
@@ -185,6 +187,7 @@ impl CommitLog {
             flushed: AtomicU64::new(end_offset),
             min_offset: AtomicU64::new(min_offset),
             durable_mark,
+            ack_mark: crate::ack_mark::AckMark::open(dir)?,
         })
     }
 
@@ -272,6 +275,19 @@ impl CommitLog {
             Some((p, f)) => write_mark(p, f, offset),
             None => Ok(()),
         }
+    }
+
+    /// The acknowledged mark: CommitLog bytes below this offset were acknowledged
+    /// as durable (see [`crate::ack_mark`]).
+    pub fn acked_offset(&self) -> u64 {
+        self.ack_mark.offset()
+    }
+
+    /// True while the log ends before the acknowledged mark: crash recovery cut
+    /// records this node had acknowledged as durable (damaged data), and they are not
+    /// back yet.
+    pub fn lost_acknowledged(&self) -> bool {
+        self.acked_offset() > self.wrote_offset()
     }
 
     /// Location of `log_index`.
@@ -460,6 +476,8 @@ impl CommitLog {
                 return Err(e);
             }
             self.write_durable_mark(target)?;
+            // Before anyone is told these bytes are durable.
+            self.ack_mark.raise(target)?;
             self.flushed.store(target, Ordering::Release);
         }
         Ok(target.max(from))
@@ -502,6 +520,8 @@ impl CommitLog {
         if self.flushed.fetch_min(cut, Ordering::AcqRel) > cut {
             self.write_durable_mark(cut)?;
         }
+        // Truncated by Raft (never committed), not lost.
+        self.ack_mark.lower(cut)?;
         w.last_term = if log_index > first {
             self.raft_index.get(log_index - 1)?.term
         } else {
@@ -544,6 +564,7 @@ impl CommitLog {
         self.wrote.store(fresh, Ordering::Release);
         self.flushed.store(fresh, Ordering::Release);
         self.write_durable_mark(fresh)?;
+        self.ack_mark.lower(fresh)?;
         self.min_offset.store(fresh, Ordering::Release);
         w.last_term = last_term;
         Ok(())

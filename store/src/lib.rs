@@ -8,10 +8,13 @@
 //! - [`index_file`]: hash index by key and message id.
 //! - [`checkpoint`], [`recovery`]: crash recovery; [`retention`], [`purge`]: deletion.
 //! - [`group_commit`]: one fsync for many appends under SYNC_FLUSH.
+//! - [`ack_mark`]: how far the CommitLog was acknowledged as durable, so a node
+//!   knows when recovery cut entries it had acknowledged.
 //!
 //! Knows nothing of Raft's rules or the network: the `raft` crate decides what is
 //! committed and calls `dispatch_through`.
 
+pub mod ack_mark;
 pub mod checkpoint;
 pub mod commit_log;
 pub mod config;

@@ -152,6 +152,13 @@ impl MessageStore {
             log.forget_purged_index_entries()?;
         } else {
             recover_log(&log, checkpoint, &mut report)?;
+            if log.lost_acknowledged() {
+                tracing::warn!(
+                    acked_offset = log.acked_offset(),
+                    end_offset = report.end_offset,
+                    "recovery cut CommitLog records this node had acknowledged as durable"
+                );
+            }
             // Dispatch state: never past what the CommitLog still holds.
             if dispatched.offset > report.end_offset
                 || dispatched.next_log_index > report.next_log_index

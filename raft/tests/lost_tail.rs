@@ -1,0 +1,103 @@
+//! A node that lost entries it had acknowledged (a damaged CommitLog tail cut by
+//! recovery) does not help elect a leader that lacks them (issue 13, item 3).
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use common::{message, Cluster};
+use ledgermq_store::FlushMode;
+
+const T: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_acknowledged_entries_does_not_elect_a_leader_without_them() {
+    // No periodic checkpoint: recovery scans (and cuts at) the damaged tail.
+    let mut c = Cluster::start_with(3, FlushMode::Sync, |cfg| {
+        cfg.store.flush_interval_ms = 3_600_000;
+    })
+    .await;
+    let leader = c.wait_leader(T).await;
+    let f1 = (leader + 1) % 3;
+    let f2 = (leader + 2) % 3;
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let body = format!("before-{i}");
+        c.node(leader)
+            .write_messages(vec![message("TopicL", 0, &body)])
+            .await
+            .unwrap();
+        acked.push(body);
+    }
+    c.wait_converged(T).await;
+    // F2 falls behind; entries e commit on the leader and F1.
+    c.filter.isolate(f2, [leader, f1]);
+    let first_e = c.node(leader).store().commit_log().next_log_index();
+    for i in 0..30 {
+        let body = format!("e-{i}");
+        c.node(leader)
+            .write_messages(vec![message("TopicL", 0, &body)])
+            .await
+            .unwrap();
+        acked.push(body);
+    }
+    // Where the first of them lies in the leader's CommitLog.
+    let (path, pos) = {
+        let log = c.node(leader).store().commit_log();
+        let loc = log.entry_location(first_e).unwrap();
+        let seg = log.segments().find(loc.physical_offset).unwrap();
+        (
+            seg.path().to_path_buf(),
+            loc.physical_offset - seg.start_offset() + 40,
+        )
+    };
+    c.crash(leader).await;
+    c.crash(f1).await;
+    // The leader's tail is damaged (a flipped bit in fsynced, acknowledged data).
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .read(true)
+        .open(&path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, pos).unwrap();
+    f.write_all_at(&[b[0] ^ 0x10], pos).unwrap();
+    drop(f);
+    // It restarts at once, with only the lagging F2 to talk to.
+    c.filter.heal();
+    c.restart(leader).await;
+    assert!(
+        c.node(leader).store().commit_log().next_log_index() <= first_e,
+        "recovery cut the damaged tail"
+    );
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < deadline {
+        for id in [leader, f2] {
+            let n = c.node(id);
+            if n.is_leader() {
+                let last = n.raft().metrics().borrow().last_log_index.unwrap_or(0);
+                assert!(
+                    last >= first_e + 29,
+                    "node {id} leads with a log ending at {last}, without acknowledged entries from {first_e}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // F1 comes back: the group leads on with every acknowledged message.
+    c.restart(f1).await;
+    c.wait_leader(T).await;
+    let p = c
+        .node(f2)
+        .write_messages(vec![message("TopicL", 0, "after")])
+        .await
+        .unwrap();
+    acked.push("after".into());
+    assert_eq!(p[0].queue_offset, 50);
+    c.wait_converged(T).await;
+    c.audit();
+    for id in 0..3 {
+        assert_eq!(c.queue_bodies(id, "TopicL", 0), acked, "node {id}");
+    }
+}
