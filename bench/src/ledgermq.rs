@@ -140,7 +140,19 @@ impl LedgerMq {
             body,
         }
     }
+}
 
+/// `msg` as a call from client `id`: the broker requires the `x-mq-client-id`
+/// header, as the reference proxy does.
+fn as_client<T>(msg: T, id: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    if let Ok(v) = id.parse() {
+        req.metadata_mut().insert("x-mq-client-id", v);
+    }
+    req
+}
+
+impl LedgerMq {
     fn receive_request(&self) -> ReceiveMessageRequest {
         // Batches of 32 from any queue, tags `*`, invisible 30 s, 1 s long poll.
         ledgermq_jepsen::workload::receive_request(&self.group, &self.topic, 30, 1)
@@ -152,10 +164,14 @@ impl LedgerMq {
             Err(e) => return ctx.stats.on_error(&format!("receive: {e}")),
         };
         let mut c = MessagingServiceClient::new(chan);
+        let client_id = format!("mqbench-c{idx}");
         let acks = Arc::new(Semaphore::new(ACKS_IN_FLIGHT));
         while !ctx.recv_stopped() {
             let mut handles = Vec::new();
-            match c.receive_message(self.receive_request()).await {
+            match c
+                .receive_message(as_client(self.receive_request(), &client_id))
+                .await
+            {
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
                     loop {
@@ -207,6 +223,7 @@ impl LedgerMq {
                 break;
             };
             let (mut ac, ctx) = (c.clone(), ctx.clone());
+            let req = as_client(req, &client_id);
             tokio::spawn(async move {
                 match ac.ack_message(req).await {
                     Ok(r) => {
@@ -234,6 +251,7 @@ impl Driver for LedgerMq {
             };
             let client = MessagingServiceClient::new(chan);
             let group = self.fifo.then(|| format!("mqbench-p{idx}"));
+            let client_id = format!("mqbench-p{idx}");
             // Unique ids in RocketMQ's 32-hex-digit shape: run, producer, sequence.
             let id_prefix = format!("{:016X}{:04X}", ctx.stats.run_id(), idx as u16);
             let mut seq = 0u64;
@@ -241,9 +259,12 @@ impl Driver for LedgerMq {
                 let mut c = client.clone();
                 seq += 1;
                 let id = format!("{id_prefix}{seq:012X}");
-                let req = SendMessageRequest {
-                    messages: vec![self.message(body, id, group.clone())],
-                };
+                let req = as_client(
+                    SendMessageRequest {
+                        messages: vec![self.message(body, id, group.clone())],
+                    },
+                    &client_id,
+                );
                 async move {
                     match c.send_message(req).await {
                         Ok(r) => {

@@ -15,7 +15,8 @@ use crate::error::{refuse, BrokerError};
 use crate::message::{check_group, check_topic};
 use crate::pb::Code;
 
-/// Most queues per topic and group.
+/// Most queues per topic any configuration allows (`max_queues_per_topic` is at
+/// most this).
 pub const MAX_QUEUES: u32 = 1024;
 
 /// The admin service handle.
@@ -23,13 +24,17 @@ pub const MAX_QUEUES: u32 = 1024;
 pub struct Admin(pub Arc<Broker>);
 
 /// The topic config an UpdateTopic asks for. Errors: ILLEGAL_TOPIC, BAD_REQUEST
-/// (queue count outside 1..=1024, permission bits other than 2, 4, 6).
-pub fn topic_config(r: &UpdateTopicRequest) -> Result<TopicConfig, BrokerError> {
+/// (queue count outside 1..=`max_queues`, permission bits other than 2, 4, 6).
+pub fn topic_config(r: &UpdateTopicRequest, max_queues: u32) -> Result<TopicConfig, BrokerError> {
     check_topic(&r.name)?;
-    if r.queue_count == 0 || r.queue_count > MAX_QUEUES {
+    let max_queues = max_queues.min(MAX_QUEUES);
+    if r.queue_count == 0 || r.queue_count > max_queues {
         return Err(refuse(
             Code::BadRequest,
-            format!("queue count must be 1..={MAX_QUEUES}"),
+            format!(
+                "queue count {} is outside 1..={max_queues} (the broker's max_queues_per_topic)",
+                r.queue_count
+            ),
         ));
     }
     let perm = if r.perm == 0 { 6 } else { r.perm };
@@ -73,12 +78,15 @@ impl BrokerAdmin for Admin {
         &self,
         req: Request<UpdateTopicRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
-        Ok(Response::new(match topic_config(req.get_ref()) {
-            Ok(t) => self.commit(Command::UpdateTopic(t)).await,
-            Err(e) => AdminResponse {
-                error: e.to_string(),
+        let max_queues = self.0.settings.max_queues_per_topic;
+        Ok(Response::new(
+            match topic_config(req.get_ref(), max_queues) {
+                Ok(t) => self.commit(Command::UpdateTopic(t)).await,
+                Err(e) => AdminResponse {
+                    error: e.to_string(),
+                },
             },
-        }))
+        ))
     }
 
     async fn update_group(
@@ -120,6 +128,7 @@ impl BrokerAdmin for Admin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::ServiceSettings;
 
     #[test]
     fn topic_requests_are_checked() {
@@ -129,7 +138,7 @@ mod tests {
             perm: 0,
             fifo: true,
         };
-        let t = topic_config(&ok).unwrap();
+        let t = topic_config(&ok, MAX_QUEUES).unwrap();
         assert_eq!((t.perm, t.message_type), (6, TopicMessageType::Fifo));
         for bad in [
             UpdateTopicRequest {
@@ -149,7 +158,25 @@ mod tests {
                 ..ok.clone()
             },
         ] {
-            assert!(topic_config(&bad).is_err(), "{bad:?}");
+            assert!(topic_config(&bad, MAX_QUEUES).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn topics_get_at_most_the_configured_queue_count() {
+        let req = UpdateTopicRequest {
+            name: "T".into(),
+            queue_count: 1024,
+            perm: 0,
+            fifo: false,
+        };
+        let max = ServiceSettings::default().max_queues_per_topic;
+        assert!(topic_config(&req, max).is_err());
+        let fits = UpdateTopicRequest {
+            queue_count: max,
+            ..req.clone()
+        };
+        assert_eq!(topic_config(&fits, max).unwrap().queue_count, max);
+        assert!(topic_config(&req, MAX_QUEUES).is_ok());
     }
 }

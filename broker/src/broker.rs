@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ledgermq_raft::{Command, GroupConfig, RaftNode, TopicConfig, TopicMessageType};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::consume::BroadcastClients;
 use crate::consumers::Consumers;
 use crate::error::{refuse, BrokerError};
 use crate::pb::messaging_service_client::MessagingServiceClient;
@@ -50,6 +51,23 @@ pub struct ServiceSettings {
     /// Members the name servers have not heard from for this long are left out of
     /// routes, ms (three heartbeat periods).
     pub stale_member_ms: u64,
+    /// Refuse calls without the `x-mq-client-id` header (CLIENT_ID_REQUIRED), as
+    /// the reference proxy does.
+    pub require_client_id: bool,
+    /// Most queues of a topic.
+    pub max_queues_per_topic: u32,
+    /// Auto-creation stops at this many consumer groups (CONSUMER_GROUP_NOT_FOUND).
+    pub max_consumer_groups: usize,
+    /// Most client ids consuming from one broadcasting group at once
+    /// (TOO_MANY_REQUESTS past it).
+    pub max_broadcast_clients_per_group: usize,
+    /// A broadcasting client id not seen for this long frees its place, ms.
+    pub broadcast_client_idle_ms: u64,
+    /// Most messages in one SendMessage request (PAYLOAD_TOO_LARGE past it).
+    pub max_messages_per_send: usize,
+    /// Telemetry replies buffered for a client that does not read them; past this
+    /// its Telemetry stream ends.
+    pub telemetry_reply_buffer: usize,
 }
 
 impl Default for ServiceSettings {
@@ -63,6 +81,16 @@ impl Default for ServiceSettings {
             default_invisible_ms: 60_000,
             max_receive_batch: 32,
             stale_member_ms: 9_000,
+            require_client_id: true,
+            // RocketMQ creates 8 by default; 64 queues cost at most 384 MB of
+            // preallocated ConsumeQueue files.
+            max_queues_per_topic: 64,
+            max_consumer_groups: 10_000,
+            max_broadcast_clients_per_group: 1024,
+            broadcast_client_idle_ms: 120_000,
+            // Also the Raft batcher's most messages per entry.
+            max_messages_per_send: 1024,
+            telemetry_reply_buffer: 16,
         }
     }
 }
@@ -90,6 +118,11 @@ pub struct Broker {
     members: Members,
     channels: Mutex<HashMap<String, Channel>>,
     rr: AtomicUsize,
+    /// Held while auto-creating a consumer group, so concurrent first uses cannot
+    /// overshoot `max_consumer_groups`.
+    group_creation: tokio::sync::Mutex<()>,
+    /// Client ids consuming from broadcasting groups (this node, while leading).
+    broadcast_clients: Mutex<BroadcastClients>,
 }
 
 impl Broker {
@@ -110,6 +143,8 @@ impl Broker {
             members,
             channels: Mutex::new(HashMap::new()),
             rr: AtomicUsize::new(0),
+            group_creation: tokio::sync::Mutex::new(()),
+            broadcast_clients: Mutex::new(BroadcastClients::default()),
         })
     }
 
@@ -170,7 +205,8 @@ impl Broker {
     }
 
     /// The consumer group's configuration, creating it (clustering, not FIFO) when
-    /// auto-creation is on. Error: CONSUMER_GROUP_NOT_FOUND.
+    /// auto-creation is on and the broker group has fewer than
+    /// `max_consumer_groups`. Error: CONSUMER_GROUP_NOT_FOUND.
     pub async fn group_or_create(&self, name: &str) -> Result<GroupConfig, BrokerError> {
         if let Some(g) = self.group_config(name) {
             return Ok(g);
@@ -179,6 +215,25 @@ impl Broker {
             return Err(refuse(
                 Code::ConsumerGroupNotFound,
                 format!("consumer group {name} does not exist"),
+            ));
+        }
+        let _creating = self.group_creation.lock().await;
+        let groups = {
+            let meta = self.node.shared_meta();
+            let meta = meta.read().unwrap();
+            if let Some(g) = meta.groups.get(name) {
+                return Ok(g.clone());
+            }
+            meta.groups.len()
+        };
+        if groups >= self.settings.max_consumer_groups {
+            return Err(refuse(
+                Code::ConsumerGroupNotFound,
+                format!(
+                    "consumer group {name} does not exist and is not created: broker group {} \
+                     has {groups} consumer groups (max_consumer_groups = {})",
+                    self.group, self.settings.max_consumer_groups
+                ),
             ));
         }
         let g = GroupConfig {
@@ -191,6 +246,32 @@ impl Broker {
             .write_command(Command::EnsureGroup(g.clone()))
             .await?;
         Ok(self.group_config(name).unwrap_or(g))
+    }
+
+    /// Admits `client_id` as a consumer of broadcasting group `group`: known ids,
+    /// or new ones while fewer than `max_broadcast_clients_per_group` were seen
+    /// within `broadcast_client_idle_ms`. Error: TOO_MANY_REQUESTS.
+    pub fn admit_broadcast_client(&self, group: &str, client_id: &str) -> Result<(), BrokerError> {
+        let max = self.settings.max_broadcast_clients_per_group;
+        let idle = Duration::from_millis(self.settings.broadcast_client_idle_ms);
+        let admitted = self.broadcast_clients.lock().unwrap().admit(
+            group,
+            client_id,
+            Instant::now(),
+            max,
+            idle,
+        );
+        if admitted {
+            return Ok(());
+        }
+        Err(refuse(
+            Code::TooManyRequests,
+            format!(
+                "broadcasting group {group} already has {max} consuming client ids \
+                 (max_broadcast_clients_per_group); one frees its place after {} ms unseen",
+                idle.as_millis()
+            ),
+        ))
     }
 
     /// Where a consumption call must run: here if this node is the ready leader;

@@ -75,6 +75,33 @@ pub struct BrokerConfig {
     /// Largest message body in bytes (RocketMQ: 4 MiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Requests without the `x-mq-client-id` header answer CLIENT_ID_REQUIRED, as
+    /// the reference proxy does (on by default; every official client sends it).
+    #[serde(default = "default_true")]
+    pub require_client_id: bool,
+    /// Most queues of a topic (UpdateTopic refuses more): each queue that receives
+    /// a message preallocates a 6,000,000-byte ConsumeQueue file.
+    #[serde(default = "default_max_queues_per_topic")]
+    pub max_queues_per_topic: u32,
+    /// Most consumer groups a broker group auto-creates (groups made with
+    /// `mqadmin updateSubGroup` do not count against a refusal, but are counted).
+    #[serde(default = "default_max_consumer_groups")]
+    pub max_consumer_groups: usize,
+    /// Most client ids consuming from one broadcasting group at once (each keeps
+    /// its own offsets, under `group@client-id`).
+    #[serde(default = "default_max_broadcast_clients")]
+    pub max_broadcast_clients_per_group: usize,
+    /// A broadcasting client id not seen for this long frees its place, ms
+    /// (RocketMQ's `broadcastOffsetExpireSecond`: 120 s).
+    #[serde(default = "default_broadcast_client_idle_ms")]
+    pub broadcast_client_idle_ms: u64,
+    /// Most messages in one SendMessage request.
+    #[serde(default = "default_max_messages_per_send")]
+    pub max_messages_per_send: usize,
+    /// Telemetry replies buffered for a client that does not read them; past this
+    /// the client loses its Telemetry stream.
+    #[serde(default = "default_telemetry_reply_buffer")]
+    pub telemetry_reply_buffer: usize,
     /// Fault-injection tests only (leave unset): a file where the node records its
     /// last fsynced CommitLog offset, so the jepsen harness can simulate a power
     /// loss (see `CommitLogConfig::durable_mark_file`).
@@ -87,6 +114,24 @@ fn default_true() -> bool {
 }
 fn default_max_body_bytes() -> usize {
     4 << 20
+}
+fn default_max_queues_per_topic() -> u32 {
+    crate::broker::ServiceSettings::default().max_queues_per_topic
+}
+fn default_max_consumer_groups() -> usize {
+    crate::broker::ServiceSettings::default().max_consumer_groups
+}
+fn default_max_broadcast_clients() -> usize {
+    crate::broker::ServiceSettings::default().max_broadcast_clients_per_group
+}
+fn default_broadcast_client_idle_ms() -> u64 {
+    crate::broker::ServiceSettings::default().broadcast_client_idle_ms
+}
+fn default_max_messages_per_send() -> usize {
+    crate::broker::ServiceSettings::default().max_messages_per_send
+}
+fn default_telemetry_reply_buffer() -> usize {
+    crate::broker::ServiceSettings::default().telemetry_reply_buffer
 }
 
 fn default_flush() -> String {
@@ -133,7 +178,40 @@ impl BrokerConfig {
         if !members.contains_key(&cfg.node_id) {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
+        let s = cfg.service_settings();
+        if !(1..=crate::admin::MAX_QUEUES).contains(&s.max_queues_per_topic)
+            || s.default_queue_count > s.max_queues_per_topic
+        {
+            return Err(err(format!(
+                "max_queues_per_topic must be {}..={} (at least an auto-created topic's queues)",
+                s.default_queue_count,
+                crate::admin::MAX_QUEUES
+            )));
+        }
+        if s.max_messages_per_send == 0 || s.telemetry_reply_buffer == 0 {
+            return Err(err(
+                "max_messages_per_send and telemetry_reply_buffer must be at least 1".into(),
+            ));
+        }
         Ok(cfg)
+    }
+
+    /// The client-protocol settings: the configured ones, defaults for the rest.
+    pub fn service_settings(&self) -> crate::broker::ServiceSettings {
+        crate::broker::ServiceSettings {
+            max_body_bytes: self.max_body_bytes,
+            auto_create_topics: self.auto_create_topics,
+            auto_create_groups: self.auto_create_groups,
+            stale_member_ms: 3 * self.namesrv_heartbeat_ms,
+            require_client_id: self.require_client_id,
+            max_queues_per_topic: self.max_queues_per_topic,
+            max_consumer_groups: self.max_consumer_groups,
+            max_broadcast_clients_per_group: self.max_broadcast_clients_per_group,
+            broadcast_client_idle_ms: self.broadcast_client_idle_ms,
+            max_messages_per_send: self.max_messages_per_send,
+            telemetry_reply_buffer: self.telemetry_reply_buffer,
+            ..crate::broker::ServiceSettings::default()
+        }
     }
 
     /// The peers with numeric ids.
@@ -207,6 +285,14 @@ mod tests {
             (
                 "node_id=0\ncolour='red'\n[peers]\n0='127.0.0.1:2'\n",
                 "unknown field",
+            ),
+            (
+                "node_id=0\nmax_queues_per_topic=2000\n[peers]\n0='127.0.0.1:2'\n",
+                "max_queues_per_topic",
+            ),
+            (
+                "node_id=0\nmax_messages_per_send=0\n[peers]\n0='127.0.0.1:2'\n",
+                "at least 1",
             ),
         ] {
             std::fs::write(&p, format!("{base}{extra}")).unwrap();

@@ -2,6 +2,7 @@
 //! ForwardMessageToDeadLetterQueue, run on the group's leader (a follower passes
 //! them on: see [`crate::broker`]).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ledgermq_raft::{Command, TopicConfig, TopicMessageType};
@@ -33,6 +34,44 @@ pub fn dlq_topic(group: &str) -> String {
     format!("%DLQ%{group}")
 }
 
+/// Most bytes of a client id used as a broadcasting consumer's offset key.
+pub const MAX_CLIENT_ID_BYTES: usize = 255;
+
+/// The client ids consuming from each broadcasting group, with when each was last
+/// seen. At most `max` ids per group seen within `idle` are kept; an id unseen for
+/// longer frees its place (RocketMQ's `broadcastOffsetExpireSecond` idea). No I/O.
+#[derive(Debug, Default)]
+pub struct BroadcastClients {
+    groups: HashMap<String, HashMap<String, Instant>>,
+}
+
+impl BroadcastClients {
+    /// Notes `client` consuming from `group` at `now`; false (nothing noted) if it
+    /// is new and `max` other ids were seen within `idle`.
+    pub fn admit(
+        &mut self,
+        group: &str,
+        client: &str,
+        now: Instant,
+        max: usize,
+        idle: Duration,
+    ) -> bool {
+        let ids = self.groups.entry(group.to_owned()).or_default();
+        if let Some(seen) = ids.get_mut(client) {
+            *seen = now;
+            return true;
+        }
+        if ids.len() >= max {
+            ids.retain(|_, seen| now.saturating_duration_since(*seen) < idle);
+            if ids.len() >= max {
+                return false;
+            }
+        }
+        ids.insert(client.to_owned(), now);
+        true
+    }
+}
+
 /// Who is consuming: the group and the key its offsets are kept under.
 pub struct Consumer {
     /// Consumer group.
@@ -48,7 +87,9 @@ pub struct Consumer {
 impl Broker {
     /// The consumer for a call: checks the group name, creates the group when
     /// allowed. Errors: ILLEGAL_CONSUMER_GROUP, CONSUMER_GROUP_NOT_FOUND,
-    /// CLIENT_ID_REQUIRED (a broadcasting group needs the client id).
+    /// CLIENT_ID_REQUIRED (a broadcasting group needs the client id), BAD_REQUEST
+    /// (a client id over [`MAX_CLIENT_ID_BYTES`] for a broadcasting group),
+    /// TOO_MANY_REQUESTS (the broadcasting group has its most client ids).
     pub async fn consumer(
         &self,
         group: Option<&pb::Resource>,
@@ -64,6 +105,13 @@ impl Broker {
                     "a broadcasting group needs the x-mq-client-id header",
                 )
             })?;
+            if id.len() > MAX_CLIENT_ID_BYTES {
+                return Err(refuse(
+                    Code::BadRequest,
+                    format!("client id is over {MAX_CLIENT_ID_BYTES} bytes"),
+                ));
+            }
+            self.admit_broadcast_client(&group, id)?;
             format!("{group}@{id}")
         } else {
             group.clone()
@@ -386,6 +434,22 @@ mod tests {
         assert_eq!(long_poll_wait_ms(Some(1_000), 20_000), 500);
         assert_eq!(long_poll_wait_ms(Some(300), 20_000), 0);
         assert_eq!(long_poll_wait_ms(None, 20_000), 16_000);
+    }
+
+    #[test]
+    fn a_broadcasting_group_admits_at_most_max_live_client_ids() {
+        let mut t = BroadcastClients::default();
+        let t0 = Instant::now();
+        let idle = Duration::from_secs(120);
+        assert!(t.admit("G", "c1", t0, 2, idle));
+        assert!(t.admit("G", "c2", t0, 2, idle));
+        assert!(t.admit("G", "c1", t0 + Duration::from_secs(100), 2, idle));
+        assert!(!t.admit("G", "c3", t0 + Duration::from_secs(100), 2, idle));
+        // Other groups have their own places.
+        assert!(t.admit("H", "c3", t0, 2, idle));
+        // c2 unseen for 120 s frees its place; c1 (seen at 100 s) keeps its own.
+        assert!(t.admit("G", "c3", t0 + Duration::from_secs(120), 2, idle));
+        assert!(!t.admit("G", "c2", t0 + Duration::from_secs(121), 2, idle));
     }
 
     #[test]

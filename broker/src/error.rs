@@ -49,22 +49,25 @@ pub fn refuse(code: Code, message: impl Into<String>) -> BrokerError {
 
 impl BrokerError {
     /// The protocol status code a client gets for this failure. An unknown outcome
-    /// (a timeout, a forwarded write whose answer was lost) says `PROXY_TIMEOUT`: the
-    /// write may still commit (at-least-once); a write surely not made for want of a
-    /// leader says `HA_NOT_AVAILABLE`; bad input its own 4xxxx code.
+    /// (a timeout, a forwarded write whose answer was lost, a node stopping) says
+    /// `PROXY_TIMEOUT`: the write may still commit (at-least-once); a write surely
+    /// not made for want of a leader says `HA_NOT_AVAILABLE`; bad input its own
+    /// 4xxxx code.
     pub fn code(&self) -> Code {
         match self {
             BrokerError::Refused { code, .. } => *code,
             BrokerError::Raft(e) => match e {
                 // The outcome is unknown: the write may still commit (a forwarded
-                // write whose answer was lost may have been proposed).
+                // write whose answer was lost may have been proposed; an entry
+                // proposed before a graceful stop may commit under the next leader,
+                // and the raft layer's ShuttingDown does not say whether it was
+                // proposed).
                 RaftNodeError::Timeout { .. }
                 | RaftNodeError::Forward { .. }
-                | RaftNodeError::Expired => Code::ProxyTimeout,
+                | RaftNodeError::Expired
+                | RaftNodeError::ShuttingDown => Code::ProxyTimeout,
                 // Surely not written.
-                RaftNodeError::NotLeader { .. }
-                | RaftNodeError::NoLeader
-                | RaftNodeError::ShuttingDown => Code::HaNotAvailable,
+                RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader => Code::HaNotAvailable,
                 RaftNodeError::InvalidInput(_) => Code::BadRequest,
                 RaftNodeError::Store(s) => store_code(s),
                 _ => Code::InternalServerError,
@@ -98,5 +101,25 @@ pub fn ok_status() -> crate::pb::Status {
     crate::pb::Status {
         code: Code::Ok as i32,
         message: "OK".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_at_shutdown_does_not_claim_the_write_was_not_made() {
+        // openraft's Fatal::Stopped: an entry proposed before a graceful stop may
+        // still commit (the raft layer does not tell before from after proposing).
+        let e = BrokerError::Raft(RaftNodeError::ShuttingDown);
+        assert_eq!(e.code(), Code::ProxyTimeout);
+        // Refusals that surely wrote nothing keep saying so.
+        for e in [
+            RaftNodeError::NoLeader,
+            RaftNodeError::NotLeader { leader: None },
+        ] {
+            assert_eq!(BrokerError::Raft(e).code(), Code::HaNotAvailable);
+        }
     }
 }

@@ -85,7 +85,8 @@ pub struct Incoming {
 /// protocol): `ILLEGAL_TOPIC`, `ILLEGAL_MESSAGE_ID`, `ILLEGAL_MESSAGE_TAG`,
 /// `ILLEGAL_MESSAGE_KEY`, `ILLEGAL_MESSAGE_GROUP`, `ILLEGAL_MESSAGE_PROPERTY_KEY`,
 /// `BAD_REQUEST` (empty body, missing fields), `MESSAGE_BODY_TOO_LARGE` (over
-/// `max_body_bytes`), `UNSUPPORTED` (delay and transactional messages: not built yet).
+/// `max_body_bytes`), `UNSUPPORTED` (delay and transactional messages: not built yet;
+/// a message type the protocol does not define).
 pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, BrokerError> {
     let topic = m
         .topic
@@ -102,7 +103,18 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
             "message id is empty, longer than 128 bytes or holds a control character",
         ));
     }
-    let mtype = pb::MessageType::try_from(sp.message_type).unwrap_or(pb::MessageType::Normal);
+    // A type this protocol revision does not define (a newer client's, or garbage)
+    // is refused rather than stored as a normal message. The reference proxy reads
+    // the type from the properties instead and would answer OK.
+    let mtype = pb::MessageType::try_from(sp.message_type).map_err(|_| {
+        refuse(
+            Code::Unsupported,
+            format!(
+                "message type {} is not one this broker knows (NORMAL = 1, FIFO = 2)",
+                sp.message_type
+            ),
+        )
+    })?;
     if matches!(mtype, pb::MessageType::Delay | pb::MessageType::Transaction)
         || sp.delivery_timestamp.is_some()
     {

@@ -57,7 +57,8 @@ pub fn check_type(topic: &TopicConfig, m: &Incoming) -> Result<(), BrokerError> 
 
 impl Broker {
     /// SendMessage: checks every message, stores them all in one Raft entry and
-    /// answers once it is committed. One result entry per message.
+    /// answers once it is committed. One result entry per message. More than
+    /// `max_messages_per_send` messages: PAYLOAD_TOO_LARGE, nothing stored.
     pub async fn send(&self, req: pb::SendMessageRequest) -> pb::SendMessageResponse {
         let n = req.messages.len();
         if n == 0 {
@@ -67,7 +68,23 @@ impl Broker {
             };
         }
         let mut ids = Vec::with_capacity(n);
-        let result = self.send_checked(req, &mut ids).await;
+        let result = if n > self.settings.max_messages_per_send {
+            ids.extend(req.messages.iter().map(|m| {
+                m.system_properties
+                    .as_ref()
+                    .map(|p| p.message_id.clone())
+                    .unwrap_or_default()
+            }));
+            Err(refuse(
+                Code::PayloadTooLarge,
+                format!(
+                    "{n} messages in one send; at most {} are allowed",
+                    self.settings.max_messages_per_send
+                ),
+            ))
+        } else {
+            self.send_checked(req, &mut ids).await
+        };
         let entries = match &result {
             Ok(placed) => ids
                 .iter()

@@ -37,7 +37,21 @@ pub fn topic_message_type(t: TopicMessageType) -> pb::MessageType {
 fn client_id(md: &MetadataMap) -> Option<String> {
     md.get(CLIENT_ID_HEADER)
         .and_then(|v| v.to_str().ok())
+        .filter(|c| !c.trim().is_empty())
         .map(str::to_owned)
+}
+
+/// The client id of a call; the CLIENT_ID_REQUIRED status (as the reference proxy
+/// answers) when the broker requires one and the call has none.
+fn client_of(b: &Broker, md: &MetadataMap) -> Result<Option<String>, pb::Status> {
+    match client_id(md) {
+        None if b.settings.require_client_id => Err(refuse(
+            Code::ClientIdRequired,
+            format!("the {CLIENT_ID_HEADER} header (client id) is required"),
+        )
+        .to_status()),
+        id => Ok(id),
+    }
 }
 
 /// Metadata key of the client's language.
@@ -76,7 +90,10 @@ const CALL_LEADER_WAIT: Duration = Duration::from_millis(2500);
 macro_rules! on_leader {
     ($self:ident, $req:ident, $method:ident, $local:ident, $err:expr) => {{
         let md = $req.metadata().clone();
-        let cid = client_id(&md);
+        let cid = match client_of(&$self.0, &md) {
+            Ok(c) => c,
+            Err(s) => return Ok(Response::new(($err)(s))),
+        };
         let msg = $req.into_inner();
         let b = &$self.0;
         let deadline = Instant::now() + CALL_LEADER_WAIT;
@@ -111,6 +128,12 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::QueryRouteRequest>,
     ) -> Result<Response<pb::QueryRouteResponse>, Status> {
+        if let Err(s) = client_of(&self.0, req.metadata()) {
+            return Ok(Response::new(pb::QueryRouteResponse {
+                status: Some(s),
+                message_queues: vec![],
+            }));
+        }
         let style = style(req.metadata());
         Ok(Response::new(
             self.0.query_route(req.into_inner(), style).await,
@@ -119,10 +142,11 @@ impl MessagingService for Service {
 
     async fn heartbeat(
         &self,
-        _req: Request<pb::HeartbeatRequest>,
+        req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| ok_status());
         Ok(Response::new(pb::HeartbeatResponse {
-            status: Some(ok_status()),
+            status: Some(status),
         }))
     }
 
@@ -130,6 +154,27 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        if let Err(s) = client_of(&self.0, req.metadata()) {
+            let entries = req
+                .get_ref()
+                .messages
+                .iter()
+                .map(|m| pb::SendResultEntry {
+                    status: Some(s.clone()),
+                    message_id: m
+                        .system_properties
+                        .as_ref()
+                        .map(|p| p.message_id.clone())
+                        .unwrap_or_default(),
+                    transaction_id: String::new(),
+                    offset: 0,
+                })
+                .collect();
+            return Ok(Response::new(pb::SendMessageResponse {
+                status: Some(s),
+                entries,
+            }));
+        }
         Ok(Response::new(self.0.send(req.into_inner()).await))
     }
 
@@ -137,6 +182,12 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, Status> {
+        if let Err(s) = client_of(&self.0, req.metadata()) {
+            return Ok(Response::new(pb::QueryAssignmentResponse {
+                status: Some(s),
+                assignments: vec![],
+            }));
+        }
         let style = style(req.metadata());
         Ok(Response::new(
             self.0.query_assignment(req.into_inner(), style).await,
@@ -151,7 +202,15 @@ impl MessagingService for Service {
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
         let started = Instant::now();
         let md = req.metadata().clone();
-        let cid = client_id(&md);
+        let cid = match client_of(&self.0, &md) {
+            Ok(c) => c,
+            Err(s) => {
+                let item = pb::ReceiveMessageResponse {
+                    content: Some(pb::receive_message_response::Content::Status(s)),
+                };
+                return Ok(Response::new(Box::pin(futures::stream::iter([Ok(item)]))));
+            }
+        };
         let msg = req.into_inner();
         let b = &self.0;
         let wait = crate::consume::long_poll_wait_ms(
@@ -238,16 +297,20 @@ impl MessagingService for Service {
 
     async fn end_transaction(
         &self,
-        _req: Request<pb::EndTransactionRequest>,
+        req: Request<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, Status> {
-        Ok(Response::new(pb::EndTransactionResponse {
-            status: Some(
+        let status = client_of(&self.0, req.metadata()).map_or_else(
+            |s| s,
+            |_| {
                 refuse(
                     Code::Unsupported,
                     "transactional messages are not supported yet",
                 )
-                .to_status(),
-            ),
+                .to_status()
+            },
+        );
+        Ok(Response::new(pb::EndTransactionResponse {
+            status: Some(status),
         }))
     }
 
@@ -257,8 +320,19 @@ impl MessagingService for Service {
         &self,
         req: Request<Streaming<pb::TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
+        if let Err(s) = client_of(&self.0, req.metadata()) {
+            let reply = pb::TelemetryCommand {
+                status: Some(s),
+                command: None,
+            };
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(reply)]))));
+        }
         let mut inbound = req.into_inner();
-        let (tx, rx) = futures::channel::mpsc::unbounded();
+        // Bounded: a client that sends commands but does not read the replies
+        // loses its stream (RESOURCE_EXHAUSTED) instead of growing this buffer.
+        let buffer = self.0.settings.telemetry_reply_buffer.max(1);
+        let (mut tx, rx) = futures::channel::mpsc::channel(buffer - 1);
+        let (cut_tx, cut_rx) = futures::channel::oneshot::channel::<()>();
         let b = self.0.clone();
         tokio::spawn(async move {
             while let Ok(Some(cmd)) = inbound.message().await {
@@ -267,23 +341,33 @@ impl MessagingService for Service {
                         status: Some(ok_status()),
                         command: Some(telemetry_command::Command::Settings(merged_settings(&b, s))),
                     };
-                    if tx.unbounded_send(Ok(reply)).is_err() {
-                        break;
+                    match tx.try_send(Ok(reply)) {
+                        Ok(()) => {}
+                        Err(e) if e.is_full() => {
+                            tracing::warn!(
+                                buffer,
+                                "a telemetry client does not read its replies; ending its stream"
+                            );
+                            let _ = cut_tx.send(());
+                            break;
+                        }
+                        Err(_) => break,
                     }
                 }
                 // Thread stack traces, verification results and transaction
                 // commands are not used by this broker.
             }
         });
-        Ok(Response::new(Box::pin(rx)))
+        Ok(Response::new(Box::pin(cut_short(rx, cut_rx))))
     }
 
     async fn notify_client_termination(
         &self,
-        _req: Request<pb::NotifyClientTerminationRequest>,
+        req: Request<pb::NotifyClientTerminationRequest>,
     ) -> Result<Response<pb::NotifyClientTerminationResponse>, Status> {
+        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| ok_status());
         Ok(Response::new(pb::NotifyClientTerminationResponse {
-            status: Some(ok_status()),
+            status: Some(status),
         }))
     }
 
@@ -302,6 +386,33 @@ impl MessagingService for Service {
             }
         )
     }
+}
+
+/// `replies` until `cut` fires, then RESOURCE_EXHAUSTED (buffered replies are
+/// dropped); all of `replies` if `cut` is dropped unfired.
+fn cut_short(
+    replies: futures::channel::mpsc::Receiver<Result<pb::TelemetryCommand, Status>>,
+    cut: futures::channel::oneshot::Receiver<()>,
+) -> impl Stream<Item = Result<pb::TelemetryCommand, Status>> + Send + 'static {
+    use futures::{FutureExt, StreamExt};
+    let cut = cut.shared();
+    let stop = {
+        let cut = cut.clone();
+        async move {
+            if cut.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let tail = futures::stream::once(async move {
+        cut.await.ok().map(|()| {
+            Err(Status::resource_exhausted(
+                "telemetry replies were not read: stream ended",
+            ))
+        })
+    })
+    .filter_map(futures::future::ready);
+    replies.take_until(stop).chain(tail)
 }
 
 /// Everything a leader's receive stream sends (what came before a break included).

@@ -60,6 +60,8 @@ async fn a_group_without_quorum_pauses_only_its_own_queues() {
         });
         req.metadata_mut()
             .insert("x-mq-language", "RUST".parse().unwrap());
+        req.metadata_mut()
+            .insert("x-mq-client-id", "two-groups-test".parse().unwrap());
         let r = c.query_route(req).await.unwrap().into_inner();
         let groups: HashSet<String> = r
             .message_queues

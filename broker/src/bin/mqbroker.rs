@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use ledgermq_broker::announce::{spawn_announcer, Identity};
-use ledgermq_broker::broker::{Broker, ServiceSettings};
+use ledgermq_broker::broker::Broker;
 use ledgermq_broker::config::BrokerConfig;
 use ledgermq_broker::route::{Members, NameServers};
 use ledgermq_namesrv::registrar::Registrar;
@@ -89,13 +89,7 @@ async fn main() -> Result<()> {
         identity,
         Duration::from_secs(1),
     );
-    let settings = ServiceSettings {
-        max_body_bytes: cfg.max_body_bytes,
-        auto_create_topics: cfg.auto_create_topics,
-        auto_create_groups: cfg.auto_create_groups,
-        stale_member_ms: 3 * cfg.namesrv_heartbeat_ms,
-        ..ServiceSettings::default()
-    };
+    let settings = cfg.service_settings();
     let broker = Broker::new(
         node.clone(),
         cfg.broker_group.clone(),
