@@ -35,6 +35,15 @@ pub struct BrokerConfig {
     pub peers: BTreeMap<String, String>,
     /// Address of this node's client gRPC service, `host:port`.
     pub client_addr: String,
+    /// The `host:port` clients are told to use for this group instead of each
+    /// node's `client_addr`: a DNS name that resolves to every member's address,
+    /// each member serving the same port (how RocketMQ proxies are deployed). The
+    /// node announces it to the name servers, so QueryRoute and QueryAssignment
+    /// answers name it (one endpoint for the whole group) and a client's gRPC
+    /// channel fails over between the members by itself. Requires `[client_addrs]`
+    /// for every member (the name servers then know only the shared name).
+    #[serde(default)]
+    pub client_endpoint: Option<String>,
     /// Name servers to register with, `host:port` each.
     #[serde(default)]
     pub namesrv_addrs: Vec<String>,
@@ -193,7 +202,35 @@ impl BrokerConfig {
                 "max_messages_per_send and telemetry_reply_buffer must be at least 1".into(),
             ));
         }
+        cfg.check_client_endpoint(&members).map_err(err)?;
         Ok(cfg)
+    }
+
+    /// What this node announces as its client address: `client_endpoint` if set,
+    /// else `client_addr`.
+    pub fn advertised_client_addr(&self) -> &str {
+        self.client_endpoint.as_deref().unwrap_or(&self.client_addr)
+    }
+
+    /// `client_endpoint`, if set, is `host:port` and every member's own client
+    /// address is configured (passing calls on to the leader needs them).
+    fn check_client_endpoint(&self, members: &BTreeMap<u64, String>) -> Result<(), String> {
+        let Some(e) = &self.client_endpoint else {
+            return Ok(());
+        };
+        let port_ok = e
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(format!("client_endpoint {e:?} is not host:port"));
+        }
+        let known = self.member_client_addrs()?;
+        if let Some(id) = members.keys().find(|id| !known.contains_key(id)) {
+            return Err(format!(
+                "client_endpoint is set, so [client_addrs] must name every member; node {id} is missing"
+            ));
+        }
+        Ok(())
     }
 
     /// The client-protocol settings: the configured ones, defaults for the rest.
@@ -266,6 +303,38 @@ mod tests {
             let c = BrokerConfig::load(&root.join(format!("{n}.toml"))).unwrap();
             assert_eq!(c.members().unwrap().len(), 3);
             assert_eq!(c.namesrv_addrs, vec!["127.0.0.1:9876".to_string()]);
+        }
+    }
+
+    #[test]
+    fn a_client_endpoint_is_what_the_node_announces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        let base = "cluster='c'\nbroker_group='g'\nnode_id=0\nclient_addr='127.0.0.1:8081'\n\
+                    store_root='/tmp/x'\n";
+        let tail = "[peers]\n0='127.0.0.1:2'\n1='127.0.0.2:2'\n\
+                    [client_addrs]\n1='127.0.0.2:8081'\n";
+        std::fs::write(&p, format!("{base}{tail}")).unwrap();
+        let c = BrokerConfig::load(&p).unwrap();
+        assert_eq!(c.advertised_client_addr(), "127.0.0.1:8081");
+        std::fs::write(&p, format!("{base}client_endpoint='mq.local:8081'\n{tail}")).unwrap();
+        let c = BrokerConfig::load(&p).unwrap();
+        assert_eq!(c.advertised_client_addr(), "mq.local:8081");
+        assert_eq!(c.client_addr, "127.0.0.1:8081");
+        for endpoint in ["mq.local", ":8081"] {
+            std::fs::write(&p, format!("{base}client_endpoint='{endpoint}'\n{tail}")).unwrap();
+            let e = BrokerConfig::load(&p).unwrap_err().to_string();
+            assert!(e.contains("not host:port"), "{e}");
+        }
+        let partial = "[peers]\n0='127.0.0.1:2'\n1='127.0.0.2:2'\n";
+        let endpoint = "client_endpoint='mq.local:8081'\n";
+        std::fs::write(&p, format!("{base}{endpoint}{partial}")).unwrap();
+        let e = BrokerConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("node 1 is missing"), "{e}");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/dns");
+        for n in ["n0", "n1", "n2"] {
+            let c = BrokerConfig::load(&root.join(format!("{n}.toml"))).unwrap();
+            assert_eq!(c.advertised_client_addr(), "ledgermq-group:8081");
         }
     }
 

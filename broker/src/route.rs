@@ -13,6 +13,12 @@
 //!   addresses joined by commas, which HTTP/2 servers other than Netty's refuse):
 //!   one member per queue, the leader first, round robin, so a send that fails on
 //!   a dead member is retried by the client on the next queue, another member.
+//!
+//! Members that set `client_endpoint` (one DNS name for the whole group, every
+//! member serving the same port on its own address) announce that name instead of
+//! their own address; [`member_addrs`] keeps it once, so in either style every
+//! queue names the one `DOMAIN_NAME` endpoint, and the client's gRPC channel
+//! resolves every member's address and fails over between them by itself.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -393,6 +399,34 @@ mod tests {
             .iter()
             .map(|a| a.port)
             .collect()
+    }
+
+    #[test]
+    fn members_sharing_a_client_endpoint_give_one_domain_name_endpoint() {
+        let route = ns::QueryRouteResponse {
+            found: true,
+            topic: "T".into(),
+            groups: vec![GroupRoute {
+                broker_group: "a".into(),
+                has_leader: true,
+                leader_addr: "mq.local:8081".into(),
+                members: (0..3).map(|i| member(i, "mq.local:8081")).collect(),
+                queue_count: 4,
+                perm: 6,
+                message_type: ns::MessageType::Normal as i32,
+                ..Default::default()
+            }],
+        };
+        for style in [EndpointStyle::SpreadMembers, EndpointStyle::AllMembers] {
+            let q = message_queues("T", &route, style, 1000);
+            assert_eq!(q.len(), 4);
+            for queue in &q {
+                let e = queue.broker.as_ref().unwrap().endpoints.as_ref().unwrap();
+                assert_eq!(e.scheme, pb::AddressScheme::DomainName as i32);
+                assert_eq!(ports(queue), vec![8081]);
+                assert_eq!(e.addresses[0].host, "mq.local");
+            }
+        }
     }
 
     #[test]

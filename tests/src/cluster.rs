@@ -63,7 +63,22 @@ pub struct BrokerProc {
     pub log: PathBuf,
     /// Store directory given with `--store-dir`, if any.
     pub store_dir: Option<PathBuf>,
+    netns: Option<String>,
     child: Option<Child>,
+}
+
+/// A command running `program`, inside network namespace `netns` if one is given
+/// (`ip netns exec`, which also bind-mounts `/etc/netns/NAME/hosts` over
+/// `/etc/hosts` for it; it execs `program`, so the child's pid is the program's).
+fn command(netns: Option<&str>, program: &Path) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 impl BrokerProc {
@@ -72,7 +87,7 @@ impl BrokerProc {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let mut cmd = Command::new(bin("mqbroker")?);
+        let mut cmd = command(self.netns.as_deref(), &bin("mqbroker")?);
         cmd.arg("-c").arg(&self.config);
         if let Some(d) = &self.store_dir {
             cmd.arg("--store-dir").arg(d);
@@ -114,6 +129,20 @@ pub struct ClusterOptions {
     /// `n1.toml`, `n2.toml`: `deploy/local`) instead of writing new ones; stores go
     /// under the cluster directory (`--store-dir`). One group only.
     pub deploy_dir: Option<PathBuf>,
+    /// Run every process (`mqnamesrv`, `mqbroker`, `mqadmin`) inside this network
+    /// namespace (`ip netns exec`: it also sees the namespace's own
+    /// `/etc/netns/NAME/hosts`). The caller's thread must be inside it too for the
+    /// harness's own connections (see `ledgermq_jepsen::workload::in_namespace`).
+    pub netns: Option<String>,
+    /// Node `i` of every group listens on its own loopback address 127.0.0.(i+1),
+    /// clients and Raft, with the same ports on every node (the name server on
+    /// 127.0.0.1): the layout of nodes behind one DNS name. Fixed ports (client
+    /// 8081 + 10 per group, Raft 40911 + 10 per group, name server 9876), so only
+    /// for a fresh network namespace ([`Self::netns`]).
+    pub node_per_address: bool,
+    /// Written as `client_endpoint` into every node's configuration: the `host:port`
+    /// routes advertise instead of each node's own client address.
+    pub client_endpoint: Option<String>,
 }
 
 impl Default for ClusterOptions {
@@ -124,6 +153,9 @@ impl Default for ClusterOptions {
             fixed_ports: false,
             namesrv_heartbeat_ms: 1000,
             deploy_dir: None,
+            netns: None,
+            node_per_address: false,
+            client_endpoint: None,
         }
     }
 }
@@ -136,6 +168,7 @@ pub struct LocalCluster {
     pub nodes: Vec<BrokerProc>,
     namesrv: Child,
     dir: PathBuf,
+    netns: Option<String>,
 }
 
 impl LocalCluster {
@@ -146,7 +179,18 @@ impl LocalCluster {
         if let Some(deploy) = &opts.deploy_dir {
             return Self::start_deployed(dir, deploy).await;
         }
-        let port = |fixed: u16| if opts.fixed_ports { fixed } else { free_port() };
+        let fixed = opts.fixed_ports || opts.node_per_address;
+        let port = |p: u16| if fixed { p } else { free_port() };
+        // Node i's host and the port offset of node i of group g.
+        let host = |i: usize| {
+            if opts.node_per_address {
+                format!("127.0.0.{}", i + 1)
+            } else {
+                "127.0.0.1".to_owned()
+            }
+        };
+        let offset =
+            |g: usize, i: usize| (g * 10 + if opts.node_per_address { 0 } else { i }) as u16;
         let namesrv_addr = format!("127.0.0.1:{}", port(9876));
         let ns_cfg = dir.join("namesrv.toml");
         std::fs::write(
@@ -155,14 +199,14 @@ impl LocalCluster {
                 "listen = \"{namesrv_addr}\"\nscan_interval_ms = 500\nnode_expiry_ms = 10000\n"
             ),
         )?;
-        let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr)?;
+        let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr, opts.netns.clone())?;
         for g in 0..opts.groups {
             let group = format!("broker-{}", (b'a' + g as u8) as char);
             let raft: Vec<String> = (0..3)
-                .map(|i| format!("127.0.0.1:{}", port(40911 + (g * 10 + i) as u16)))
+                .map(|i| format!("{}:{}", host(i), port(40911 + offset(g, i))))
                 .collect();
             let client: Vec<String> = (0..3)
-                .map(|i| format!("127.0.0.1:{}", port(8081 + (g * 10 + i) as u16)))
+                .map(|i| format!("{}:{}", host(i), port(8081 + offset(g, i))))
                 .collect();
             for i in 0..3 {
                 let name = format!("{group}-n{i}");
@@ -171,12 +215,16 @@ impl LocalCluster {
                     "cluster = \"DefaultCluster\"\nbroker_group = \"{group}\"\nnode_id = {i}\n\
                      client_addr = \"{}\"\nnamesrv_addrs = [\"{namesrv_addr}\"]\n\
                      store_root = \"{}\"\nflush = \"{}\"\ncommit_log_segment_bytes = 67108864\n\
-                     namesrv_heartbeat_ms = {}\n\n[peers]\n",
+                     namesrv_heartbeat_ms = {}\n",
                     client[i],
                     dir.join(&name).display(),
                     opts.flush,
                     opts.namesrv_heartbeat_ms,
                 );
+                if let Some(e) = &opts.client_endpoint {
+                    text.push_str(&format!("client_endpoint = \"{e}\"\n"));
+                }
+                text.push_str("\n[peers]\n");
                 for (j, a) in raft.iter().enumerate() {
                     text.push_str(&format!("{j} = \"{a}\"\n"));
                 }
@@ -192,6 +240,7 @@ impl LocalCluster {
                     config,
                     log: dir.join(format!("{name}.log")),
                     store_dir: None,
+                    netns: opts.netns.clone(),
                     child: None,
                 };
                 node.spawn()?;
@@ -209,9 +258,9 @@ impl LocalCluster {
     }
 
     /// A cluster of just a name server started from `ns_cfg`, listening on `addr`.
-    fn with_namesrv(dir: &Path, ns_cfg: &Path, addr: &str) -> Result<Self> {
+    fn with_namesrv(dir: &Path, ns_cfg: &Path, addr: &str, netns: Option<String>) -> Result<Self> {
         let ns_log = std::fs::File::create(dir.join("namesrv.log"))?;
-        let namesrv = Command::new(bin("mqnamesrv")?)
+        let namesrv = command(netns.as_deref(), &bin("mqnamesrv")?)
             .arg("-c")
             .arg(ns_cfg)
             .stdout(ns_log.try_clone()?)
@@ -223,6 +272,7 @@ impl LocalCluster {
             nodes: Vec::new(),
             namesrv,
             dir: dir.to_path_buf(),
+            netns,
         };
         wait_listening(addr, Duration::from_secs(10))?;
         Ok(cluster)
@@ -250,7 +300,7 @@ impl LocalCluster {
             .and_then(|v| v.as_str())
             .context("namesrv.toml has no listen address")?
             .to_owned();
-        let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr)?;
+        let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr, None)?;
         for i in 0..3u64 {
             let config = deploy.join(format!("n{i}.toml"));
             let text = std::fs::read_to_string(&config)?;
@@ -268,6 +318,7 @@ impl LocalCluster {
                 config: config.clone(),
                 log: dir.join(format!("n{i}.log")),
                 store_dir: Some(dir.join(format!("n{i}"))),
+                netns: None,
                 child: None,
             };
             node.spawn()?;
@@ -344,7 +395,7 @@ impl LocalCluster {
 
     /// Runs `mqadmin ARGS -n NAMESRV`; returns its output, error if it failed.
     pub fn admin(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(bin("mqadmin")?)
+        let out = command(self.netns.as_deref(), &bin("mqadmin")?)
             .args(args)
             .args(["-n", &self.namesrv_addr])
             .output()?;

@@ -1,5 +1,7 @@
 //! Workspace-level integration tests live in `tests/tests/`; they start the project's
 //! real binaries as separate processes. This library holds what they share with the
-//! demo programs: [`cluster`], a local cluster of real processes.
+//! demo programs: [`cluster`], a local cluster of real processes, and [`netns`], a
+//! network namespace with its own hosts file.
 
 pub mod cluster;
+pub mod netns;

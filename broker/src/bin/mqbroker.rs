@@ -81,7 +81,7 @@ async fn main() -> Result<()> {
     let identity = Identity {
         cluster: cfg.cluster.clone(),
         broker_group: cfg.broker_group.clone(),
-        client_addr: cfg.client_addr.clone(),
+        client_addr: cfg.advertised_client_addr().to_owned(),
     };
     let announcer = spawn_announcer(
         node.clone(),
