@@ -28,7 +28,7 @@ pub mod types;
 pub mod writer;
 
 pub use error::RaftNodeError;
-pub use network::NetworkFilter;
+pub use network::{LinkShape, NetworkFilter};
 pub use node::{RaftNode, RaftNodeConfig, RaftTiming};
 pub use types::{
     Command, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response, TopicConfig,

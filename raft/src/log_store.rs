@@ -26,17 +26,27 @@ pub struct LogStore {
     store: Arc<MessageStore>,
     meta: MetaDb,
     node_id: NodeId,
+    /// Most entry bytes one AppendEntries carries (at least one entry is sent).
+    max_replication_bytes: usize,
 }
 
 use crate::error::any_err as io_err;
 
 impl LogStore {
-    /// The log of node `node_id`'s `store`, with vote and purge state in `meta`.
-    pub fn new(store: Arc<MessageStore>, meta: MetaDb, node_id: NodeId) -> Self {
+    /// The log of node `node_id`'s `store`, with vote and purge state in `meta`;
+    /// one AppendEntries carries at most `max_replication_bytes` of entries (or one
+    /// entry, if that alone is larger).
+    pub fn new(
+        store: Arc<MessageStore>,
+        meta: MetaDb,
+        node_id: NodeId,
+        max_replication_bytes: usize,
+    ) -> Self {
         Self {
             store,
             meta,
             node_id,
+            max_replication_bytes,
         }
     }
 
@@ -45,15 +55,27 @@ impl LogStore {
             .map_err(|e| StorageIOError::read_logs(io_err(e)).into())
     }
 
-    fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+    /// Entries `[start, end)` that the log holds; with `max_bytes`, only as many as
+    /// fit in that many CommitLog bytes (at least one).
+    fn read_range(
+        &self,
+        start: u64,
+        end: u64,
+        max_bytes: Option<usize>,
+    ) -> Result<Vec<Entry>, StorageError> {
         let log = self.store.commit_log();
         let (first, next) = (log.first_log_index(), log.next_log_index());
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         for index in start.max(first)..end.min(next) {
             let stored = self
                 .store
                 .read_entry(index)
                 .map_err(|e| StorageIOError::read_log_at_index(index, io_err(e)))?;
+            bytes = bytes.saturating_add(stored.location.size_bytes as usize);
+            if max_bytes.is_some_and(|m| bytes > m) && !out.is_empty() {
+                break;
+            }
             let records: Result<Vec<_>, String> = stored.records().collect();
             let entry = records
                 .and_then(|rs| records_to_entry(stored.location.term, index, rs))
@@ -80,7 +102,19 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(&e) => e,
             Bound::Unbounded => u64::MAX,
         };
-        self.read_range(start, end)
+        self.read_range(start, end, None)
+    }
+
+    /// What one AppendEntries carries: openraft 0.9 gives the call the heartbeat
+    /// interval as its deadline, so the entries are bounded by bytes, not only by
+    /// count (`max_payload_entries`): a call that cannot cross the link in time is
+    /// never answered, and the follower never catches up.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.read_range(start, end, Some(self.max_replication_bytes))
     }
 }
 

@@ -4,10 +4,10 @@
 //! dead peer costs a failed call, never a stalled group.
 //!
 //! A [`NetworkFilter`] can drop traffic between chosen pairs of nodes, in either
-//! direction, for fault injection in tests.
+//! direction, or give a link latency and a bandwidth, for fault injection in tests.
 
-use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use openraft::error::{
@@ -54,11 +54,30 @@ pub fn time_left(deadline_ms: i64) -> Option<Duration> {
     (left > 0).then(|| Duration::from_millis(left as u64))
 }
 
-/// Pairs `(from, to)` whose traffic is dropped. Shared by every node of an
-/// in-process test cluster; empty in production.
+/// Pairs `(from, to)` whose traffic is dropped, and links with a latency and a
+/// bandwidth. Shared by every node of an in-process test cluster; empty in
+/// production.
 #[derive(Clone, Default, Debug)]
 pub struct NetworkFilter {
     blocked: Arc<RwLock<HashSet<(NodeId, NodeId)>>>,
+    links: Arc<Mutex<HashMap<(NodeId, NodeId), Link>>>,
+}
+
+/// A one-way link's shape: every message waits `latency_ms` and its bytes cross
+/// at `bytes_per_sec`, one message after another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkShape {
+    /// One-way latency in ms.
+    pub latency_ms: u64,
+    /// Bandwidth in bytes per second (must be above 0).
+    pub bytes_per_sec: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    shape: LinkShape,
+    /// When the link has finished sending what it was given so far.
+    busy_until: tokio::time::Instant,
 }
 
 impl NetworkFilter {
@@ -75,9 +94,35 @@ impl NetworkFilter {
         }
     }
 
-    /// Restores all traffic.
+    /// Restores all traffic (drops and link shapes).
     pub fn heal(&self) {
         self.blocked.write().unwrap().clear();
+        self.links.lock().unwrap().clear();
+    }
+
+    /// Gives the link from `from` to `to` (one way) latency and bandwidth.
+    pub fn shape(&self, from: NodeId, to: NodeId, shape: LinkShape) {
+        assert!(shape.bytes_per_sec > 0, "a link needs some bandwidth");
+        self.links.lock().unwrap().insert(
+            (from, to),
+            Link {
+                shape,
+                busy_until: tokio::time::Instant::now(),
+            },
+        );
+    }
+
+    /// How long a message of `bytes` sent now from `from` to `to` takes to arrive
+    /// (zero on an unshaped link); it occupies the link's bandwidth meanwhile.
+    pub fn transfer_delay(&self, from: NodeId, to: NodeId, bytes: usize) -> Duration {
+        let mut links = self.links.lock().unwrap();
+        let Some(link) = links.get_mut(&(from, to)) else {
+            return Duration::ZERO;
+        };
+        let now = tokio::time::Instant::now();
+        let send = Duration::from_secs_f64(bytes as f64 / link.shape.bytes_per_sec as f64);
+        link.busy_until = link.busy_until.max(now) + send;
+        link.busy_until + Duration::from_millis(link.shape.latency_ms) - now
     }
 
     /// True if traffic from `from` to `to` is dropped.
@@ -195,14 +240,22 @@ impl PeerClient {
         let request = peer_request(self.from, req, ttl)
             .map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
         let mut client = RaftPeerClient::new(channel);
+        let (filter, from, target) = (&self.filter, self.from, self.target);
+        let request_bytes = request.get_ref().data.len();
         // The deadline is also enforced here: the grpc-timeout header alone does not
         // stop a server that hangs.
         let call = async {
-            match method {
+            tokio::time::sleep(filter.transfer_delay(from, target, request_bytes)).await;
+            let reply = match method {
                 Method::AppendEntries => client.append_entries(request).await,
                 Method::Vote => client.vote(request).await,
                 Method::InstallSnapshot => client.install_snapshot(request).await,
+            };
+            if let Ok(r) = &reply {
+                let back = filter.transfer_delay(target, from, r.get_ref().data.len());
+                tokio::time::sleep(back).await;
             }
+            reply
         };
         let reply = tokio::time::timeout(ttl, call)
             .await

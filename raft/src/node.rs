@@ -121,7 +121,12 @@ impl RaftNode {
         }
         let store = MessageStore::open(cfg.store.clone())?;
         let meta = MetaDb::open(&cfg.store.root.join("meta"))?;
-        let log_store = LogStore::new(store.clone(), meta.clone(), cfg.node_id);
+        let log_store = LogStore::new(
+            store.clone(),
+            meta.clone(),
+            cfg.node_id,
+            cfg.batch.max_replication_bytes,
+        );
         let sm = StateMachine::open(store.clone(), meta.clone())?;
         let shared = sm.shared();
         let snapshot_target = sm.snapshot_target();
@@ -139,8 +144,9 @@ impl RaftNode {
             // snapshot exists: consumers may still need those messages.
             max_in_snapshot_log_to_keep: u64::MAX,
             // openraft 0.9 gives an AppendEntries the heartbeat interval as its
-            // deadline: at most 8 entries of at most 1 MiB each (BatchConfig) keeps
-            // a catching-up follower's RPCs well within it.
+            // deadline: at most 8 entries, and at most `max_replication_bytes` of
+            // them (`LogStore::limited_get_log_entries`), keep a catching-up
+            // follower's calls well within it.
             max_payload_entries: 8,
             ..Default::default()
         }
