@@ -1,7 +1,8 @@
 //! Keeps the name servers told what this node is: its role, term, applied index and
 //! the group's topics, from the Raft metrics and the replicated metadata. A change of
-//! role or term is sent at once (the registrar's urgent path); the rest rides on
-//! the periodic heartbeat.
+//! role or term is sent at once (the registrar's urgent path), and so is being cut
+//! off from the group (routes then leave the node out); the rest rides on the
+//! periodic heartbeat.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +60,7 @@ pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
         term: m.current_term,
         commit_index: m.last_applied.map_or(0, |l| l.index),
         topics,
+        cut_off: !node.in_contact_with_quorum(),
     }
 }
 

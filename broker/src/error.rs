@@ -67,8 +67,15 @@ impl BrokerError {
                 | RaftNodeError::Expired
                 | RaftNodeError::ShuttingDown => Code::ProxyTimeout,
                 // Surely not written.
-                RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader => Code::HaNotAvailable,
+                // StaleTerm: committed in a later term, so not applied (this node
+                // lost the leadership the command was decided under).
+                // CutOff: refused before anything was proposed or forwarded.
+                RaftNodeError::NotLeader { .. }
+                | RaftNodeError::NoLeader
+                | RaftNodeError::StaleTerm { .. }
+                | RaftNodeError::CutOff { .. } => Code::HaNotAvailable,
                 RaftNodeError::InvalidInput(_) => Code::BadRequest,
+                RaftNodeError::Overloaded { .. } => Code::TooManyRequests,
                 RaftNodeError::Store(s) => store_code(s),
                 _ => Code::InternalServerError,
             },

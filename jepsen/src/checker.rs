@@ -224,7 +224,17 @@ pub struct Availability {
     /// Sends that failed or timed out outside every fault window (a grace period after
     /// each heal included).
     pub failures_outside_faults: usize,
+    /// Acknowledged sends per second outside every fault window (grace included),
+    /// over the sending phase: the fault-free throughput.
+    pub fault_free_acks_per_s: f64,
+    /// Per fault: acknowledged sends per second from [`SETTLE_MS`] after it took
+    /// effect until its heal (None when it lasted no longer than that).
+    pub acks_per_s_settled: Vec<Option<f64>>,
 }
+
+/// How long after a fault takes effect its throughput starts to count (issue 13:
+/// "from 2 s after a single-node partition or kill begins").
+pub const SETTLE_MS: u64 = 2_000;
 
 /// Runs the availability checker. `grace_ms` after each heal still counts as the
 /// fault (the cluster settles).
@@ -252,10 +262,58 @@ pub fn availability(ops: &[Op], faults: &[FaultWindow], grace_ms: u64) -> Availa
         .filter(|o| o.f == OpFn::Send && matches!(o.op_type, OpType::Fail | OpType::Info))
         .filter(|o| !in_fault(o.time_ms))
         .count();
+    let ack_times: Vec<u64> = acked.iter().map(|(_, t)| *t).collect();
+    let (fault_free_acks_per_s, acks_per_s_settled) = throughput(ops, &ack_times, faults, grace_ms);
     Availability {
         rto_ms,
         failures_outside_faults,
+        fault_free_acks_per_s,
+        acks_per_s_settled,
     }
+}
+
+/// Acknowledgements per second outside the fault windows (each widened by
+/// `grace_ms` after its heal) over the sending phase, and per fault from
+/// [`SETTLE_MS`] after it took effect to its heal.
+fn throughput(
+    ops: &[Op],
+    ack_times: &[u64],
+    faults: &[FaultWindow],
+    grace_ms: u64,
+) -> (f64, Vec<Option<f64>>) {
+    let sends = ops.iter().filter(|o| o.f == OpFn::Send).map(|o| o.time_ms);
+    let (first, last) = sends.fold((u64::MAX, 0), |(a, b), t| (a.min(t), b.max(t)));
+    let per_s = |n: usize, ms: u64| n as f64 * 1000.0 / ms as f64;
+    let in_fault = |t: u64| {
+        faults
+            .iter()
+            .any(|f| t >= f.began_ms && t <= f.end_ms + grace_ms)
+    };
+    let calm_ms = if first > last {
+        0
+    } else {
+        (first..=last).step_by(10).filter(|&t| !in_fault(t)).count() as u64 * 10
+    };
+    let calm_acks = ack_times.iter().filter(|&&t| !in_fault(t)).count();
+    let fault_free = if calm_ms == 0 {
+        0.0
+    } else {
+        per_s(calm_acks, calm_ms)
+    };
+    let settled = faults
+        .iter()
+        .map(|f| {
+            let from = f.start_ms + SETTLE_MS;
+            (f.end_ms > from).then(|| {
+                let n = ack_times
+                    .iter()
+                    .filter(|&&t| t >= from && t < f.end_ms)
+                    .count();
+                per_s(n, f.end_ms - from)
+            })
+        })
+        .collect();
+    (fault_free, settled)
 }
 
 #[cfg(test)]
@@ -373,6 +431,35 @@ mod tests {
     }
 
     #[test]
+    fn throughput_is_measured_outside_faults_and_from_two_seconds_into_each() {
+        let mut h = Vec::new();
+        // 10 acks/s for 20 s, except 2 acks/s from 2 s into the fault [5 s, 11 s].
+        for i in 0..200u64 {
+            let t = i * 100;
+            let settled = (7_000..11_000).contains(&t);
+            if settled && i % 5 != 0 {
+                continue;
+            }
+            let id = format!("m{i}");
+            h.push(send(t, i, OpType::Invoke, &id, None));
+            h.push(send(t + 10, i, OpType::Ok, &id, None));
+        }
+        let faults = [FaultWindow {
+            began_ms: 4_900,
+            start_ms: 5_000,
+            end_ms: 11_000,
+        }];
+        let a = availability(&h, &faults, 1_000);
+        let rate = a.acks_per_s_settled[0].unwrap();
+        assert!((rate - 2.0).abs() < 0.3, "{rate}");
+        assert!(
+            (a.fault_free_acks_per_s - 10.0).abs() < 0.5,
+            "{}",
+            a.fault_free_acks_per_s
+        );
+    }
+
+    #[test]
     fn availability_measures_rto_and_failures_outside_faults() {
         let h = vec![
             send(100, 1, OpType::Invoke, "a", None),
@@ -403,6 +490,8 @@ mod tests {
         ];
         let a = availability(&h, &faults, 500);
         assert_eq!(a.rto_ms, vec![Some(1300), None]);
+        // The second fault lasted under 2 s; the first had no ack from 2 s on.
+        assert_eq!(a.acks_per_s_settled, vec![None, None]);
         // "f" failed in the calm; "d" after the second fault began, before it was
         // in effect: that one is the fault's.
         assert_eq!(a.failures_outside_faults, 1);

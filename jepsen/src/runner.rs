@@ -67,6 +67,8 @@ pub struct FaultRecord {
     pub detail: String,
     /// Time from its start to the first acknowledged send after it, ms.
     pub rto_ms: Option<u64>,
+    /// Acknowledged sends per second from 2 s after it took effect to its heal.
+    pub acks_per_s_settled: Option<f64>,
 }
 
 /// Everything `results.json` holds.
@@ -94,6 +96,9 @@ pub struct RunResults {
     pub audit_error: Option<String>,
     /// RTO per fault and failures outside faults.
     pub availability: Availability,
+    /// Per fault kind: acknowledged sends per second from 2 s after each fault of
+    /// that kind took effect until its heal, over the fault-free rate.
+    pub throughput_ratio_by_kind: std::collections::BTreeMap<String, f64>,
     /// Median RTO over the faults after which a send succeeded, ms.
     pub rto_p50_ms: Option<u64>,
     /// 99th percentile RTO, ms.
@@ -351,6 +356,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             end_ms,
             detail,
             rto_ms: None,
+            acks_per_s_settled: None,
         });
     }
     // Heal everything: network, paused and stopped nodes. A network left cut would
@@ -416,6 +422,27 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     Ok(RunOutcome { dir, results })
 }
 
+/// Per fault kind: acknowledged throughput from 2 s into its faults (all of that
+/// kind together) over the fault-free throughput.
+pub fn throughput_ratios(
+    faults: &[FaultRecord],
+    fault_free_acks_per_s: f64,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut sums: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for f in faults {
+        if let Some(rate) = f.acks_per_s_settled {
+            let secs = (f.end_ms - f.start_ms).saturating_sub(crate::checker::SETTLE_MS) as f64;
+            let e = sums.entry(f.kind.name().to_owned()).or_default();
+            e.0 += rate * secs;
+            e.1 += secs;
+        }
+    }
+    sums.into_iter()
+        .filter(|(_, (_, secs))| *secs > 0.0 && fault_free_acks_per_s > 0.0)
+        .map(|(k, (acks, secs))| (k, acks / secs / fault_free_acks_per_s))
+        .collect()
+}
+
 /// Runs the checkers over a finished run.
 pub fn evaluate(
     opts: &RunOptions,
@@ -434,9 +461,15 @@ pub fn evaluate(
         })
         .collect();
     let availability = availability(history, &windows, GRACE_MS);
-    for (f, rto) in faults.iter_mut().zip(&availability.rto_ms) {
+    for ((f, rto), settled) in faults
+        .iter_mut()
+        .zip(&availability.rto_ms)
+        .zip(&availability.acks_per_s_settled)
+    {
         f.rto_ms = *rto;
+        f.acks_per_s_settled = *settled;
     }
+    let throughput_ratio_by_kind = throughput_ratios(&faults, availability.fault_free_acks_per_s);
     let mut rtos: Vec<u64> = availability.rto_ms.iter().flatten().copied().collect();
     rtos.sort_unstable();
     let total_queue = total_queue(history);
@@ -460,6 +493,7 @@ pub fn evaluate(
         replica_audit,
         audit_error,
         availability,
+        throughput_ratio_by_kind,
         unexpected_exits: Vec::new(),
         interrupted,
         valid,

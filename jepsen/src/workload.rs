@@ -285,9 +285,9 @@ async fn send_one(
         body: sent.id.clone().into_bytes(),
     };
     match c
-        .send_message(SendMessageRequest {
+        .send_message(with_client_id(SendMessageRequest {
             messages: vec![msg],
-        })
+        }))
         .await
     {
         Ok(r) => {
@@ -342,6 +342,18 @@ pub fn receive_request(
     }
 }
 
+/// `msg` as a request carrying the `x-mq-client-id` header the protocol requires
+/// (the broker answers CLIENT_ID_REQUIRED without it).
+fn with_client_id<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    let id = format!("jepsen-{}", std::process::id());
+    req.metadata_mut().insert(
+        "x-mq-client-id",
+        id.parse().expect("an ASCII client id is a valid header"),
+    );
+    req
+}
+
 /// One receive and the acks of what came; true if something was delivered.
 async fn receive_once(
     c: &mut MessagingServiceClient<Channel>,
@@ -363,7 +375,7 @@ async fn receive_once(
     let req = receive_request(group, topic, 10, 2);
     let mut delivered = Vec::new();
     let mut handles = Vec::new();
-    match c.receive_message(req).await {
+    match c.receive_message(with_client_id(req)).await {
         Ok(s) => {
             let mut s = s.into_inner();
             while let Ok(Some(item)) = s.message().await {
@@ -397,14 +409,14 @@ async fn receive_once(
     rec.push(op(OpType::Ok, delivered, None));
     for h in handles {
         let _ = c
-            .ack_message(AckMessageRequest {
+            .ack_message(with_client_id(AckMessageRequest {
                 group: res(group),
                 topic: res(topic),
                 entries: vec![AckMessageEntry {
                     message_id: String::new(),
                     receipt_handle: h,
                 }],
-            })
+            }))
             .await;
     }
     got

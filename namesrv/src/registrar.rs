@@ -22,8 +22,8 @@ pub struct Registrar {
 }
 
 /// What makes a change worth an immediate heartbeat.
-fn urgent_key(n: &BrokerNode) -> (i32, u64, Vec<crate::pb::TopicConfig>) {
-    (n.role, n.term, n.topics.clone())
+fn urgent_key(n: &BrokerNode) -> (i32, u64, bool, Vec<crate::pb::TopicConfig>) {
+    (n.role, n.term, n.cut_off, n.topics.clone())
 }
 
 impl Registrar {

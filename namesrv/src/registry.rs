@@ -65,22 +65,28 @@ impl Registry {
     /// from before an election that node has not heard of, e.g. it crashed). One
     /// partitioned candidate raising its term alone does not unseat a leader. The
     /// config is the leader's; without a leader, the one of the node with the highest
-    /// (term, commit index).
+    /// (term, commit index). Members that report themselves cut off from their group
+    /// are left out (and never the leader), unless every member is cut off.
     pub fn route(&self, topic: &str, now_ms: u64) -> QueryRouteResponse {
         let mut groups: BTreeMap<(&str, &str), Vec<&Seen>> = BTreeMap::new();
         for ((cluster, group, _), s) in &self.nodes {
             groups.entry((cluster, group)).or_default().push(s);
         }
         let mut out = Vec::new();
-        for ((cluster, group), members) in groups {
-            let majority = members.len() / 2 + 1;
+        for ((cluster, group), all) in groups {
+            let majority = all.len() / 2 + 1;
+            // Nodes cut off from their group refuse writes: leave them out, unless
+            // every member is (then nothing better is known).
+            let members: Vec<&Seen> = if all.iter().all(|s| s.node.cut_off) {
+                all.clone()
+            } else {
+                all.iter().copied().filter(|s| !s.node.cut_off).collect()
+            };
             let leader = members
                 .iter()
-                .filter(|s| s.node.role == Role::Leader as i32)
+                .filter(|s| s.node.role == Role::Leader as i32 && !s.node.cut_off)
                 .max_by_key(|s| (s.node.term, s.node.commit_index))
-                .filter(|l| {
-                    members.iter().filter(|m| m.node.term > l.node.term).count() < majority
-                });
+                .filter(|l| all.iter().filter(|m| m.node.term > l.node.term).count() < majority);
             let config = leader
                 .and_then(|l| l.node.topics.iter().find(|t| t.name == topic))
                 .or_else(|| {
@@ -114,6 +120,7 @@ impl Registry {
                         term: s.node.term,
                         commit_index: s.node.commit_index,
                         silent_ms: now_ms.saturating_sub(s.last_ms),
+                        cut_off: s.node.cut_off,
                     })
                     .collect(),
                 queue_count: config.queue_count,
@@ -154,6 +161,7 @@ mod tests {
             role: role as i32,
             term,
             commit_index: 0,
+            cut_off: false,
             topics: topics
                 .iter()
                 .map(|(n, q)| TopicConfig {
@@ -212,6 +220,28 @@ mod tests {
         assert!(!r.route("T", 0).groups[0].has_leader);
         r.register(node("g1", 1, Role::Leader, 4, &[("T", 4)]), 0);
         assert_eq!(r.route("T", 0).groups[0].leader_node_id, 1);
+    }
+
+    #[test]
+    fn cut_off_nodes_are_left_out_of_routes() {
+        let mut r = Registry::default();
+        let mut old = node("g1", 0, Role::Leader, 3, &[("T", 4)]);
+        old.cut_off = true;
+        r.register(old, 0);
+        r.register(node("g1", 1, Role::Follower, 3, &[("T", 4)]), 0);
+        r.register(node("g1", 2, Role::Follower, 3, &[("T", 4)]), 0);
+        // A leader cut off from its group is no leader to route to, nor a member.
+        let g = &r.route("T", 0).groups[0];
+        assert!(!g.has_leader, "{g:?}");
+        let ids: Vec<_> = g.members.iter().map(|m| m.node_id).collect();
+        assert_eq!(ids, [1, 2]);
+        // If every member is cut off, all are listed (nothing better is known).
+        for id in 1..3 {
+            let mut n = node("g1", id, Role::Follower, 3, &[("T", 4)]);
+            n.cut_off = true;
+            r.register(n, 0);
+        }
+        assert_eq!(r.route("T", 0).groups[0].members.len(), 3);
     }
 
     #[test]

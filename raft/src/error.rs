@@ -54,6 +54,23 @@ pub enum RaftNodeError {
         /// The term of the entry that carried it.
         entry_term: u64,
     },
+    /// This node has not heard from a majority of its group (itself included) for
+    /// `window_ms`: it is cut off, so a write it took would only wait for its
+    /// timeout. Nothing was proposed or forwarded; another node may take it.
+    #[error("this node has not heard from a majority of its group for {window_ms} ms (cut off); not written")]
+    CutOff {
+        /// The window, ms (the maximum election timeout).
+        window_ms: u64,
+    },
+    /// The leader holds `max_pending_bytes` of writes not yet committed already:
+    /// refused at once, not written. Retry later.
+    #[error(
+        "too many writes pending on the leader (more than {max_pending_bytes} bytes); not written"
+    )]
+    Overloaded {
+        /// The bound, bytes.
+        max_pending_bytes: usize,
+    },
     /// openraft refused or failed.
     #[error("raft: {0}")]
     Raft(String),

@@ -9,6 +9,8 @@
 //! - [`boundary`]: snapshots at CommitLog segment boundaries; retention purges only
 //!   through one, and that is the snapshot a lagging follower gets.
 //! - [`network`], [`server`]: tonic peer transport with deadlines and lazy channels.
+//! - [`contact`]: whether a majority of the group was heard from lately (a cut-off
+//!   node refuses writes at once).
 //! - [`writer`]: leader-side batching of client writes into entries (group commit).
 //! - [`node`]: one running member; forwarding from followers; leadership transfer.
 
@@ -17,6 +19,7 @@
 
 pub mod boundary;
 pub mod codec;
+pub mod contact;
 pub mod error;
 pub mod log_store;
 pub mod meta;

@@ -183,6 +183,8 @@ pub struct PeerNetworkFactory {
     pub from: NodeId,
     /// Fault injection.
     pub filter: NetworkFilter,
+    /// Records each peer that answers.
+    pub contacts: crate::contact::Contacts,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
@@ -194,6 +196,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             target,
             channel: lazy_channel(&node.addr, Duration::from_millis(500)),
             filter: self.filter.clone(),
+            contacts: self.contacts.clone(),
         }
     }
 }
@@ -204,6 +207,7 @@ pub struct PeerClient {
     target: NodeId,
     channel: Result<Channel, String>,
     filter: NetworkFilter,
+    contacts: crate::contact::Contacts,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -266,6 +270,7 @@ impl PeerClient {
             }
             _ => RPCError::Network(NetworkError::new(&s)),
         })?;
+        self.contacts.heard_from(self.target);
         let result: Result<Resp, RaftError<NodeId, E>> =
             decode(reply.get_ref()).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))

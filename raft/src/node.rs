@@ -93,6 +93,8 @@ pub struct RaftNode {
     snapshot_target: Arc<std::sync::atomic::AtomicU64>,
     /// One purge at a time (each sets `snapshot_target`).
     purging: tokio::sync::Mutex<()>,
+    /// Which peers were heard from lately.
+    contacts: crate::contact::Contacts,
 }
 
 impl RaftNode {
@@ -152,9 +154,15 @@ impl RaftNode {
         }
         .validate()
         .map_err(|e| RaftNodeError::InvalidInput(e.to_string()))?;
+        let contacts = crate::contact::Contacts::new(
+            cfg.node_id,
+            cfg.members.keys().copied().collect(),
+            Duration::from_millis(cfg.timing.election_timeout_max_ms),
+        );
         let network = PeerNetworkFactory {
             from: cfg.node_id,
             filter: filter.clone(),
+            contacts: contacts.clone(),
         };
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm)
             .await
@@ -171,6 +179,7 @@ impl RaftNode {
             writer: writer.clone(),
             filter: filter.clone(),
             store: store.clone(),
+            contacts: contacts.clone(),
         };
         if store.commit_log().lost_acknowledged() {
             // Protocol-aware recovery: this node's log lost entries it had
@@ -216,7 +225,13 @@ impl RaftNode {
             channels: std::sync::Mutex::new(BTreeMap::new()),
             snapshot_target,
             purging: tokio::sync::Mutex::new(()),
+            contacts,
         });
+        tokio::spawn(probe_peers(
+            Arc::downgrade(&node),
+            cfg.members.clone(),
+            Duration::from_millis(cfg.timing.heartbeat_interval_ms),
+        ));
         if cfg.retention_interval_ms > 0 {
             tokio::spawn(retention_loop(
                 Arc::downgrade(&node),
@@ -285,6 +300,23 @@ impl RaftNode {
         Some((leader, addr))
     }
 
+    /// True if this node heard from a majority of its group (itself included)
+    /// within the maximum election timeout; a node that did not is cut off and
+    /// refuses writes at once (`CutOff`).
+    pub fn in_contact_with_quorum(&self) -> bool {
+        self.contacts.in_contact_with_quorum()
+    }
+
+    fn check_in_contact(&self) -> Result<(), RaftNodeError> {
+        if self.contacts.in_contact_with_quorum() {
+            Ok(())
+        } else {
+            Err(RaftNodeError::CutOff {
+                window_ms: self.contacts.window_ms(),
+            })
+        }
+    }
+
     /// True if this node currently leads.
     pub fn is_leader(&self) -> bool {
         let m = self.raft.metrics().borrow().clone();
@@ -296,7 +328,9 @@ impl RaftNode {
     /// for one. Fails with `Timeout` if the commit takes longer than the write
     /// timeout (the messages may still commit later), `NotLeader` if this node lost
     /// leadership with the write in its hands (not committed), `Forward` if the
-    /// leader got it and failed or its answer was lost (it may have committed).
+    /// leader got it and failed or its answer was lost (it may have committed),
+    /// `CutOff` at once when this node has not heard from a majority of its group
+    /// for an election timeout (not written).
     pub async fn write_messages(
         &self,
         messages: Vec<MessageRecord>,
@@ -336,6 +370,7 @@ impl RaftNode {
                 leader: self.leader().map(|l| l.0),
             });
         }
+        self.check_in_contact()?;
         let timeout_ms = self.write_timeout.as_millis() as u64;
         applied(
             tokio::time::timeout(
@@ -353,6 +388,9 @@ impl RaftNode {
     /// was proposed, so that cannot duplicate it. The local path takes the request
     /// by value, so message bytes are never copied for a retry.
     async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
+        // A node cut off from its group answers at once: the caller can try
+        // another node instead of waiting out the timeout.
+        self.check_in_contact()?;
         let timeout_ms = self.write_timeout.as_millis() as u64;
         let deadline_ms = ledgermq_store::store::now_ms() + timeout_ms as i64;
         let attempt = async {
@@ -637,6 +675,47 @@ impl RaftNode {
             self.store.shutdown()?;
         }
         Ok(())
+    }
+}
+
+/// Every `every`, pings each peer not heard from within two periods (followers do
+/// not otherwise talk to each other; a leader hears from them on every heartbeat),
+/// so [`RaftNode::in_contact_with_quorum`] knows whether this node is cut off.
+async fn probe_peers(
+    node: std::sync::Weak<RaftNode>,
+    members: BTreeMap<NodeId, String>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        if node.store.is_closed() {
+            return;
+        }
+        for (&peer, addr) in &members {
+            if peer == node.id
+                || node.contacts.heard_within(peer, every * 2)
+                || node.filter.is_blocked(node.id, peer)
+            {
+                continue;
+            }
+            let Ok(channel) = node.channel(addr) else {
+                continue;
+            };
+            let contacts = node.contacts.clone();
+            let from = node.id;
+            tokio::spawn(async move {
+                let Ok(req) = peer_request(from, &(), every * 2) else {
+                    return;
+                };
+                let mut client = RaftPeerClient::new(channel);
+                if let Ok(Ok(_)) = tokio::time::timeout(every * 2, client.ping(req)).await {
+                    contacts.heard_from(peer);
+                }
+            });
+        }
     }
 }
 

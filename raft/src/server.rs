@@ -28,6 +28,8 @@ pub struct PeerService {
     pub filter: NetworkFilter,
     /// The store (whether it lost entries it had acknowledged).
     pub store: Arc<ledgermq_store::MessageStore>,
+    /// Records each peer heard from.
+    pub contacts: crate::contact::Contacts,
 }
 
 impl PeerService {
@@ -41,7 +43,11 @@ impl PeerService {
             Some(f) if self.filter.is_blocked(f, self.node_id) => {
                 Err(Status::unavailable("dropped by the network filter"))
             }
-            _ => Ok(()),
+            Some(f) => {
+                self.contacts.heard_from(f);
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 }
@@ -112,6 +118,11 @@ impl RaftPeer for PeerService {
             .await
             .map_err(|e| e.to_string());
         Ok(Response::new(encode(&res)?))
+    }
+
+    async fn ping(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        self.admit(&req)?;
+        Ok(Response::new(encode(&())?))
     }
 
     async fn timeout_now(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {

@@ -38,6 +38,10 @@ pub struct BatchConfig {
     /// plus at most one entry of up to `max_request_bytes`, crosses a 1 Gbit/s
     /// link with 10 ms of latency in well under it.
     pub max_replication_bytes: usize,
+    /// Most encoded bytes of message writes taken by the leader and not yet
+    /// committed; a write past it is refused at once (`Overloaded`), so a burst of
+    /// requests cannot buffer without bound.
+    pub max_pending_bytes: usize,
 }
 
 impl Default for BatchConfig {
@@ -51,6 +55,7 @@ impl Default for BatchConfig {
             in_flight: 2,
             max_request_bytes: 4 << 20,
             max_replication_bytes: 1 << 20,
+            max_pending_bytes: 256 << 20,
         }
     }
 }
@@ -58,6 +63,8 @@ impl Default for BatchConfig {
 struct Pending {
     messages: Vec<MessageRecord>,
     encoded_bytes: usize,
+    /// Its share of `max_pending_bytes`, returned when its write is answered.
+    budget: tokio::sync::OwnedSemaphorePermit,
     done: oneshot::Sender<Result<Vec<Placed>, RaftNodeError>>,
     /// Not proposed at or after this instant (a forwarded write's deadline).
     deadline: Option<Instant>,
@@ -86,6 +93,8 @@ pub struct Writer {
     tx: mpsc::Sender<Pending>,
     paused: AtomicBool,
     max_request_bytes: usize,
+    pending_budget: Arc<Semaphore>,
+    max_pending_bytes: usize,
 }
 
 pub(crate) fn map_write_error(
@@ -114,6 +123,7 @@ impl Writer {
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::channel(65_536);
         let max_request_bytes = cfg.max_request_bytes;
+        let max_pending_bytes = cfg.max_pending_bytes.clamp(1, u32::MAX as usize);
         let max_entry_bytes = (cfg.max_bytes as u64).min(store.max_entry_bytes()) as usize;
         tokio::spawn(batch_loop(
             raft.clone(),
@@ -128,6 +138,8 @@ impl Writer {
             tx,
             paused: AtomicBool::new(false),
             max_request_bytes,
+            pending_budget: Arc::new(Semaphore::new(max_pending_bytes)),
+            max_pending_bytes,
         })
     }
 
@@ -209,16 +221,28 @@ impl Writer {
                 self.store.max_entry_bytes()
             )));
         }
+        let overloaded = || RaftNodeError::Overloaded {
+            max_pending_bytes: self.max_pending_bytes,
+        };
+        let units = encoded_bytes.clamp(1, self.max_pending_bytes) as u32;
+        let budget = self
+            .pending_budget
+            .clone()
+            .try_acquire_many_owned(units)
+            .map_err(|_| overloaded())?;
         let (done, rx) = oneshot::channel();
         self.tx
-            .send(Pending {
+            .try_send(Pending {
                 messages,
                 encoded_bytes,
+                budget,
                 done,
                 deadline,
             })
-            .await
-            .map_err(|_| RaftNodeError::ShuttingDown)?;
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => overloaded(),
+                mpsc::error::TrySendError::Closed(_) => RaftNodeError::ShuttingDown,
+            })?;
         rx.await.map_err(|_| RaftNodeError::ShuttingDown)?
     }
 }
@@ -269,6 +293,7 @@ async fn batch_loop(
             let mut sizes = Vec::with_capacity(batch.len());
             let mut all = Vec::with_capacity(count);
             let mut waiters = Vec::with_capacity(batch.len());
+            let mut budgets = Vec::with_capacity(batch.len());
             for p in batch {
                 sizes.push(p.messages.len());
                 for mut m in p.messages {
@@ -277,9 +302,11 @@ async fn batch_loop(
                     all.push(m);
                 }
                 waiters.push(p.done);
+                budgets.push(p.budget);
             }
             let result = raft.client_write(Request::Messages(all)).await;
             drop(permit);
+            drop(budgets);
             match result {
                 Ok(resp) => {
                     let Response::Messages(placed) = resp.data else {

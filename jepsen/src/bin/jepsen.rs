@@ -120,6 +120,15 @@ fn main() {
                 r.faults_without_recovery,
                 r.availability.failures_outside_faults
             );
+            println!(
+                "throughput from 2 s into a fault, over the fault-free {:.0} acks/s: {}",
+                r.availability.fault_free_acks_per_s,
+                r.throughput_ratio_by_kind
+                    .iter()
+                    .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             for e in &r.unexpected_exits {
                 println!("unexpected exit: {e}");
             }

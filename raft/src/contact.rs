@@ -1,0 +1,132 @@
+//! Whether this node is in touch with its group: the last time it heard from each
+//! peer (an RPC the peer sent it, or a reply to one it sent), and the decision
+//! whether a majority (itself included) was heard from within a window.
+//!
+//! openraft 0.9 has no check-quorum: a leader cut off in a minority keeps its role,
+//! and a follower cut off from the leader keeps forwarding to it, so every write
+//! sent to such a node waits for the whole write timeout. With this a node that has
+//! not heard from a majority for an election timeout answers writes at once with a
+//! retryable error, and tells the name servers it is cut off.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::types::NodeId;
+
+/// True if `self_id` plus the peers heard from within `window` before `now` make
+/// a majority of `members` (which includes `self_id`). No I/O.
+pub fn quorum_in_contact(
+    now: Instant,
+    last_heard: &HashMap<NodeId, Instant>,
+    members: &[NodeId],
+    self_id: NodeId,
+    window: Duration,
+) -> bool {
+    let heard = members
+        .iter()
+        .filter(|&&m| {
+            m == self_id
+                || last_heard
+                    .get(&m)
+                    .is_some_and(|&t| now.saturating_duration_since(t) <= window)
+        })
+        .count();
+    heard > members.len() / 2
+}
+
+/// Last contact with each peer; cheap to clone (shared by the peer server, the
+/// peer client and the node).
+#[derive(Clone, Debug)]
+pub struct Contacts {
+    self_id: NodeId,
+    members: Arc<Vec<NodeId>>,
+    window: Duration,
+    last_heard: Arc<Mutex<HashMap<NodeId, Instant>>>,
+}
+
+impl Contacts {
+    /// For `self_id` in a group of `members`; every peer counts as heard from now
+    /// (a node just started is given one window to make contact).
+    pub fn new(self_id: NodeId, members: Vec<NodeId>, window: Duration) -> Self {
+        let now = Instant::now();
+        let last_heard = members.iter().map(|&m| (m, now)).collect();
+        Self {
+            self_id,
+            members: Arc::new(members),
+            window,
+            last_heard: Arc::new(Mutex::new(last_heard)),
+        }
+    }
+
+    /// Records that `peer` was heard from just now.
+    pub fn heard_from(&self, peer: NodeId) {
+        if peer != self.self_id && self.members.contains(&peer) {
+            self.last_heard.lock().unwrap().insert(peer, Instant::now());
+        }
+    }
+
+    /// True if `peer` was heard from within `within`.
+    pub fn heard_within(&self, peer: NodeId, within: Duration) -> bool {
+        self.last_heard
+            .lock()
+            .unwrap()
+            .get(&peer)
+            .is_some_and(|t| t.elapsed() <= within)
+    }
+
+    /// True if a majority of the group (this node included) was heard from within
+    /// the window.
+    pub fn in_contact_with_quorum(&self) -> bool {
+        quorum_in_contact(
+            Instant::now(),
+            &self.last_heard.lock().unwrap(),
+            &self.members,
+            self.self_id,
+            self.window,
+        )
+    }
+
+    /// The window, in ms.
+    pub fn window_ms(&self) -> u64 {
+        self.window.as_millis() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majority_counts_this_node_and_recent_peers_only() {
+        let now = Instant::now();
+        let w = Duration::from_millis(700);
+        let members = [0, 1, 2];
+        let mut heard = HashMap::new();
+        assert!(!quorum_in_contact(now, &heard, &members, 0, w));
+        heard.insert(1, now - Duration::from_millis(800));
+        assert!(!quorum_in_contact(now, &heard, &members, 0, w));
+        heard.insert(2, now - Duration::from_millis(100));
+        assert!(quorum_in_contact(now, &heard, &members, 0, w));
+        // Five members: this node and two peers.
+        let five = [0, 1, 2, 3, 4];
+        assert!(!quorum_in_contact(now, &heard, &five, 0, w));
+        heard.insert(3, now);
+        assert!(quorum_in_contact(now, &heard, &five, 0, w));
+        // A one-node group is always in contact with itself.
+        assert!(quorum_in_contact(now, &HashMap::new(), &[7], 7, w));
+    }
+
+    #[test]
+    fn contacts_start_in_contact_and_ignore_strangers() {
+        let c = Contacts::new(0, vec![0, 1, 2], Duration::from_millis(50));
+        assert!(c.in_contact_with_quorum());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(!c.in_contact_with_quorum());
+        c.heard_from(9);
+        c.heard_from(0);
+        assert!(!c.in_contact_with_quorum());
+        c.heard_from(2);
+        assert!(c.in_contact_with_quorum());
+    }
+}
