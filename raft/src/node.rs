@@ -339,6 +339,8 @@ impl RaftNode {
         for m in &messages {
             self.store.validate_message(m)?;
         }
+        // Every replica stores them: a node whose disk is full refuses at once.
+        self.store.check_room_for_writes()?;
         match self.write(Request::Messages(messages)).await? {
             Response::Messages(p) => Ok(p),
             Response::Applied | Response::StaleTerm { .. } => Err(RaftNodeError::Raft(

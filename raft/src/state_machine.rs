@@ -12,7 +12,7 @@ use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use ledgermq_store::{MessageStore, QueuePosition};
+use ledgermq_store::{DispatchedMessage, MessageStore, QueuePosition};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership,
@@ -354,14 +354,43 @@ impl StateMachine {
         Ok(())
     }
 
-    fn apply_one(&mut self, entry: Entry) -> Result<Response, RaftNodeError> {
-        let index = entry.log_id.index;
+    /// Dispatches entry `index`: by log index, in order, it places exactly this
+    /// entry's messages (nothing if a restart already dispatched it). Applied
+    /// entries are always in the local log (committed ⇒ appended here); dispatch
+    /// reads them from it. Safe to call again after a failure (a placement already
+    /// made is reused).
+    fn dispatch(&mut self, index: u64) -> Result<Vec<DispatchedMessage>, RaftNodeError> {
         self.snapshot_at_boundary(index)?;
-        // Dispatch is by log index, in order: it places exactly this entry's messages
-        // (nothing if a restart already dispatched it).
-        // Applied entries are always in the local log (committed ⇒ appended here);
-        // dispatch reads them from it.
-        let placed = self.store.dispatch_through(index)?;
+        Ok(self.store.dispatch_through(index)?)
+    }
+
+    /// [`Self::dispatch`], waiting while the disk is full (ENOSPC): a committed
+    /// entry is the same on every replica, so failing it would stop every replica
+    /// at the same entry at every restart. The node stays up meanwhile (reads,
+    /// Raft), and new messages are refused (`MessageStore::check_room_for_writes`).
+    async fn dispatch_when_room(
+        &mut self,
+        index: u64,
+    ) -> Result<Vec<DispatchedMessage>, RaftNodeError> {
+        let mut wait = std::time::Duration::from_millis(100);
+        loop {
+            match self.dispatch(index) {
+                Err(RaftNodeError::Store(e)) if e.is_no_space() => {
+                    tracing::error!(index, error = %e, "no space to apply a committed entry; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(5));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn apply_one(
+        &mut self,
+        entry: Entry,
+        placed: Vec<DispatchedMessage>,
+    ) -> Result<Response, RaftNodeError> {
+        let index = entry.log_id.index;
         debug_assert!(placed.iter().all(|p| p.log_index == index));
         let response = match entry.payload {
             EntryPayload::Normal(Request::Messages(_)) => Response::Messages(
@@ -436,8 +465,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut last = None;
         for entry in entries {
             let id = entry.log_id;
+            let placed = self
+                .dispatch_when_room(id.index)
+                .await
+                .map_err(|e| StorageIOError::apply(id, io_err(e)))?;
             out.push(
-                self.apply_one(entry)
+                self.apply_one(entry, placed)
                     .map_err(|e| StorageIOError::apply(id, io_err(e)))?,
             );
             last = Some(id);

@@ -209,6 +209,9 @@ impl Writer {
         for m in &messages {
             encoded_bytes += self.store.validate_message(m)?;
         }
+        // A full disk refuses new messages before anything is proposed: every
+        // replica would have to store them.
+        self.store.check_room_for_writes()?;
         if messages.len() > 1 && encoded_bytes > self.max_request_bytes {
             return Err(RaftNodeError::InvalidInput(format!(
                 "{encoded_bytes} bytes of messages in one request exceed its {} bytes",

@@ -83,9 +83,29 @@ pub enum StoreError {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    /// The disk holding the store is fuller than the configured limit
+    /// (`disk_space_warning_ratio`): new messages are refused; reads go on.
+    #[error("the disk is full: {used_percent}% used, new messages are refused above {limit_percent}%; not written")]
+    DiskFull {
+        /// Used share of the disk, percent.
+        used_percent: u32,
+        /// The limit, percent.
+        limit_percent: u32,
+    },
+
     /// The store was closed or a background flush failed earlier; it accepts no more writes.
     #[error("store is not writable: {0}")]
     NotWritable(String),
+}
+
+impl StoreError {
+    /// True if this is the operating system's "no space left on device" (ENOSPC):
+    /// the write may succeed once space is freed.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::StorageFull
+                || source.raw_os_error() == Some(28))
+    }
 }
 
 /// Result alias of the store crate.

@@ -84,7 +84,8 @@ unsafe impl Sync for MappedFile {}
 
 impl MappedFile {
     /// Creates the segment file `dir/<20-digit start_offset>` of exactly `size_bytes`
-    /// zero bytes, fsyncs it and its directory, and maps it. Fails if it exists.
+    /// zero bytes, fsyncs it and its directory, and maps it. Fails if it exists; a
+    /// file it could not size (ENOSPC) is removed again.
     pub fn create(dir: &Path, start_offset: u64, size_bytes: u64) -> Result<Self> {
         let path = dir.join(segment_name(start_offset));
         let file = OpenOptions::new()
@@ -93,8 +94,16 @@ impl MappedFile {
             .create_new(true)
             .open(&path)
             .at(&path)?;
-        allocate(&file, size_bytes).at(&path)?;
-        file.sync_all().at(&path)?;
+        let sized = allocate(&file, size_bytes)
+            .and_then(|_| file.sync_all())
+            .at(&path);
+        if let Err(e) = sized {
+            // Holds nothing yet: remove it, so the same creation can be tried again
+            // (e.g. once a full disk has room).
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         fsync_dir(dir)?;
         Self::map(path, file, start_offset, size_bytes)
     }

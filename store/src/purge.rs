@@ -113,6 +113,34 @@ impl MessageStore {
         })
     }
 
+    /// Refuses new messages while the disk is fuller than
+    /// `retention.disk_space_warning_ratio` (measured at most every 100 ms).
+    /// Errors: `DiskFull`; `Io` if the disk cannot be measured.
+    pub fn check_room_for_writes(&self) -> Result<()> {
+        let limit = self.config().retention.disk_space_warning_ratio;
+        if limit >= 1.0 {
+            return Ok(());
+        }
+        let used = {
+            let mut cached = self.disk_used_cache.lock().unwrap();
+            match *cached {
+                Some((at, ratio)) if at.elapsed() < std::time::Duration::from_millis(100) => ratio,
+                _ => {
+                    let ratio = self.disk_used_ratio()?;
+                    *cached = Some((std::time::Instant::now(), ratio));
+                    ratio
+                }
+            }
+        };
+        if used > limit {
+            return Err(crate::error::StoreError::DiskFull {
+                used_percent: (used * 100.0) as u32,
+                limit_percent: (limit * 100.0) as u32,
+            });
+        }
+        Ok(())
+    }
+
     /// Measures the used fraction of the disk holding the store.
     pub fn disk_used_ratio(&self) -> Result<f64> {
         let root = &self.config().root;

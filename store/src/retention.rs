@@ -21,6 +21,10 @@ pub struct RetentionConfig {
     pub disk_force_clean_ratio: f64,
     /// `deleteCommitLogFilesBatchMax`-like cap per run (10).
     pub delete_files_batch_max: usize,
+    /// `diskSpaceWarningLevelRatio`: above it, new messages are refused
+    /// ([`crate::StoreError::DiskFull`]) while reads go on (0.90; 1.0 or more turns
+    /// the check off).
+    pub disk_space_warning_ratio: f64,
 }
 
 impl Default for RetentionConfig {
@@ -31,6 +35,7 @@ impl Default for RetentionConfig {
             disk_max_used_space_ratio: 0.75,
             disk_force_clean_ratio: 0.85,
             delete_files_batch_max: 10,
+            disk_space_warning_ratio: 0.90,
         }
     }
 }

@@ -90,6 +90,8 @@ pub struct MessageStore {
     ticker_stop: Arc<(Mutex<bool>, Condvar)>,
     closed: AtomicBool,
     report: RecoveryReport,
+    /// Last disk usage measured for `check_room_for_writes`, and when.
+    pub(crate) disk_used_cache: Mutex<Option<(std::time::Instant, f64)>>,
 }
 
 impl MessageStore {
@@ -200,6 +202,7 @@ impl MessageStore {
             warmer: Mutex::new(None),
             ticker_stop: Arc::new((Mutex::new(false), Condvar::new())),
             closed: AtomicBool::new(false),
+            disk_used_cache: Mutex::new(None),
             report,
         });
         if !clean {
