@@ -13,12 +13,15 @@
 //! per segment (1 GiB by default) costs next to nothing; those below the purge
 //! point are dropped when the log is purged.
 
-use openraft::{BasicNode, SnapshotMeta};
+use std::io::Cursor;
+
+use openraft::storage::Snapshot;
+use openraft::{BasicNode, RaftSnapshotBuilder, SnapshotMeta, StorageIOError};
 use serde::{Deserialize, Serialize};
 
-use crate::error::RaftNodeError;
+use crate::error::{any_err, RaftNodeError};
 use crate::meta::MetaDb;
-use crate::types::NodeId;
+use crate::types::{NodeId, StorageError, TypeConfig};
 
 /// openraft's snapshot metadata for this crate's types.
 pub type SnapMeta = SnapshotMeta<NodeId, BasicNode>;
@@ -76,6 +79,109 @@ pub fn remove_below(db: &MetaDb, index: u64) -> Result<usize, RaftNodeError> {
     Ok(keys.len())
 }
 
+/// Which snapshot a build returns. A build never takes the current state: the
+/// snapshot openraft holds must be the one at the purge point, since openraft
+/// purges the log through it (`max_in_snapshot_log_to_keep = 0`) and sends it to
+/// a follower that needs purged entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildSource {
+    /// The boundary snapshot at this log index (newer than the stored one).
+    Boundary(u64),
+    /// The stored current snapshot, unchanged (never replaced by an older one).
+    Stored,
+    /// No snapshot: one with no last log id, which openraft ignores.
+    Nothing,
+}
+
+/// Chooses a build's snapshot (no I/O): the boundary at `target` (what retention
+/// asked for) if saved and newer than the stored snapshot; else the stored one;
+/// else the boundary at `last_purged` (openraft rebuilding a lost snapshot at
+/// start); else nothing.
+pub fn build_source(
+    target: Option<u64>,
+    stored_index: Option<u64>,
+    last_purged: Option<u64>,
+    has_boundary: impl Fn(u64) -> bool,
+) -> BuildSource {
+    if let Some(t) = target.filter(|&t| has_boundary(t)) {
+        if stored_index.is_none_or(|s| s < t) {
+            return BuildSource::Boundary(t);
+        }
+    }
+    if stored_index.is_some() {
+        return BuildSource::Stored;
+    }
+    match last_purged.filter(|&p| has_boundary(p)) {
+        Some(p) => BuildSource::Boundary(p),
+        None => BuildSource::Nothing,
+    }
+}
+
+/// Returns a chosen snapshot to openraft; with `persist`, first saves it as the
+/// node's current snapshot (sled `snapshot_meta` and `snapshot`, flushed).
+pub struct SnapshotBuilder {
+    /// The snapshot.
+    pub snapshot: BoundarySnapshot,
+    /// Save it as the current snapshot first.
+    pub persist: bool,
+    /// Where.
+    pub db: MetaDb,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(
+        &mut self,
+    ) -> Result<openraft::storage::Snapshot<TypeConfig>, StorageError> {
+        let BoundarySnapshot { meta, data } = &self.snapshot;
+        if self.persist {
+            MetaDb::put(&self.db.sm, "snapshot_meta", meta)
+                .and_then(|_| {
+                    self.db.sm.insert("snapshot", data.as_slice())?;
+                    self.db.flush()
+                })
+                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any_err(e)))?;
+        }
+        Ok(Snapshot {
+            meta: meta.clone(),
+            snapshot: Box::new(Cursor::new(data.clone())),
+        })
+    }
+}
+
+/// The builder for `source`. Errors: `Meta`, `Codec`.
+pub fn builder(
+    db: &MetaDb,
+    source: BuildSource,
+    stored: Option<BoundarySnapshot>,
+) -> Result<SnapshotBuilder, RaftNodeError> {
+    let (snapshot, persist) = match source {
+        BuildSource::Boundary(i) => match at(db, i)? {
+            Some(b) => (b, true),
+            None => return builder(db, BuildSource::Nothing, None),
+        },
+        BuildSource::Stored => match stored {
+            Some(s) => (s, false),
+            None => return builder(db, BuildSource::Nothing, None),
+        },
+        BuildSource::Nothing => (
+            BoundarySnapshot {
+                meta: SnapMeta {
+                    last_log_id: None,
+                    last_membership: Default::default(),
+                    snapshot_id: "none".into(),
+                },
+                data: Vec::new(),
+            },
+            false,
+        ),
+    };
+    Ok(SnapshotBuilder {
+        snapshot,
+        persist,
+        db: db.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +195,27 @@ mod tests {
             },
             data: index.to_le_bytes().to_vec(),
         }
+    }
+
+    #[test]
+    fn a_build_takes_the_target_boundary_and_never_goes_back() {
+        let has = |i| [100, 200, 300].contains(&i);
+        use BuildSource::*;
+        assert_eq!(
+            build_source(Some(200), Some(100), Some(100), has),
+            Boundary(200)
+        );
+        assert_eq!(build_source(Some(200), None, None, has), Boundary(200));
+        // Never older than the stored snapshot (e.g. one installed meanwhile).
+        assert_eq!(build_source(Some(200), Some(250), Some(250), has), Stored);
+        assert_eq!(build_source(Some(200), Some(200), Some(200), has), Stored);
+        // A target without a saved boundary, or none: the stored one.
+        assert_eq!(build_source(Some(150), Some(100), Some(100), has), Stored);
+        assert_eq!(build_source(None, Some(100), Some(100), has), Stored);
+        // Nothing stored but the log purged (openraft rebuilding at start).
+        assert_eq!(build_source(None, None, Some(300), has), Boundary(300));
+        assert_eq!(build_source(None, None, Some(301), has), Nothing);
+        assert_eq!(build_source(None, None, None, has), Nothing);
     }
 
     #[test]

@@ -68,14 +68,19 @@ impl LogStore {
         let mut out = Vec::new();
         let mut bytes = 0usize;
         for index in start.max(first)..end.min(next) {
+            if let Some(m) = max_bytes {
+                let loc = log
+                    .entry_location(index)
+                    .map_err(|e| StorageIOError::read_log_at_index(index, io_err(e)))?;
+                bytes = bytes.saturating_add(loc.size_bytes as usize);
+                if bytes > m && !out.is_empty() {
+                    break;
+                }
+            }
             let stored = self
                 .store
                 .read_entry(index)
                 .map_err(|e| StorageIOError::read_log_at_index(index, io_err(e)))?;
-            bytes = bytes.saturating_add(stored.location.size_bytes as usize);
-            if max_bytes.is_some_and(|m| bytes > m) && !out.is_empty() {
-                break;
-            }
             let records: Result<Vec<_>, String> = stored.records().collect();
             let entry = records
                 .and_then(|rs| records_to_entry(stored.location.term, index, rs))

@@ -23,6 +23,9 @@ use crate::state_machine::{SharedMeta, StateMachine};
 use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
 use crate::writer::{BatchConfig, Writer};
 
+mod upkeep;
+use upkeep::{probe_peers, rejoin_elections_when_caught_up, retention_loop};
+
 /// Raft timing. The defaults give about one second of failover: a heartbeat every
 /// 100 ms, and an election after 400–700 ms of silence (at least four heartbeats
 /// lost, so a busy machine does not call spurious elections).
@@ -142,9 +145,11 @@ impl RaftNode {
             // the one at its purge point, so that is the snapshot a lagging follower
             // gets.
             snapshot_policy: SnapshotPolicy::Never,
-            // The log is purged by retention (`purge_log`), never just because a
-            // snapshot exists: consumers may still need those messages.
-            max_in_snapshot_log_to_keep: u64::MAX,
+            // A snapshot is built only at the index retention purges through (a
+            // segment boundary, `crate::boundary`), so openraft purges the log
+            // through it in the same step: the snapshot it sends a lagging follower
+            // never sits above where the log begins.
+            max_in_snapshot_log_to_keep: 0,
             // openraft 0.9 gives an AppendEntries the heartbeat interval as its
             // deadline: at most 8 entries, and at most `max_replication_bytes` of
             // them (`LogStore::limited_get_log_entries`), keep a catching-up
@@ -227,6 +232,17 @@ impl RaftNode {
             purging: tokio::sync::Mutex::new(()),
             contacts,
         });
+        // A crash between a snapshot build and its purge: finish the purge, so the
+        // snapshot sits where the log begins.
+        let m = node.raft.metrics().borrow().clone();
+        if let Some(snap) = m
+            .snapshot
+            .filter(|s| m.purged.is_none_or(|p| p.index < s.index))
+        {
+            if let Err(e) = node.raft.trigger().purge_log(snap.index).await {
+                tracing::warn!(error = %e, "finishing an interrupted purge failed");
+            }
+        }
         tokio::spawn(probe_peers(
             Arc::downgrade(&node),
             cfg.members.clone(),
@@ -336,10 +352,14 @@ impl RaftNode {
         messages: Vec<MessageRecord>,
     ) -> Result<Vec<Placed>, RaftNodeError> {
         // Refuse bad input here with a typed error, whichever node leads.
+        let mut encoded_bytes = 0usize;
         for m in &messages {
-            self.store.validate_message(m)?;
+            encoded_bytes += self.store.validate_message(m)?;
         }
-        // Every replica stores them: a node whose disk is full refuses at once.
+        // Before it is forwarded: the leader would refuse it too.
+        self.writer
+            .check_request_bytes(messages.len(), encoded_bytes)?;
+        // A node whose own disk is full refuses at once (the leader checks its own).
         self.store.check_room_for_writes()?;
         match self.write(Request::Messages(messages)).await? {
             Response::Messages(p) => Ok(p),
@@ -583,77 +603,6 @@ impl RaftNode {
         }
     }
 
-    /// Purges the Raft log (retention) through the highest segment boundary at or
-    /// below `upto` that has a snapshot ([`crate::boundary`]): the snapshot a
-    /// lagging follower is then sent sits exactly where this log begins, so it gets
-    /// every retained entry. Takes a snapshot covering that index first if needed,
-    /// since openraft purges only what a snapshot covers. Purging is asynchronous and
-    /// waits for replication tasks that still read those entries. Returns the index
-    /// purged through, or None when no boundary at or below `upto` has a snapshot
-    /// (nothing is purged). Errors: `Timeout`, `ShuttingDown`, `Raft`, `Meta`.
-    pub async fn purge_log_through(
-        &self,
-        upto: u64,
-        timeout: Duration,
-    ) -> Result<Option<u64>, RaftNodeError> {
-        let _one = self.purging.lock().await;
-        let Some(upto) = crate::boundary::latest_at_or_below(&self.meta, upto)? else {
-            return Ok(None);
-        };
-        let covered = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
-            m.snapshot.is_some_and(|s| s.index >= upto)
-        };
-        if !covered(&self.raft.metrics().borrow()) {
-            // The build returns the snapshot saved at `upto`.
-            self.snapshot_target
-                .store(upto, std::sync::atomic::Ordering::Release);
-            self.raft
-                .trigger()
-                .snapshot()
-                .await
-                .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
-            let mut rx = self.raft.metrics();
-            let deadline = tokio::time::Instant::now() + timeout;
-            while !covered(&rx.borrow()) {
-                match tokio::time::timeout_at(deadline, rx.changed()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return Err(RaftNodeError::ShuttingDown),
-                    Err(_) => {
-                        return Err(RaftNodeError::Timeout {
-                            timeout_ms: timeout.as_millis() as u64,
-                        })
-                    }
-                }
-            }
-        }
-        self.raft
-            .trigger()
-            .purge_log(upto)
-            .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
-        Ok(Some(upto))
-    }
-
-    /// One retention run: the store decides which old CommitLog segments are due
-    /// (age at `delete_when_hour`, or disk pressure); the Raft log is purged through
-    /// the last entry they hold, which deletes them. Never past what was applied.
-    /// Returns the log index purged through, if any.
-    pub async fn run_retention_once(&self) -> Result<Option<u64>, RaftNodeError> {
-        let store = self.store.clone();
-        let plan = tokio::task::spawn_blocking(move || -> Result<Option<u64>, RaftNodeError> {
-            let clock = store.retention_clock_now()?;
-            let below = store.retention_offset(clock)?;
-            Ok(store.last_log_index_below(below)?)
-        })
-        .await
-        .map_err(|e| RaftNodeError::Raft(e.to_string()))??;
-        let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
-        let Some(upto) = plan.zip(applied).map(|(p, a)| p.min(a)) else {
-            return Ok(None);
-        };
-        self.purge_log_through(upto, Duration::from_secs(30)).await
-    }
-
     /// Stops Raft and the server; with `clean`, flushes and shuts the store down so the
     /// next start needs no recovery scan. Without it the files are left as a crash
     /// would leave them (the page cache still holds what was written).
@@ -677,83 +626,6 @@ impl RaftNode {
             self.store.shutdown()?;
         }
         Ok(())
-    }
-}
-
-/// Every `every`, pings each peer not heard from within two periods (followers do
-/// not otherwise talk to each other; a leader hears from them on every heartbeat),
-/// so [`RaftNode::in_contact_with_quorum`] knows whether this node is cut off.
-async fn probe_peers(
-    node: std::sync::Weak<RaftNode>,
-    members: BTreeMap<NodeId, String>,
-    every: Duration,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(node) = node.upgrade() else { return };
-        if node.store.is_closed() {
-            return;
-        }
-        for (&peer, addr) in &members {
-            if peer == node.id
-                || node.contacts.heard_within(peer, every * 2)
-                || node.filter.is_blocked(node.id, peer)
-            {
-                continue;
-            }
-            let Ok(channel) = node.channel(addr) else {
-                continue;
-            };
-            let contacts = node.contacts.clone();
-            let from = node.id;
-            tokio::spawn(async move {
-                let Ok(req) = peer_request(from, &(), every * 2) else {
-                    return;
-                };
-                let mut client = RaftPeerClient::new(channel);
-                if let Ok(Ok(_)) = tokio::time::timeout(every * 2, client.ping(req)).await {
-                    contacts.heard_from(peer);
-                }
-            });
-        }
-    }
-}
-
-/// Re-enables elections once the store holds again everything it had acknowledged
-/// (see `RaftNode::start`).
-async fn rejoin_elections_when_caught_up(raft: Raft, store: Arc<MessageStore>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    loop {
-        tick.tick().await;
-        if store.is_closed() {
-            return;
-        }
-        if !store.commit_log().lost_acknowledged() {
-            tracing::info!(
-                "caught up past every acknowledged entry: taking part in elections again"
-            );
-            raft.runtime_config().elect(true);
-            return;
-        }
-    }
-}
-
-async fn retention_loop(node: std::sync::Weak<RaftNode>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let Some(node) = node.upgrade() else { return };
-        if node.store.is_closed() {
-            return;
-        }
-        match node.run_retention_once().await {
-            Ok(Some(upto)) => tracing::info!(upto, "retention purged the Raft log"),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "retention run failed"),
-        }
     }
 }
 

@@ -52,6 +52,21 @@ impl PeerService {
     }
 }
 
+/// Whether a node that lost acknowledged entries may vote for a candidate whose
+/// last log id is `candidate_last`: only if it is at least the node's acknowledged
+/// mark (by term, then index), Raft's up-to-date check against the log as it was
+/// before the damage. No I/O.
+pub fn may_vote(
+    acked: Option<ledgermq_store::ack_mark::AckedId>,
+    candidate_last: Option<crate::types::LogId>,
+) -> bool {
+    let candidate = candidate_last.map(|l| ledgermq_store::ack_mark::AckedId {
+        term: l.leader_id.term,
+        index: l.index,
+    });
+    candidate >= acked
+}
+
 #[tonic::async_trait]
 impl RaftPeer for PeerService {
     async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
@@ -64,15 +79,15 @@ impl RaftPeer for PeerService {
     async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
         let rpc: VoteRequest<NodeId> = decode(req.get_ref())?;
-        if self.store.commit_log().lost_acknowledged() {
-            // This node lost entries it had acknowledged: its log cannot tell whether
-            // the candidate has them, so it gives no vote until it has them back.
+        let log = self.store.commit_log();
+        if log.lost_acknowledged() && !may_vote(log.acked_log_id(), rpc.last_log_id) {
+            // This node lost entries it had acknowledged: its own log cannot show
+            // whether the candidate has them, so it votes only for a candidate whose
+            // log reaches at least as far as what it had acknowledged.
             let refused = VoteResponse {
                 vote: rpc.vote,
                 vote_granted: false,
-                last_log_id: self
-                    .store
-                    .commit_log()
+                last_log_id: log
                     .last_entry()
                     .ok()
                     .flatten()
@@ -138,5 +153,32 @@ impl RaftPeer for PeerService {
         );
         let res = self.raft.trigger().elect().await.map_err(|e| e.to_string());
         Ok(Response::new(encode(&res)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledgermq_store::ack_mark::AckedId;
+
+    #[test]
+    fn a_node_that_lost_entries_votes_only_for_logs_that_reach_its_mark() {
+        let mark = Some(AckedId { term: 3, index: 50 });
+        let id = |t, i| Some(crate::codec::log_id(t, i));
+        assert!(!may_vote(mark, id(3, 21)), "a lagging candidate");
+        assert!(!may_vote(mark, None));
+        assert!(
+            may_vote(mark, id(3, 50)),
+            "one that holds every acknowledged entry"
+        );
+        assert!(
+            may_vote(mark, id(4, 10)),
+            "a later term's log is more up to date"
+        );
+        assert!(
+            !may_vote(mark, id(2, 90)),
+            "an older term's longer log is not"
+        );
+        assert!(may_vote(None, None));
     }
 }

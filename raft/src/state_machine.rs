@@ -14,9 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use ledgermq_store::{DispatchedMessage, MessageStore, QueuePosition};
 use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{
-    EntryPayload, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership,
-};
+use openraft::{EntryPayload, OptionalSend, SnapshotMeta, StorageIOError, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RaftNodeError;
@@ -61,7 +59,6 @@ pub struct StateMachine {
     shared: SharedMeta,
     last_applied: Option<LogId>,
     membership: Membership,
-    snapshot_seq: u64,
     /// Start offset of the CommitLog segment holding the last applied entry (None
     /// until known, e.g. right after a snapshot was installed).
     last_segment: Option<u64>,
@@ -167,7 +164,6 @@ impl StateMachine {
             shared: Arc::new(RwLock::new(meta)),
             last_applied,
             membership,
-            snapshot_seq: 0,
             last_segment: None,
             snapshot_target: Arc::new(AtomicU64::new(NO_SNAPSHOT_TARGET)),
         })
@@ -364,10 +360,12 @@ impl StateMachine {
         Ok(self.store.dispatch_through(index)?)
     }
 
-    /// [`Self::dispatch`], waiting while the disk is full (ENOSPC): a committed
-    /// entry is the same on every replica, so failing it would stop every replica
-    /// at the same entry at every restart. The node stays up meanwhile (reads,
-    /// Raft), and new messages are refused (`MessageStore::check_room_for_writes`).
+    /// [`Self::dispatch`] despite a full disk (ENOSPC): a committed entry is the
+    /// same on every replica, so failing it would stop every replica at the same
+    /// entry at every restart. The disk reserve is given up first; past that it
+    /// waits for space (an operator must free some: retention runs queue behind
+    /// this apply). The node stays up meanwhile (reads, Raft), and new messages
+    /// are refused (`MessageStore::check_room_for_writes`).
     async fn dispatch_when_room(
         &mut self,
         index: u64,
@@ -376,7 +374,10 @@ impl StateMachine {
         loop {
             match self.dispatch(index) {
                 Err(RaftNodeError::Store(e)) if e.is_no_space() => {
-                    tracing::error!(index, error = %e, "no space to apply a committed entry; retrying");
+                    if self.store.release_disk_reserve()? {
+                        continue;
+                    }
+                    tracing::error!(index, error = %e, "no space to apply a committed entry; free space: retrying");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(std::time::Duration::from_secs(5));
                 }
@@ -426,31 +427,8 @@ impl StateMachine {
     }
 }
 
-/// Builds a snapshot from a copy taken between two applies.
-pub struct SnapshotBuilder {
-    data: Vec<u8>,
-    meta: SnapshotMeta<NodeId, openraft::BasicNode>,
-    db: MetaDb,
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let sig = Some(self.meta.signature());
-        MetaDb::put(&self.db.sm, "snapshot_meta", &self.meta)
-            .and_then(|_| {
-                self.db.sm.insert("snapshot", self.data.as_slice())?;
-                self.db.flush()
-            })
-            .map_err(|e| StorageIOError::write_snapshot(sig, io_err(e)))?;
-        Ok(Snapshot {
-            meta: self.meta.clone(),
-            snapshot: Box::new(Cursor::new(self.data.clone())),
-        })
-    }
-}
-
 impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotBuilder = SnapshotBuilder;
+    type SnapshotBuilder = crate::boundary::SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
         Ok((self.last_applied, self.membership.clone()))
@@ -486,43 +464,46 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        let target = self.snapshot_target.load(Ordering::Acquire);
-        if target != NO_SNAPSHOT_TARGET {
-            match crate::boundary::at(&self.db, target) {
-                Ok(Some(b)) => {
-                    return SnapshotBuilder {
-                        data: b.data,
-                        meta: b.meta,
-                        db: self.db.clone(),
-                    }
-                }
-                Ok(None) => tracing::warn!(target, "no boundary snapshot there; building one now"),
-                Err(e) => tracing::warn!(target, error = %e, "reading a boundary snapshot failed"),
+        use crate::boundary::{build_source, builder, BoundarySnapshot, BuildSource};
+        let target = Some(
+            self.snapshot_target
+                .swap(NO_SNAPSHOT_TARGET, Ordering::AcqRel),
+        )
+        .filter(|&t| t != NO_SNAPSHOT_TARGET);
+        let choose = || -> Result<Self::SnapshotBuilder, RaftNodeError> {
+            let stored = match (
+                MetaDb::get::<crate::boundary::SnapMeta>(&self.db.sm, "snapshot_meta")?,
+                self.db.sm.get("snapshot")?,
+            ) {
+                (Some(meta), Some(data)) => Some(BoundarySnapshot {
+                    meta,
+                    data: data.to_vec(),
+                }),
+                _ => None,
+            };
+            let purged: Option<LogId> =
+                MetaDb::get::<Option<LogId>>(&self.db.raft, "last_purged")?.flatten();
+            let source = build_source(
+                target,
+                stored
+                    .as_ref()
+                    .map(|s| s.meta.last_log_id.map_or(0, |l| l.index)),
+                purged.map(|p| p.index),
+                |i| crate::boundary::at(&self.db, i).is_ok_and(|b| b.is_some()),
+            );
+            if target.is_some() && source != BuildSource::Boundary(target.unwrap_or(0)) {
+                tracing::warn!(
+                    ?target,
+                    ?source,
+                    "the snapshot asked for is not the one built"
+                );
             }
-        }
-        self.snapshot_seq += 1;
-        let last = self.last_applied;
-        debug_assert_eq!(
-            self.store.dispatched_next_log_index(),
-            last.map_or(self.store.dispatched_next_log_index(), |l| l.index + 1),
-            "queue positions in a snapshot must match its last log id"
-        );
-        let meta = SnapshotMeta {
-            last_log_id: last,
-            last_membership: self.membership.clone(),
-            snapshot_id: format!(
-                "{}-{}-{}",
-                last.map_or(0, |l| l.leader_id.term),
-                last.map_or(0, |l| l.index),
-                self.snapshot_seq
-            ),
+            builder(&self.db, source, stored)
         };
-        let data = postcard::to_stdvec(&self.snapshot_data()).expect("metadata always encodes");
-        SnapshotBuilder {
-            data,
-            meta,
-            db: self.db.clone(),
-        }
+        choose().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "reading snapshots failed; building none");
+            builder(&self.db, BuildSource::Nothing, None).expect("an empty snapshot needs no I/O")
+        })
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {

@@ -33,10 +33,10 @@ pub struct BatchConfig {
     /// one request is one entry. A single message is bounded by the store's
     /// message size limit instead.
     pub max_request_bytes: usize,
-    /// Most entry bytes one AppendEntries carries (at least one entry). openraft
-    /// 0.9 gives the call the heartbeat interval (100 ms) as its deadline: 1 MiB,
-    /// plus at most one entry of up to `max_request_bytes`, crosses a 1 Gbit/s
-    /// link with 10 ms of latency in well under it.
+    /// Most entry bytes one AppendEntries carries, or one entry if that alone is
+    /// larger (at most about `max_request_bytes`). openraft 0.9 gives the call the
+    /// heartbeat interval (100 ms) as its deadline: either crosses a 1 Gbit/s link
+    /// with 10 ms of latency well within it.
     pub max_replication_bytes: usize,
     /// Most encoded bytes of message writes taken by the leader and not yet
     /// committed; a write past it is refused at once (`Overloaded`), so a burst of
@@ -156,6 +156,23 @@ impl Writer {
         Ok(())
     }
 
+    /// Refuses a request of `count` messages encoding to `encoded_bytes` over
+    /// `max_request_bytes` (a single message is bounded by the store instead).
+    /// Errors: `InvalidInput`.
+    pub fn check_request_bytes(
+        &self,
+        count: usize,
+        encoded_bytes: usize,
+    ) -> Result<(), RaftNodeError> {
+        if count > 1 && encoded_bytes > self.max_request_bytes {
+            return Err(RaftNodeError::InvalidInput(format!(
+                "{encoded_bytes} bytes of messages in one request exceed its {} bytes",
+                self.max_request_bytes
+            )));
+        }
+        Ok(())
+    }
+
     /// Commits `request` through the local Raft (this node must lead). Dropping the
     /// returned future before a message write was proposed withdraws it.
     pub async fn write_local(&self, request: Request) -> Result<Response, RaftNodeError> {
@@ -212,12 +229,7 @@ impl Writer {
         // A full disk refuses new messages before anything is proposed: every
         // replica would have to store them.
         self.store.check_room_for_writes()?;
-        if messages.len() > 1 && encoded_bytes > self.max_request_bytes {
-            return Err(RaftNodeError::InvalidInput(format!(
-                "{encoded_bytes} bytes of messages in one request exceed its {} bytes",
-                self.max_request_bytes
-            )));
-        }
+        self.check_request_bytes(messages.len(), encoded_bytes)?;
         if encoded_bytes as u64 > self.store.max_entry_bytes() {
             return Err(RaftNodeError::InvalidInput(format!(
                 "{encoded_bytes} bytes of messages exceed one entry's {} bytes",

@@ -59,11 +59,16 @@ fn fill(dir: &Path) -> PathBuf {
     p
 }
 
-fn cluster_on(fs: &Tmpfs, warning_ratio: f64) -> impl Fn(&mut ledgermq_raft::RaftNodeConfig) {
+fn cluster_on(
+    fs: &Tmpfs,
+    warning_ratio: f64,
+    reserve_bytes: u64,
+) -> impl Fn(&mut ledgermq_raft::RaftNodeConfig) {
     let root = fs.path().to_path_buf();
     move |cfg| {
         cfg.store.root = root.join(format!("n{}", cfg.node_id));
         cfg.store.retention.disk_space_warning_ratio = warning_ratio;
+        cfg.store.retention.disk_reserve_bytes = reserve_bytes;
     }
 }
 
@@ -73,8 +78,9 @@ async fn an_entry_that_cannot_be_applied_for_want_of_space_waits_and_stops_no_re
         eprintln!("SKIPPED: mounting a tmpfs needs root");
         return;
     };
-    // The admission check off: the entry must reach apply.
-    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 1.0)).await;
+    // The admission check and the disk reserve off: the entry must reach apply
+    // and find no space.
+    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 1.0, 0)).await;
     let leader = c.wait_leader(T).await;
     for i in 0..5 {
         c.node(leader)
@@ -87,7 +93,7 @@ async fn an_entry_that_cannot_be_applied_for_want_of_space_waits_and_stops_no_re
     // A message to a new queue: its ConsumeQueue file cannot be created.
     let r = c
         .node(leader)
-        .write_messages(vec![message("TopicB", 0, "b")])
+        .write_messages(vec![message("TopicC", 0, "c")])
         .await;
     assert!(r.is_err(), "{r:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -101,12 +107,12 @@ async fn an_entry_that_cannot_be_applied_for_want_of_space_waits_and_stops_no_re
     // Space comes back: the entry is applied everywhere.
     std::fs::remove_file(filler).unwrap();
     let deadline = Instant::now() + T;
-    while (0..3).any(|id| c.node(id).store().queue_offsets("TopicB", 0).1 < 1) {
+    while (0..3).any(|id| c.node(id).store().queue_offsets("TopicC", 0).1 < 1) {
         assert!(Instant::now() < deadline, "the entry was not applied");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     c.node(leader)
-        .write_messages(vec![message("TopicB", 0, "b2")])
+        .write_messages(vec![message("TopicC", 0, "c2")])
         .await
         .unwrap();
     c.wait_converged(T).await;
@@ -119,7 +125,7 @@ async fn a_full_disk_refuses_new_messages_and_serves_reads() {
         eprintln!("SKIPPED: mounting a tmpfs needs root");
         return;
     };
-    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 0.90)).await;
+    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 0.90, 0)).await;
     let leader = c.wait_leader(T).await;
     c.node(leader)
         .write_messages(vec![message("TopicA", 0, "a0")])
@@ -148,5 +154,32 @@ async fn a_full_disk_refuses_new_messages_and_serves_reads() {
         .await
         .unwrap();
     c.wait_converged(T).await;
+    c.audit();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_reserve_lets_a_committed_entry_be_applied_on_a_full_disk() {
+    let Some(fs) = Tmpfs::mount(48) else {
+        eprintln!("SKIPPED: mounting a tmpfs needs root");
+        return;
+    };
+    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 1.0, 256 << 10)).await;
+    let leader = c.wait_leader(T).await;
+    c.node(leader)
+        .write_messages(vec![message("TopicA", 0, "a0")])
+        .await
+        .unwrap();
+    c.wait_converged(T).await;
+    let _filler = fill(fs.path());
+    // A new queue's ConsumeQueue file finds no space until a reserve is released.
+    c.node(leader)
+        .write_messages(vec![message("TopicB", 0, "b")])
+        .await
+        .unwrap();
+    c.wait_converged(T).await;
+    let released = (0..3)
+        .filter(|&id| !c.node(id).store().config().root.join("reserve").exists())
+        .count();
+    assert!(released > 0, "no node gave up its reserve");
     c.audit();
 }

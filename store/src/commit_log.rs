@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
+use crate::ack_mark::AckedId;
 use crate::error::{IoContext, Result, StoreError};
 use crate::mapped_file::MappedFileQueue;
 use crate::raft_index::{EntryLocation, RaftIndex};
@@ -277,17 +278,39 @@ impl CommitLog {
         }
     }
 
-    /// The acknowledged mark: CommitLog bytes below this offset were acknowledged
-    /// as durable (see [`crate::ack_mark`]).
-    pub fn acked_offset(&self) -> u64 {
-        self.ack_mark.offset()
+    /// The acknowledged mark: the log id of the last entry acknowledged as durable
+    /// (see [`crate::ack_mark`]).
+    pub fn acked_log_id(&self) -> Option<AckedId> {
+        self.ack_mark.get()
     }
 
-    /// True while the log ends before the acknowledged mark: crash recovery cut
-    /// records this node had acknowledged as durable (damaged data), and they are not
-    /// back yet.
+    /// True while the log's last entry is below the acknowledged mark (by term,
+    /// then index): crash recovery cut entries this node had acknowledged as durable
+    /// (damaged data), and the log has not moved past them since.
     pub fn lost_acknowledged(&self) -> bool {
-        self.acked_offset() > self.wrote_offset()
+        let last = self.last_entry().ok().flatten().map(|l| AckedId {
+            term: l.term,
+            index: l.log_index,
+        });
+        self.acked_log_id() > last
+    }
+
+    /// The log id of the last entry that ends at or before `offset` (called under
+    /// the flush lock, so no truncation moves entries meanwhile).
+    fn last_entry_ending_by(&self, offset: u64) -> Result<Option<AckedId>> {
+        let (first, next) = (self.raft_index.first_index(), self.raft_index.next_index());
+        let mut i = next;
+        while i > first {
+            let loc = self.raft_index.get(i - 1)?;
+            if loc.end_offset() <= offset {
+                return Ok(Some(AckedId {
+                    term: loc.term,
+                    index: loc.log_index,
+                }));
+            }
+            i -= 1;
+        }
+        Ok(None)
     }
 
     /// Location of `log_index`.
@@ -477,7 +500,9 @@ impl CommitLog {
             }
             self.write_durable_mark(target)?;
             // Before anyone is told these bytes are durable.
-            self.ack_mark.raise(target)?;
+            if let Some(id) = self.last_entry_ending_by(target)? {
+                self.ack_mark.raise(id)?;
+            }
             self.flushed.store(target, Ordering::Release);
         }
         Ok(target.max(from))
@@ -520,13 +545,17 @@ impl CommitLog {
         if self.flushed.fetch_min(cut, Ordering::AcqRel) > cut {
             self.write_durable_mark(cut)?;
         }
-        // Truncated by Raft (never committed), not lost.
-        self.ack_mark.lower(cut)?;
         w.last_term = if log_index > first {
             self.raft_index.get(log_index - 1)?.term
         } else {
             0
         };
+        // Truncated by Raft (never committed), not lost.
+        let last = log_index.checked_sub(1).map(|index| AckedId {
+            term: w.last_term,
+            index,
+        });
+        self.ack_mark.lower(last)?;
         Ok(())
     }
 
@@ -564,7 +593,11 @@ impl CommitLog {
         self.wrote.store(fresh, Ordering::Release);
         self.flushed.store(fresh, Ordering::Release);
         self.write_durable_mark(fresh)?;
-        self.ack_mark.lower(fresh)?;
+        let last = next_log_index.checked_sub(1).map(|index| AckedId {
+            term: last_term,
+            index,
+        });
+        self.ack_mark.lower(last)?;
         self.min_offset.store(fresh, Ordering::Release);
         w.last_term = last_term;
         Ok(())

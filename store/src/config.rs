@@ -78,6 +78,7 @@ impl StoreConfig {
         c.consume_queue_entries_per_file = 1024;
         c.index_hash_slot_num = 1024;
         c.index_num = 4096;
+        c.retention.disk_reserve_bytes = 256 << 10;
         c
     }
 }

@@ -29,6 +29,7 @@ pub mod queries;
 pub mod raft_index;
 pub mod record;
 pub mod recovery;
+pub mod reserve;
 pub mod retention;
 pub mod store;
 

@@ -25,6 +25,9 @@ pub struct RetentionConfig {
     /// ([`crate::StoreError::DiskFull`]) while reads go on (0.90; 1.0 or more turns
     /// the check off).
     pub disk_space_warning_ratio: f64,
+    /// Bytes of the disk reserve ([`crate::reserve`]), given up when a committed
+    /// entry cannot be applied for want of space (64 MiB; 0: none).
+    pub disk_reserve_bytes: u64,
 }
 
 impl Default for RetentionConfig {
@@ -36,6 +39,7 @@ impl Default for RetentionConfig {
             disk_force_clean_ratio: 0.85,
             delete_files_batch_max: 10,
             disk_space_warning_ratio: 0.90,
+            disk_reserve_bytes: 64 << 20,
         }
     }
 }

@@ -156,8 +156,8 @@ impl MessageStore {
             recover_log(&log, checkpoint, &mut report)?;
             if log.lost_acknowledged() {
                 tracing::warn!(
-                    acked_offset = log.acked_offset(),
-                    end_offset = report.end_offset,
+                    acked = ?log.acked_log_id(),
+                    next_log_index = report.next_log_index,
                     "recovery cut CommitLog records this node had acknowledged as durable"
                 );
             }
@@ -208,6 +208,7 @@ impl MessageStore {
         if !clean {
             store.rebuild_last_index_file(dispatched)?;
         }
+        store.ensure_disk_reserve()?;
         store.checkpoint_file.create_abort()?;
         store.start_ticker();
         store.start_warmer();

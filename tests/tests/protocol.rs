@@ -93,21 +93,29 @@ async fn receive(
     (code, bodies, handles)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gets_the_protocols_status_codes() {
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
+/// A 3-node group with topic `Known` (2 queues), and a client of one of its
+/// followers: any node answers every call.
+async fn known_topic_through_a_follower(
+    dir: &std::path::Path,
+) -> (LocalCluster, MessagingServiceClient<Channel>) {
+    let cluster = LocalCluster::start(dir, &ClusterOptions::default())
         .await
         .unwrap();
     let leader = cluster
         .prepare("broker-a", &[&["updateTopic", "-t", "Known", "-q", "2"]])
         .await
         .unwrap();
-    // Ask a follower: any node answers every call.
     let addr = cluster.nodes[(leader + 1) % 3].client_addr.clone();
-    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
+    let c = MessagingServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
+    (cluster, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_the_protocols_status_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_cluster, mut c) = known_topic_through_a_follower(dir.path()).await;
     assert_eq!(
         send_code(&mut c, message("Known", b"ok", "id-1")).await,
         Code::Ok as i32
@@ -244,17 +252,7 @@ fn producer_settings(topic: &str) -> TelemetryCommand {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_client_ids_and_unknown_message_types_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
-        .await
-        .unwrap();
-    let leader = cluster
-        .prepare("broker-a", &[&["updateTopic", "-t", "Known", "-q", "2"]])
-        .await
-        .unwrap();
-    let addr = cluster.nodes[(leader + 1) % 3].client_addr.clone();
-    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let (_cluster, mut c) = known_topic_through_a_follower(dir.path()).await;
     let required = Code::ClientIdRequired as i32;
 
     let mut m = message("Known", b"x", "id-type");

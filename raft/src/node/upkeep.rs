@@ -1,0 +1,167 @@
+//! A node's background upkeep: retention (purging the Raft log through segment
+//! boundaries), pinging peers it has not heard from, and rejoining elections once
+//! a node that lost acknowledged entries has them back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledgermq_store::MessageStore;
+use openraft::BasicNode;
+
+use super::RaftNode;
+use crate::error::RaftNodeError;
+use crate::network::pb::raft_peer_client::RaftPeerClient;
+use crate::network::peer_request;
+use crate::types::{NodeId, Raft};
+
+impl RaftNode {
+    /// Purges the Raft log (retention) through the highest segment boundary at or
+    /// below `upto` that has a snapshot ([`crate::boundary`]): the snapshot a
+    /// lagging follower is then sent sits exactly where this log begins, so it gets
+    /// every retained entry. Takes a snapshot covering that index first if needed,
+    /// since openraft purges only what a snapshot covers. Purging is asynchronous and
+    /// waits for replication tasks that still read those entries. Returns the index
+    /// purged through, or None when no boundary at or below `upto` has a snapshot
+    /// (nothing is purged). Errors: `Timeout`, `ShuttingDown`, `Raft`, `Meta`.
+    pub async fn purge_log_through(
+        &self,
+        upto: u64,
+        timeout: Duration,
+    ) -> Result<Option<u64>, RaftNodeError> {
+        let _one = self.purging.lock().await;
+        let Some(upto) = crate::boundary::latest_at_or_below(&self.meta, upto)? else {
+            return Ok(None);
+        };
+        let covered = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
+            m.snapshot.is_some_and(|s| s.index >= upto)
+        };
+        if !covered(&self.raft.metrics().borrow()) {
+            // The build returns the snapshot saved at `upto`.
+            self.snapshot_target
+                .store(upto, std::sync::atomic::Ordering::Release);
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+            let mut rx = self.raft.metrics();
+            let deadline = tokio::time::Instant::now() + timeout;
+            while !covered(&rx.borrow()) {
+                match tokio::time::timeout_at(deadline, rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(RaftNodeError::ShuttingDown),
+                    Err(_) => {
+                        return Err(RaftNodeError::Timeout {
+                            timeout_ms: timeout.as_millis() as u64,
+                        })
+                    }
+                }
+            }
+        }
+        self.raft
+            .trigger()
+            .purge_log(upto)
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        Ok(Some(upto))
+    }
+
+    /// One retention run: the store decides which old CommitLog segments are due
+    /// (age at `delete_when_hour`, or disk pressure); the Raft log is purged through
+    /// the last entry they hold, which deletes them. Never past what was applied.
+    /// Returns the log index purged through, if any.
+    pub async fn run_retention_once(&self) -> Result<Option<u64>, RaftNodeError> {
+        let store = self.store.clone();
+        let plan = tokio::task::spawn_blocking(move || -> Result<Option<u64>, RaftNodeError> {
+            store.ensure_disk_reserve()?;
+            let clock = store.retention_clock_now()?;
+            let below = store.retention_offset(clock)?;
+            Ok(store.last_log_index_below(below)?)
+        })
+        .await
+        .map_err(|e| RaftNodeError::Raft(e.to_string()))??;
+        let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
+        let Some(upto) = plan.zip(applied).map(|(p, a)| p.min(a)) else {
+            return Ok(None);
+        };
+        self.purge_log_through(upto, Duration::from_secs(30)).await
+    }
+}
+
+/// Every `every`, pings each peer not heard from within two periods (followers do
+/// not otherwise talk to each other; a leader hears from them on every heartbeat),
+/// so [`RaftNode::in_contact_with_quorum`] knows whether this node is cut off.
+pub(super) async fn probe_peers(
+    node: std::sync::Weak<RaftNode>,
+    members: BTreeMap<NodeId, String>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        if node.store.is_closed() {
+            return;
+        }
+        for (&peer, addr) in &members {
+            if peer == node.id
+                || node.contacts.heard_within(peer, every * 2)
+                || node.filter.is_blocked(node.id, peer)
+            {
+                continue;
+            }
+            let Ok(channel) = node.channel(addr) else {
+                continue;
+            };
+            let contacts = node.contacts.clone();
+            let from = node.id;
+            tokio::spawn(async move {
+                let Ok(req) = peer_request(from, &(), every * 2) else {
+                    return;
+                };
+                let mut client = RaftPeerClient::new(channel);
+                if let Ok(Ok(_)) = tokio::time::timeout(every * 2, client.ping(req)).await {
+                    contacts.heard_from(peer);
+                }
+            });
+        }
+    }
+}
+
+/// Re-enables elections once the store holds again everything it had acknowledged
+/// (see `RaftNode::start`).
+pub(super) async fn rejoin_elections_when_caught_up(raft: Raft, store: Arc<MessageStore>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if store.is_closed() {
+            return;
+        }
+        if !store.commit_log().lost_acknowledged() {
+            tracing::info!(
+                "caught up past every acknowledged entry: taking part in elections again"
+            );
+            raft.runtime_config().elect(true);
+            return;
+        }
+    }
+}
+
+pub(super) async fn retention_loop(node: std::sync::Weak<RaftNode>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        if node.store.is_closed() {
+            return;
+        }
+        match node.run_retention_once().await {
+            Ok(Some(upto)) => tracing::info!(upto, "retention purged the Raft log"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "retention run failed"),
+        }
+    }
+}

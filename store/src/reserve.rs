@@ -1,0 +1,75 @@
+//! A reserve of disk space (`<store root>/reserve`, an allocated file of
+//! `retention.disk_reserve_bytes`), given up when a committed entry cannot be
+//! applied for want of space: new messages are refused long before (see
+//! `MessageStore::check_room_for_writes`), but entries already committed must still
+//! be applied on every replica, and a replica that cannot apply them stalls. The
+//! reserve is made again once the disk has room (each retention run asks).
+
+use crate::error::{IoContext, Result};
+use crate::store::MessageStore;
+
+impl MessageStore {
+    fn reserve_path(&self) -> std::path::PathBuf {
+        self.config().root.join("reserve")
+    }
+
+    /// Makes the reserve file if it is missing and the disk is below
+    /// `disk_space_warning_ratio`; no error if there is no room for it (it is made
+    /// on a later call). Errors: `Io` other than a full disk.
+    pub fn ensure_disk_reserve(&self) -> Result<()> {
+        let bytes = self.config().retention.disk_reserve_bytes;
+        let path = self.reserve_path();
+        if bytes == 0 || path.exists() {
+            return Ok(());
+        }
+        if self.disk_used_ratio()? > self.config().retention.disk_space_warning_ratio {
+            return Ok(());
+        }
+        let file = std::fs::File::create(&path).at(&path)?;
+        let made = fs4::fs_std::FileExt::allocate(&file, bytes).and_then(|_| file.sync_all());
+        if let Err(e) = made {
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            if e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
+                return Ok(());
+            }
+            return Err(e).at(&path);
+        }
+        crate::mapped_file::fsync_dir(&self.config().root)
+    }
+
+    /// Deletes the reserve file, if there is one, to free its space; returns
+    /// whether it did. Errors: `Io`.
+    pub fn release_disk_reserve(&self) -> Result<bool> {
+        let path = self.reserve_path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::error!(path = %path.display(), "the disk is full: released the reserve to apply committed entries; free space");
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e).at(&path),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{MessageStore, StoreConfig};
+
+    #[test]
+    fn the_reserve_is_made_released_and_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = StoreConfig::small(dir.path(), 64 * 1024);
+        cfg.retention.disk_reserve_bytes = 128 * 1024;
+        let store = MessageStore::open(cfg).unwrap();
+        let path = dir.path().join("reserve");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 128 * 1024);
+        assert!(store.release_disk_reserve().unwrap());
+        assert!(!path.exists());
+        assert!(!store.release_disk_reserve().unwrap());
+        store.ensure_disk_reserve().unwrap();
+        assert!(path.exists());
+        store.shutdown().unwrap();
+    }
+}
