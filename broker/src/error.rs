@@ -73,7 +73,8 @@ impl BrokerError {
                 RaftNodeError::NotLeader { .. }
                 | RaftNodeError::NoLeader
                 | RaftNodeError::StaleTerm { .. }
-                | RaftNodeError::CutOff { .. } => Code::HaNotAvailable,
+                | RaftNodeError::CutOff { .. }
+                | RaftNodeError::LeaderUnreachable { .. } => Code::HaNotAvailable,
                 RaftNodeError::InvalidInput(_) => Code::BadRequest,
                 RaftNodeError::Overloaded { .. } => Code::TooManyRequests,
                 RaftNodeError::Store(s) => store_code(s),

@@ -43,6 +43,8 @@ pub struct Contacts {
     members: Arc<Vec<NodeId>>,
     window: Duration,
     last_heard: Arc<Mutex<HashMap<NodeId, Instant>>>,
+    /// When a leader's AppendEntries (entries or heartbeat) last arrived.
+    last_leader: Arc<Mutex<Instant>>,
 }
 
 impl Contacts {
@@ -56,6 +58,7 @@ impl Contacts {
             members: Arc::new(members),
             window,
             last_heard: Arc::new(Mutex::new(last_heard)),
+            last_leader: Arc::new(Mutex::new(now)),
         }
     }
 
@@ -64,6 +67,19 @@ impl Contacts {
         if peer != self.self_id && self.members.contains(&peer) {
             self.last_heard.lock().unwrap().insert(peer, Instant::now());
         }
+    }
+
+    /// Records that a leader's AppendEntries arrived just now.
+    pub fn heard_from_leader(&self) {
+        *self.last_leader.lock().unwrap() = Instant::now();
+    }
+
+    /// True if a leader's AppendEntries arrived within the window: a follower that
+    /// has not heard from a live leader for that long has nobody to pass a write
+    /// to (a partition between it and the leader, or an election that is taking
+    /// long).
+    pub fn leader_heard_lately(&self) -> bool {
+        self.last_leader.lock().unwrap().elapsed() <= self.window
     }
 
     /// True if `peer` was heard from within `within`.

@@ -71,6 +71,14 @@ pub enum RaftNodeError {
         /// The bound, bytes.
         max_pending_bytes: usize,
     },
+    /// This follower has not heard from a live leader for `window_ms` (it is cut
+    /// off from it, or an election is taking long): nothing was forwarded; another
+    /// node may take the write.
+    #[error("this node has not heard from a leader for {window_ms} ms; not written")]
+    LeaderUnreachable {
+        /// The window, ms (the maximum election timeout).
+        window_ms: u64,
+    },
     /// openraft refused or failed.
     #[error("raft: {0}")]
     Raft(String),

@@ -324,13 +324,15 @@ impl RaftNode {
     }
 
     fn check_in_contact(&self) -> Result<(), RaftNodeError> {
-        if self.contacts.in_contact_with_quorum() {
-            Ok(())
-        } else {
-            Err(RaftNodeError::CutOff {
-                window_ms: self.contacts.window_ms(),
-            })
+        let window_ms = self.contacts.window_ms();
+        if !self.contacts.in_contact_with_quorum() {
+            return Err(RaftNodeError::CutOff { window_ms });
         }
+        // A follower forwards only to a leader it hears from.
+        if !self.is_leader() && !self.contacts.leader_heard_lately() {
+            return Err(RaftNodeError::LeaderUnreachable { window_ms });
+        }
+        Ok(())
     }
 
     /// True if this node currently leads.

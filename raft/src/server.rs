@@ -72,6 +72,7 @@ impl RaftPeer for PeerService {
     async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
+        self.contacts.heard_from_leader();
         let res: Result<_, RaftError<NodeId>> = self.raft.append_entries(rpc).await;
         Ok(Response::new(encode(&res)?))
     }

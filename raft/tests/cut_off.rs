@@ -49,21 +49,81 @@ async fn a_cut_off_leader_or_follower_refuses_writes_at_once() {
         .write_messages(vec![message("TopicC", 0, "l")])
         .await;
     assert!(is_cut_off(&r), "isolated leader: {r:?}");
-    // The majority elected a leader of its own and serves.
-    let w = c
-        .node(others[0])
-        .write_messages(vec![message("TopicC", 0, "majority")])
-        .await;
-    assert!(w.is_ok(), "{w:?}");
+    // The majority elects a leader of its own and serves (until it has one, its
+    // nodes answer at once too: the client tries again).
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let w = c
+            .node(others[0])
+            .write_messages(vec![message("TopicC", 0, "majority")])
+            .await;
+        match w {
+            Ok(_) => break,
+            Err(RaftNodeError::LeaderUnreachable { .. } | RaftNodeError::NoLeader) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the majority never served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     c.filter.heal();
     c.wait_leader(T).await;
+    // Every node takes writes again (a client retries the at-once refusals of the
+    // moment a node rejoins).
     for id in 0..3 {
-        assert!(
-            c.node(id)
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            let r = c
+                .node(id)
                 .write_messages(vec![message("TopicC", 0, "healed")])
-                .await
-                .is_ok(),
-            "node {id} after the heal"
-        );
+                .await;
+            match r {
+                Ok(_) => break,
+                Err(RaftNodeError::LeaderUnreachable { .. } | RaftNodeError::CutOff { .. }) => {}
+                Err(e) => panic!("node {id} after the heal: {e:?}"),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {id} never took a write"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_cannot_reach_the_leader_refuses_writes_at_once() {
+    let c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(T).await;
+    let (f1, f2) = ((leader + 1) % 3, (leader + 2) % 3);
+    // A majorities ring: f1 and the leader cannot talk; both still reach f2, so
+    // neither is cut off from a majority.
+    c.filter.block(f1, leader);
+    c.filter.block(leader, f1);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(c.node(f1).in_contact_with_quorum());
+    let r = c
+        .node(f1)
+        .write_messages(vec![message("TopicR", 0, "via f1")])
+        .await;
+    assert!(
+        matches!(r, Err(RaftNodeError::LeaderUnreachable { .. })),
+        "{r:?}"
+    );
+    // The rest of the group serves (whichever of the others leads now).
+    let mut ok = 0;
+    for id in [leader, f2] {
+        if c.node(id)
+            .write_messages(vec![message("TopicR", 0, "other")])
+            .await
+            .is_ok()
+        {
+            ok += 1;
+        }
+    }
+    assert!(ok > 0, "no write through the connected nodes succeeded");
+    c.filter.heal();
+    c.wait_leader(T).await;
 }
