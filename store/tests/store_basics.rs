@@ -310,7 +310,8 @@ fn a_reset_interrupted_by_a_crash_is_finished_on_open() {
     store.dispatch_through(29).unwrap();
     store.checkpoint().unwrap();
     let fresh = store.commit_log().reset_offset();
-    drop(store);
+    // Waits until no background thread can write a checkpoint any more.
+    crash(store);
     // The crash hit after the reset was recorded and before any file was deleted.
     CheckpointFile::new(dir.path())
         .store(&Checkpoint {
