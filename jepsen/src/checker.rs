@@ -289,11 +289,22 @@ fn throughput(
             .iter()
             .any(|f| t >= f.began_ms && t <= f.end_ms + grace_ms)
     };
-    let calm_ms = if first > last {
-        0
-    } else {
-        (first..=last).step_by(10).filter(|&t| !in_fault(t)).count() as u64 * 10
-    };
+    // The sending phase less the union of the fault windows within it.
+    let mut windows: Vec<(u64, u64)> = faults
+        .iter()
+        .map(|f| (f.began_ms.max(first), (f.end_ms + grace_ms).min(last)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    windows.sort_unstable();
+    let (mut faulty_ms, mut covered_to) = (0, 0);
+    for (a, b) in windows {
+        let a = a.max(covered_to);
+        if b > a {
+            faulty_ms += b - a;
+            covered_to = b;
+        }
+    }
+    let calm_ms = last.saturating_sub(first).saturating_sub(faulty_ms);
     let calm_acks = ack_times.iter().filter(|&&t| !in_fault(t)).count();
     let fault_free = if calm_ms == 0 {
         0.0

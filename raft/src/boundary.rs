@@ -148,38 +148,42 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
-/// The builder for `source`. Errors: `Meta`, `Codec`.
+/// The builder for `source` (`stored`: the node's current snapshot, if any); an
+/// empty one when what `source` names is not there. Errors: `Meta`, `Codec`.
 pub fn builder(
     db: &MetaDb,
     source: BuildSource,
     stored: Option<BoundarySnapshot>,
 ) -> Result<SnapshotBuilder, RaftNodeError> {
-    let (snapshot, persist) = match source {
-        BuildSource::Boundary(i) => match at(db, i)? {
-            Some(b) => (b, true),
-            None => return builder(db, BuildSource::Nothing, None),
-        },
-        BuildSource::Stored => match stored {
-            Some(s) => (s, false),
-            None => return builder(db, BuildSource::Nothing, None),
-        },
-        BuildSource::Nothing => (
-            BoundarySnapshot {
-                meta: SnapMeta {
-                    last_log_id: None,
-                    last_membership: Default::default(),
-                    snapshot_id: "none".into(),
-                },
-                data: Vec::new(),
-            },
-            false,
-        ),
+    let chosen = match source {
+        BuildSource::Boundary(i) => at(db, i)?.map(|b| (b, true)),
+        BuildSource::Stored => stored.map(|s| (s, false)),
+        BuildSource::Nothing => None,
     };
-    Ok(SnapshotBuilder {
-        snapshot,
-        persist,
-        db: db.clone(),
+    Ok(match chosen {
+        Some((snapshot, persist)) => SnapshotBuilder {
+            snapshot,
+            persist,
+            db: db.clone(),
+        },
+        None => empty_builder(db),
     })
+}
+
+/// A builder of a snapshot with no last log id, which openraft ignores.
+pub fn empty_builder(db: &MetaDb) -> SnapshotBuilder {
+    SnapshotBuilder {
+        snapshot: BoundarySnapshot {
+            meta: SnapMeta {
+                last_log_id: None,
+                last_membership: Default::default(),
+                snapshot_id: "none".into(),
+            },
+            data: Vec::new(),
+        },
+        persist: false,
+        db: db.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -491,9 +491,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 purged.map(|p| p.index),
                 |i| crate::boundary::at(&self.db, i).is_ok_and(|b| b.is_some()),
             );
-            if target.is_some() && source != BuildSource::Boundary(target.unwrap_or(0)) {
+            if let Some(t) = target.filter(|&t| source != BuildSource::Boundary(t)) {
                 tracing::warn!(
-                    ?target,
+                    target = t,
                     ?source,
                     "the snapshot asked for is not the one built"
                 );
@@ -502,7 +502,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         choose().unwrap_or_else(|e| {
             tracing::error!(error = %e, "reading snapshots failed; building none");
-            builder(&self.db, BuildSource::Nothing, None).expect("an empty snapshot needs no I/O")
+            crate::boundary::empty_builder(&self.db)
         })
     }
 

@@ -59,36 +59,47 @@ fn fill(dir: &Path) -> PathBuf {
     p
 }
 
-fn cluster_on(
+/// A tmpfs for a test's stores, or None (with a note) when it cannot be mounted.
+fn tmpfs_or_skip() -> Option<Tmpfs> {
+    let fs = Tmpfs::mount(48);
+    if fs.is_none() {
+        eprintln!("SKIPPED: mounting a tmpfs needs root");
+    }
+    fs
+}
+
+/// A 3-node group stored on `fs` with the given disk settings, and `messages`
+/// messages `a0`, `a1`, ... written to TopicA queue 0 and applied everywhere.
+async fn started(
     fs: &Tmpfs,
     warning_ratio: f64,
     reserve_bytes: u64,
-) -> impl Fn(&mut ledgermq_raft::RaftNodeConfig) {
+    messages: usize,
+) -> (Cluster, u64) {
     let root = fs.path().to_path_buf();
-    move |cfg| {
+    let c = Cluster::start_with(3, FlushMode::Sync, move |cfg| {
         cfg.store.root = root.join(format!("n{}", cfg.node_id));
         cfg.store.retention.disk_space_warning_ratio = warning_ratio;
         cfg.store.retention.disk_reserve_bytes = reserve_bytes;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_entry_that_cannot_be_applied_for_want_of_space_waits_and_stops_no_replica() {
-    let Some(fs) = Tmpfs::mount(48) else {
-        eprintln!("SKIPPED: mounting a tmpfs needs root");
-        return;
-    };
-    // The admission check and the disk reserve off: the entry must reach apply
-    // and find no space.
-    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 1.0, 0)).await;
+    })
+    .await;
     let leader = c.wait_leader(T).await;
-    for i in 0..5 {
+    for i in 0..messages {
         c.node(leader)
             .write_messages(vec![message("TopicA", 0, &format!("a{i}"))])
             .await
             .unwrap();
     }
     c.wait_converged(T).await;
+    (c, leader)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_that_cannot_be_applied_for_want_of_space_waits_and_stops_no_replica() {
+    let Some(fs) = tmpfs_or_skip() else { return };
+    // The admission check and the disk reserve off: the entry must reach apply
+    // and find no space.
+    let (c, leader) = started(&fs, 1.0, 0, 5).await;
     let filler = fill(fs.path());
     // A message to a new queue: its ConsumeQueue file cannot be created.
     let r = c
@@ -121,17 +132,8 @@ async fn an_entry_that_cannot_be_applied_for_want_of_space_waits_and_stops_no_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_new_messages_and_serves_reads() {
-    let Some(fs) = Tmpfs::mount(48) else {
-        eprintln!("SKIPPED: mounting a tmpfs needs root");
-        return;
-    };
-    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 0.90, 0)).await;
-    let leader = c.wait_leader(T).await;
-    c.node(leader)
-        .write_messages(vec![message("TopicA", 0, "a0")])
-        .await
-        .unwrap();
-    c.wait_converged(T).await;
+    let Some(fs) = tmpfs_or_skip() else { return };
+    let (c, leader) = started(&fs, 0.90, 0, 1).await;
     let filler = fill(fs.path());
     // Disk usage is measured at most every 100 ms.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -159,17 +161,8 @@ async fn a_full_disk_refuses_new_messages_and_serves_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_disk_reserve_lets_a_committed_entry_be_applied_on_a_full_disk() {
-    let Some(fs) = Tmpfs::mount(48) else {
-        eprintln!("SKIPPED: mounting a tmpfs needs root");
-        return;
-    };
-    let c = Cluster::start_with(3, FlushMode::Sync, cluster_on(&fs, 1.0, 256 << 10)).await;
-    let leader = c.wait_leader(T).await;
-    c.node(leader)
-        .write_messages(vec![message("TopicA", 0, "a0")])
-        .await
-        .unwrap();
-    c.wait_converged(T).await;
+    let Some(fs) = tmpfs_or_skip() else { return };
+    let (c, leader) = started(&fs, 1.0, 256 << 10, 1).await;
     let _filler = fill(fs.path());
     // A new queue's ConsumeQueue file finds no space until a reserve is released.
     c.node(leader)

@@ -102,9 +102,9 @@ impl StoreError {
     /// True if this is the operating system's "no space left on device" (ENOSPC):
     /// the write may succeed once space is freed.
     pub fn is_no_space(&self) -> bool {
+        // std reports ENOSPC as `StorageFull`.
         matches!(self, StoreError::Io { source, .. }
-            if source.kind() == std::io::ErrorKind::StorageFull
-                || source.raw_os_error() == Some(28))
+            if source.kind() == std::io::ErrorKind::StorageFull)
     }
 }
 

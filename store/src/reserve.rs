@@ -26,14 +26,13 @@ impl MessageStore {
             return Ok(());
         }
         let file = std::fs::File::create(&path).at(&path)?;
-        let made = fs4::fs_std::FileExt::allocate(&file, bytes).and_then(|_| file.sync_all());
+        let made = fs4::fs_std::FileExt::allocate(&file, bytes)
+            .and_then(|_| file.sync_all())
+            .at(&path);
         if let Err(e) = made {
             drop(file);
             let _ = std::fs::remove_file(&path);
-            if e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
-                return Ok(());
-            }
-            return Err(e).at(&path);
+            return if e.is_no_space() { Ok(()) } else { Err(e) };
         }
         crate::mapped_file::fsync_dir(&self.config().root)
     }

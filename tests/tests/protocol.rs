@@ -93,6 +93,14 @@ async fn receive(
     (code, bodies, handles)
 }
 
+/// A MessagingService client of `cluster`'s node `node`.
+async fn client_of(cluster: &LocalCluster, node: usize) -> MessagingServiceClient<Channel> {
+    let addr = &cluster.nodes[node].client_addr;
+    MessagingServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
 /// A 3-node group with topic `Known` (2 queues), and a client of one of its
 /// followers: any node answers every call.
 async fn known_topic_through_a_follower(
@@ -105,10 +113,7 @@ async fn known_topic_through_a_follower(
         .prepare("broker-a", &[&["updateTopic", "-t", "Known", "-q", "2"]])
         .await
         .unwrap();
-    let addr = cluster.nodes[(leader + 1) % 3].client_addr.clone();
-    let c = MessagingServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let c = client_of(&cluster, (leader + 1) % 3).await;
     (cluster, c)
 }
 
@@ -190,10 +195,7 @@ async fn a_broadcasting_group_gives_every_consumer_every_message() {
         )
         .await
         .unwrap();
-    let addr = cluster.nodes[leader].client_addr.clone();
-    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let mut c = client_of(&cluster, leader).await;
     let sent: BTreeSet<String> = (0..10).map(|i| format!("n{i}")).collect();
     for (i, b) in sent.iter().enumerate() {
         let code = send_code(&mut c, message("News", b.as_bytes(), &format!("id-{i}"))).await;
@@ -327,10 +329,7 @@ async fn requests_and_topics_are_bounded() {
         .admin(&["updateTopic", "-t", "Huge", "-q", "1024"])
         .expect_err("1024 queues are over the default bound of 64");
     assert!(e.to_string().contains("queue"), "{e}");
-    let addr = cluster.nodes[leader].client_addr.clone();
-    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let mut c = client_of(&cluster, leader).await;
     let many = |n: usize| {
         (0..n)
             .map(|i| message("Known", b"x", &format!("id-{i}")))
@@ -400,10 +399,7 @@ async fn consumer_groups_and_broadcasting_clients_are_bounded() {
         )
         .await
         .unwrap();
-    let addr = cluster.nodes[leader].client_addr.clone();
-    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let mut c = client_of(&cluster, leader).await;
     let none = Code::MessageNotFound as i32;
     for g in ["G1", "G2"] {
         assert_eq!(receive(&mut c, g, "Known", CLIENT_ID).await.0, none, "{g}");
