@@ -111,6 +111,11 @@ pub struct BrokerConfig {
     /// the client loses its Telemetry stream.
     #[serde(default = "default_telemetry_reply_buffer")]
     pub telemetry_reply_buffer: usize,
+    /// Above this used fraction of the store's disk (as `df` counts it), new
+    /// messages are refused with a "disk full" status while reads go on
+    /// (RocketMQ's `diskSpaceWarningLevelRatio`: 0.90; 1.0 turns the check off).
+    #[serde(default = "default_disk_space_warning_ratio")]
+    pub disk_space_warning_ratio: f64,
     /// Fault-injection tests only (leave unset): a file where the node records its
     /// last fsynced CommitLog offset, so the jepsen harness can simulate a power
     /// loss (see `CommitLogConfig::durable_mark_file`).
@@ -141,6 +146,10 @@ fn default_max_messages_per_send() -> usize {
 }
 fn default_telemetry_reply_buffer() -> usize {
     crate::broker::ServiceSettings::default().telemetry_reply_buffer
+}
+
+fn default_disk_space_warning_ratio() -> f64 {
+    ledgermq_store::retention::RetentionConfig::default().disk_space_warning_ratio
 }
 
 fn default_flush() -> String {
@@ -201,6 +210,12 @@ impl BrokerConfig {
             return Err(err(
                 "max_messages_per_send and telemetry_reply_buffer must be at least 1".into(),
             ));
+        }
+        if !(cfg.disk_space_warning_ratio > 0.0 && cfg.disk_space_warning_ratio <= 1.0) {
+            return Err(err(format!(
+                "disk_space_warning_ratio must be in (0, 1], not {}",
+                cfg.disk_space_warning_ratio
+            )));
         }
         cfg.check_client_endpoint(&members).map_err(err)?;
         Ok(cfg)
@@ -288,6 +303,7 @@ impl BrokerConfig {
         s.commit_log.segment_bytes = self.commit_log_segment_bytes;
         s.commit_log.durable_mark_file = self.durable_mark_file.clone();
         s.flush_mode = self.flush_mode()?;
+        s.retention.disk_space_warning_ratio = self.disk_space_warning_ratio;
         Ok(s)
     }
 }

@@ -69,7 +69,7 @@ pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
         "cluster = \"JepsenCluster\"\nbroker_group = \"broker-a\"\nnode_id = {i}\n\
          client_addr = \"{}\"\nnamesrv_addrs = [\"{}\"]\nstore_root = \"{}\"\n\
          flush = \"{flush}\"\ncommit_log_segment_bytes = 67108864\nnamesrv_heartbeat_ms = 1000\n\
-         durable_mark_file = \"{}\"\n\n[peers]\n",
+         disk_space_warning_ratio = 0.99\ndurable_mark_file = \"{}\"\n\n[peers]\n",
         client_addr(i),
         namesrv_addr(),
         store_root.display(),

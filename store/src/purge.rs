@@ -141,22 +141,20 @@ impl MessageStore {
         Ok(())
     }
 
-    /// Measures the used fraction of the disk holding the store.
+    /// Measures the used fraction of the disk holding the store, as `df` and
+    /// RocketMQ's `UtilAll.getDiskPartitionSpaceUsedPercent` do (see
+    /// [`used_ratio`]). Errors: `Io` if the file system cannot be queried.
     pub fn disk_used_ratio(&self) -> Result<f64> {
         let root = &self.config().root;
-        let total = fs4::total_space(root).map_err(|e| crate::error::StoreError::Io {
+        let stats = fs4::statvfs(root).map_err(|e| crate::error::StoreError::Io {
             path: root.clone(),
             source: e,
         })?;
-        let avail = fs4::available_space(root).map_err(|e| crate::error::StoreError::Io {
-            path: root.clone(),
-            source: e,
-        })?;
-        Ok(if total == 0 {
-            0.0
-        } else {
-            1.0 - avail as f64 / total as f64
-        })
+        Ok(used_ratio(
+            stats.total_space(),
+            stats.free_space(),
+            stats.available_space(),
+        ))
     }
 
     /// A retention clock for now: wall clock, local hour, measured disk usage.
@@ -167,5 +165,40 @@ impl MessageStore {
             local_hour: chrono::Local::now().hour(),
             disk_used_ratio: self.disk_used_ratio()?,
         })
+    }
+}
+
+/// The used fraction of a file system from `statvfs` figures in bytes: used
+/// (`total - free`) over what this process could ever hold (`used + available`),
+/// as `df`'s "Use%" and RocketMQ's `getDiskPartitionSpaceUsedPercent` compute it.
+/// Blocks reserved for root, or held back by a quota, count neither as used nor as
+/// room, so a disk with room left never reads as full. 0.0 for an empty or unknown
+/// file system.
+pub fn used_ratio(total_bytes: u64, free_bytes: u64, available_bytes: u64) -> f64 {
+    let used = total_bytes.saturating_sub(free_bytes);
+    let reachable = used.saturating_add(available_bytes);
+    if reachable == 0 {
+        0.0
+    } else {
+        used as f64 / reachable as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::used_ratio;
+
+    #[test]
+    fn the_used_ratio_is_dfs_use_percent() {
+        const G: u64 = 1 << 30;
+        // A 252 GiB file system of which 12 GiB are used and 80 GiB available to
+        // us (the rest held back): df says 13 %, not 1 - 80/252 = 68 %.
+        let r = used_ratio(252 * G, 240 * G, 80 * G);
+        assert!((r - 12.0 / 92.0).abs() < 1e-9, "{r}");
+        // Nothing available: full, whatever is reserved.
+        assert_eq!(used_ratio(100 * G, 5 * G, 0), 1.0);
+        // No reservation: plain used / total.
+        assert_eq!(used_ratio(100 * G, 25 * G, 25 * G), 0.75);
+        assert_eq!(used_ratio(0, 0, 0), 0.0);
     }
 }

@@ -215,7 +215,7 @@ impl LocalCluster {
                     "cluster = \"DefaultCluster\"\nbroker_group = \"{group}\"\nnode_id = {i}\n\
                      client_addr = \"{}\"\nnamesrv_addrs = [\"{namesrv_addr}\"]\n\
                      store_root = \"{}\"\nflush = \"{}\"\ncommit_log_segment_bytes = 67108864\n\
-                     namesrv_heartbeat_ms = {}\n",
+                     namesrv_heartbeat_ms = {}\ndisk_space_warning_ratio = 0.99\n",
                     client[i],
                     dir.join(&name).display(),
                     opts.flush,
