@@ -213,6 +213,9 @@ pub struct FaultWindow {
     pub start_ms: u64,
     /// When it was healed.
     pub end_ms: u64,
+    /// The one node it hit (killed, paused, isolated, alone on its side), if it
+    /// hit one: calls through the other nodes are measured apart.
+    pub target: Option<usize>,
 }
 
 /// Availability findings.
@@ -230,6 +233,54 @@ pub struct Availability {
     /// Per fault: acknowledged sends per second from [`SETTLE_MS`] after it took
     /// effect until its heal (None when it lasted no longer than that).
     pub acks_per_s_settled: Vec<Option<f64>>,
+    /// Per fault that hit one node: acknowledged sends per second through the
+    /// other nodes from [`SETTLE_MS`] after it took effect until its heal, over
+    /// their fault-free rate (None when it hit no single node, lasted no longer
+    /// than [`SETTLE_MS`], or no ack recorded its node).
+    pub others_ratio_settled: Vec<Option<f64>>,
+    /// Per fault that hit one node: the send calls made to the other nodes from
+    /// [`SETTLE_MS`] after it took effect until its heal (what they achieve while
+    /// clients also wait on the node that was hit).
+    pub others_calls_settled: Vec<Option<CallStats>>,
+}
+
+/// What a set of send calls achieved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CallStats {
+    /// Calls invoked in the span.
+    pub calls: usize,
+    /// Of those, acknowledged.
+    pub acked: usize,
+    /// Median latency of the acknowledged ones, ms.
+    pub p50_ms: Option<u64>,
+    /// 99th percentile latency of the acknowledged ones, ms.
+    pub p99_ms: Option<u64>,
+}
+
+/// The send calls invoked in `[from_ms, to_ms)` to a node other than `target`.
+fn calls_to_others(
+    attempts: &[(u64, u64, Option<usize>, OpType)],
+    target: usize,
+    from_ms: u64,
+    to_ms: u64,
+) -> CallStats {
+    let mut latencies = Vec::new();
+    let mut calls = 0;
+    for &(t0, t, node, outcome) in attempts {
+        if (from_ms..to_ms).contains(&t0) && node.is_some_and(|n| n != target) {
+            calls += 1;
+            if outcome == OpType::Ok {
+                latencies.push(t - t0);
+            }
+        }
+    }
+    latencies.sort_unstable();
+    CallStats {
+        calls,
+        acked: latencies.len(),
+        p50_ms: crate::report::quantile(&latencies, 0.5),
+        p99_ms: crate::report::quantile(&latencies, 0.99),
+    }
 }
 
 /// How long after a fault takes effect its throughput starts to count (issue 13:
@@ -246,8 +297,8 @@ pub fn availability(ops: &[Op], faults: &[FaultWindow], grace_ms: u64) -> Availa
         .map(|f| {
             acked
                 .iter()
-                .filter(|(t0, _)| *t0 >= f.start_ms)
-                .map(|(_, t)| *t)
+                .filter(|(t0, _, _)| *t0 >= f.start_ms)
+                .map(|(_, t, _)| *t)
                 .min()
                 .map(|t| t - f.start_ms)
         })
@@ -262,13 +313,38 @@ pub fn availability(ops: &[Op], faults: &[FaultWindow], grace_ms: u64) -> Availa
         .filter(|o| o.f == OpFn::Send && matches!(o.op_type, OpType::Fail | OpType::Info))
         .filter(|o| !in_fault(o.time_ms))
         .count();
-    let ack_times: Vec<u64> = acked.iter().map(|(_, t)| *t).collect();
+    let ack_times: Vec<u64> = acked.iter().map(|(_, t, _)| *t).collect();
     let (fault_free_acks_per_s, acks_per_s_settled) = throughput(ops, &ack_times, faults, grace_ms);
+    let others_ratio_settled = faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let target = f.target?;
+            let others: Vec<u64> = acked
+                .iter()
+                .filter(|(_, _, n)| n.is_some_and(|n| n != target))
+                .map(|(_, t, _)| *t)
+                .collect();
+            let (calm, settled) = throughput(ops, &others, faults, grace_ms);
+            Some(settled[i]? / calm).filter(|r| r.is_finite())
+        })
+        .collect();
+    let attempts = crate::history::send_attempts(ops);
+    let others_calls_settled = faults
+        .iter()
+        .map(|f| {
+            let from = f.start_ms + SETTLE_MS;
+            let target = f.target.filter(|_| f.end_ms > from)?;
+            Some(calls_to_others(&attempts, target, from, f.end_ms))
+        })
+        .collect();
     Availability {
         rto_ms,
         failures_outside_faults,
         fault_free_acks_per_s,
         acks_per_s_settled,
+        others_ratio_settled,
+        others_calls_settled,
     }
 }
 
@@ -357,6 +433,7 @@ mod tests {
                 })
                 .collect(),
             error: None,
+            node: None,
         }
     }
 
@@ -459,6 +536,7 @@ mod tests {
             began_ms: 4_900,
             start_ms: 5_000,
             end_ms: 11_000,
+            target: None,
         }];
         let a = availability(&h, &faults, 1_000);
         let rate = a.acks_per_s_settled[0].unwrap();
@@ -468,6 +546,50 @@ mod tests {
             "{}",
             a.fault_free_acks_per_s
         );
+    }
+
+    #[test]
+    fn calls_through_the_other_nodes_are_measured_apart_from_the_fault_target() {
+        // 10 acks/s spread over 3 nodes for 30 s; while node 2 is down [10 s, 20 s]
+        // its calls fail and the others go on.
+        let mut h = Vec::new();
+        for i in 0..300u64 {
+            let (t, node) = (i * 100, (i % 3) as usize);
+            let id = format!("m{i}");
+            let down = node == 2 && (10_000..20_000).contains(&t);
+            let outcome = if down { OpType::Fail } else { OpType::Ok };
+            for mut o in [
+                send(t, i, OpType::Invoke, &id, None),
+                send(t + 10, i, outcome, &id, None),
+            ] {
+                o.node = Some(node);
+                h.push(o);
+            }
+        }
+        let fault = |target| FaultWindow {
+            began_ms: 10_000,
+            start_ms: 10_000,
+            end_ms: 20_000,
+            target,
+        };
+        let a = availability(&h, &[fault(Some(2))], 0);
+        let all = a.acks_per_s_settled[0].unwrap() / a.fault_free_acks_per_s;
+        assert!((all - 2.0 / 3.0).abs() < 0.05, "{all}");
+        let others = a.others_ratio_settled[0].unwrap();
+        assert!((others - 1.0).abs() < 0.05, "{others}");
+        // No target, no separate figure; a wrong target shows the loss.
+        assert_eq!(
+            availability(&h, &[fault(None)], 0).others_ratio_settled,
+            vec![None]
+        );
+        let wrong = availability(&h, &[fault(Some(0))], 0).others_ratio_settled[0].unwrap();
+        assert!(wrong < 0.6, "{wrong}");
+        // 8 s from 12 s: 80 calls, 54 to nodes 0 and 1, all acked in 10 ms.
+        let calls = a.others_calls_settled[0].unwrap();
+        assert_eq!((calls.calls, calls.acked), (54, 54), "{calls:?}");
+        assert_eq!((calls.p50_ms, calls.p99_ms), (Some(10), Some(10)));
+        let via_0 = availability(&h, &[fault(Some(0))], 0).others_calls_settled[0].unwrap();
+        assert_eq!((via_0.calls, via_0.acked), (53, 27), "{via_0:?}");
     }
 
     #[test]
@@ -492,11 +614,13 @@ mod tests {
                 began_ms: 900,
                 start_ms: 1000,
                 end_ms: 3000,
+                target: None,
             },
             FaultWindow {
                 began_ms: 9050,
                 start_ms: 9500,
                 end_ms: 9600,
+                target: None,
             },
         ];
         let a = availability(&h, &faults, 500);

@@ -91,6 +91,9 @@ pub struct Op {
     /// Why a call failed or is unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The node the call went to (index into the run's nodes), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<usize>,
 }
 
 /// Writes ops as JSON lines.
@@ -142,9 +145,10 @@ pub fn send_outcomes(ops: &[Op]) -> Vec<(Sent, OpType)> {
 }
 
 /// (invoked, acknowledged) times in ms of every acknowledged send, in the order
-/// they completed: an invoke pairs with the next completion of the same process
-/// (each process makes one call at a time).
-pub fn acked_sends(ops: &[Op]) -> Vec<(u64, u64)> {
+/// they completed, with the node that answered (when recorded): an invoke pairs
+/// with the next completion of the same process (each process makes one call at a
+/// time).
+pub fn acked_sends(ops: &[Op]) -> Vec<(u64, u64, Option<usize>)> {
     let mut open: std::collections::HashMap<u64, u64> = Default::default();
     let mut out = Vec::new();
     for o in ops.iter().filter(|o| o.f == OpFn::Send) {
@@ -154,12 +158,27 @@ pub fn acked_sends(ops: &[Op]) -> Vec<(u64, u64)> {
             }
             OpType::Ok => {
                 if let Some(t0) = open.remove(&o.process) {
-                    out.push((t0, o.time_ms));
+                    out.push((t0, o.time_ms, o.node));
                 }
             }
             OpType::Fail | OpType::Info => {
                 open.remove(&o.process);
             }
+        }
+    }
+    out
+}
+
+/// Every finished send attempt: (invoked, completed) times in ms, the node it went
+/// to (when recorded) and its outcome; paired as [`acked_sends`] pairs them.
+pub fn send_attempts(ops: &[Op]) -> Vec<(u64, u64, Option<usize>, OpType)> {
+    let mut open: std::collections::HashMap<u64, u64> = Default::default();
+    let mut out = Vec::new();
+    for o in ops.iter().filter(|o| o.f == OpFn::Send) {
+        if o.op_type == OpType::Invoke {
+            open.insert(o.process, o.time_ms);
+        } else if let Some(t0) = open.remove(&o.process) {
+            out.push((t0, o.time_ms, o.node, o.op_type));
         }
     }
     out
@@ -186,6 +205,7 @@ pub(crate) fn send_op(
         }),
         delivered: vec![],
         error: None,
+        node: None,
     }
 }
 

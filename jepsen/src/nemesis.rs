@@ -122,6 +122,15 @@ pub fn halves(n: usize, rng: &mut impl Rng) -> Grudge {
     split(a, b)
 }
 
+/// The node that `g` leaves alone on its side (no link to any other node either
+/// way), if exactly one is.
+pub fn lone_node(n: usize, g: &Grudge) -> Option<usize> {
+    let mut alone =
+        (0..n).filter(|&a| (0..n).all(|b| a == b || (g.contains(&(a, b)) && g.contains(&(b, a)))));
+    let first = alone.next()?;
+    alone.next().is_none().then_some(first)
+}
+
 /// `node` cut off from the other `n - 1`.
 pub fn isolate(n: usize, node: usize) -> Grudge {
     let rest: Vec<usize> = (0..n).filter(|&i| i != node).collect();
@@ -235,7 +244,14 @@ mod tests {
             );
             let g = one_way(n, 2);
             assert!(g.contains(&(2, 0)) && !g.contains(&(0, 2)));
+            assert_eq!(lone_node(n, &g), None, "one way leaves links in");
+            assert_eq!(lone_node(n, &isolate(n, 1)), Some(1));
+            assert_eq!(lone_node(n, &Grudge::new()), None);
         }
+        let g = halves(3, &mut rng);
+        let alone = lone_node(3, &g).expect("halves of 3 leave one node alone");
+        assert_eq!(reach(&g, 3, alone).len(), 1);
+        assert_eq!(lone_node(5, &halves(5, &mut rng)), None);
     }
 
     #[test]

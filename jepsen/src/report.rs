@@ -48,7 +48,7 @@ pub fn quantile(v: &[u64], q: f64) -> Option<u64> {
 pub fn send_latencies(ops: &[Op]) -> Vec<(u64, u64)> {
     acked_sends(ops)
         .into_iter()
-        .map(|(t0, t)| (t, t.saturating_sub(t0)))
+        .map(|(t0, t, _)| (t, t.saturating_sub(t0)))
         .collect()
 }
 

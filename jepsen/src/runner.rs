@@ -65,10 +65,19 @@ pub struct FaultRecord {
     pub end_ms: u64,
     /// Which nodes it hit and how.
     pub detail: String,
+    /// The one node it hit (killed, paused, isolated, alone on its side of a
+    /// partition), if it hit one.
+    pub target: Option<usize>,
     /// Time from its start to the first acknowledged send after it, ms.
     pub rto_ms: Option<u64>,
     /// Acknowledged sends per second from 2 s after it took effect to its heal.
     pub acks_per_s_settled: Option<f64>,
+    /// For a fault with a target: acknowledged sends per second through the other
+    /// nodes over the same span, over their fault-free rate.
+    pub others_ratio: Option<f64>,
+    /// For a fault with a target: what the send calls to the other nodes achieved
+    /// over the same span.
+    pub others_calls: Option<crate::checker::CallStats>,
 }
 
 /// Everything `results.json` holds.
@@ -99,6 +108,9 @@ pub struct RunResults {
     /// Per fault kind: acknowledged sends per second from 2 s after each fault of
     /// that kind took effect until its heal, over the fault-free rate.
     pub throughput_ratio_by_kind: std::collections::BTreeMap<String, f64>,
+    /// Per fault kind that hits one node: the same through the other nodes only,
+    /// over their fault-free rate (time-weighted over the faults of the kind).
+    pub others_ratio_by_kind: std::collections::BTreeMap<String, f64>,
     /// Median RTO over the faults after which a send succeeded, ms.
     pub rto_p50_ms: Option<u64>,
     /// 99th percentile RTO, ms.
@@ -184,7 +196,11 @@ enum Undo {
     Continue(usize),
 }
 
-/// Starts fault `kind`; returns how to undo it and what it did.
+/// What an injected fault did: how to undo it, a description, and the one node
+/// it hit (if it hit one).
+type Injected = (Undo, String, Option<usize>);
+
+/// Starts fault `kind`; returns how to undo it, what it did and whom it hit.
 fn inject(
     kind: FaultKind,
     rng: &mut StdRng,
@@ -192,32 +208,56 @@ fn inject(
     c: &mut Cluster,
     net: &Network,
     dir: &Path,
-) -> Result<(Undo, String), JepsenError> {
+) -> Result<Injected, JepsenError> {
     let random = (pick % NODES as u64) as usize;
-    let grudge = |g: Grudge, what: String| -> Result<(Undo, String), JepsenError> {
+    let grudge = |g: Grudge, what: String, target| -> Result<Injected, JepsenError> {
         net.apply(&g)?;
-        Ok((Undo::Heal, format!("{what}; dropped links {g:?}")))
+        Ok((Undo::Heal, format!("{what}; dropped links {g:?}"), target))
     };
-    Ok(match kind {
-        FaultKind::PartitionHalves => grudge(halves(NODES, rng), "random halves".into())?,
+    let (u, detail) = match kind {
+        FaultKind::PartitionHalves => {
+            let g = halves(NODES, rng);
+            let alone = crate::nemesis::lone_node(NODES, &g);
+            return grudge(g, "random halves".into(), alone);
+        }
         FaultKind::IsolateLeader => {
             let l = leader(c, net).unwrap_or(random);
-            grudge(isolate(NODES, l), format!("node {l} (leader) isolated"))?
+            return grudge(
+                isolate(NODES, l),
+                format!("node {l} (leader) isolated"),
+                Some(l),
+            );
         }
-        FaultKind::MajoritiesRing => grudge(majorities_ring(NODES, rng), "majorities ring".into())?,
-        FaultKind::OneWay => grudge(one_way(NODES, random), format!("node {random} cannot send"))?,
+        FaultKind::MajoritiesRing => {
+            return grudge(majorities_ring(NODES, rng), "majorities ring".into(), None)
+        }
+        FaultKind::OneWay => {
+            return grudge(
+                one_way(NODES, random),
+                format!("node {random} cannot send"),
+                Some(random),
+            )
+        }
         FaultKind::KillLeader | FaultKind::KillRandom => {
             let n = match kind {
                 FaultKind::KillLeader => leader(c, net).unwrap_or(random),
                 _ => random,
             };
             c.kill(n);
-            (Undo::Restart(n), format!("node {n} killed (SIGKILL)"))
+            return Ok((
+                Undo::Restart(n),
+                format!("node {n} killed (SIGKILL)"),
+                Some(n),
+            ));
         }
         FaultKind::PauseLeader => {
             let n = leader(c, net).unwrap_or(random);
             c.signal(n, "STOP")?;
-            (Undo::Continue(n), format!("node {n} paused (SIGSTOP)"))
+            return Ok((
+                Undo::Continue(n),
+                format!("node {n} paused (SIGSTOP)"),
+                Some(n),
+            ));
         }
         FaultKind::PowerLoss => {
             c.kill(random);
@@ -242,7 +282,9 @@ fn inject(
                 format!("node {random} killed, {what}"),
             )
         }
-    })
+    };
+    // Power loss and a damaged tail hit the random node.
+    Ok((u, detail, Some(random)))
 }
 
 fn undo(u: Undo, c: &mut Cluster, net: &Network) -> Result<(), JepsenError> {
@@ -316,7 +358,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             break;
         }
         let began_ms = rec.now_ms();
-        let (u, detail) = match inject(f.kind, &mut rng, f.pick, &mut c, &net, &dir) {
+        let (u, detail, target) = match inject(f.kind, &mut rng, f.pick, &mut c, &net, &dir) {
             Ok(x) => x,
             Err(e) => {
                 nemesis_error = Some(format!("{}: {e}", f.kind.name()));
@@ -355,8 +397,11 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             start_ms,
             end_ms,
             detail,
+            target,
             rto_ms: None,
             acks_per_s_settled: None,
+            others_ratio: None,
+            others_calls: None,
         });
     }
     // Heal everything: network, paused and stopped nodes. A network left cut would
@@ -428,18 +473,33 @@ pub fn throughput_ratios(
     faults: &[FaultRecord],
     fault_free_acks_per_s: f64,
 ) -> std::collections::BTreeMap<String, f64> {
+    if fault_free_acks_per_s <= 0.0 {
+        return Default::default();
+    }
+    time_weighted_by_kind(faults, |f| {
+        f.acks_per_s_settled.map(|r| r / fault_free_acks_per_s)
+    })
+}
+
+/// Per fault kind: the mean of `value` over its faults, each weighted by how long
+/// it counted (from 2 s after it took effect to its heal); kinds with no value
+/// are left out.
+pub fn time_weighted_by_kind(
+    faults: &[FaultRecord],
+    value: impl Fn(&FaultRecord) -> Option<f64>,
+) -> std::collections::BTreeMap<String, f64> {
     let mut sums: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
     for f in faults {
-        if let Some(rate) = f.acks_per_s_settled {
+        if let Some(v) = value(f) {
             let secs = (f.end_ms - f.start_ms).saturating_sub(crate::checker::SETTLE_MS) as f64;
             let e = sums.entry(f.kind.name().to_owned()).or_default();
-            e.0 += rate * secs;
+            e.0 += v * secs;
             e.1 += secs;
         }
     }
     sums.into_iter()
-        .filter(|(_, (_, secs))| *secs > 0.0 && fault_free_acks_per_s > 0.0)
-        .map(|(k, (acks, secs))| (k, acks / secs / fault_free_acks_per_s))
+        .filter(|(_, (_, secs))| *secs > 0.0)
+        .map(|(k, (sum, secs))| (k, sum / secs))
         .collect()
 }
 
@@ -458,18 +518,18 @@ pub fn evaluate(
             began_ms: f.began_ms,
             start_ms: f.start_ms,
             end_ms: f.end_ms,
+            target: f.target,
         })
         .collect();
     let availability = availability(history, &windows, GRACE_MS);
-    for ((f, rto), settled) in faults
-        .iter_mut()
-        .zip(&availability.rto_ms)
-        .zip(&availability.acks_per_s_settled)
-    {
-        f.rto_ms = *rto;
-        f.acks_per_s_settled = *settled;
+    for (i, f) in faults.iter_mut().enumerate() {
+        f.rto_ms = availability.rto_ms[i];
+        f.acks_per_s_settled = availability.acks_per_s_settled[i];
+        f.others_ratio = availability.others_ratio_settled[i];
+        f.others_calls = availability.others_calls_settled[i];
     }
     let throughput_ratio_by_kind = throughput_ratios(&faults, availability.fault_free_acks_per_s);
+    let others_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.others_ratio);
     let mut rtos: Vec<u64> = availability.rto_ms.iter().flatten().copied().collect();
     rtos.sort_unstable();
     let total_queue = total_queue(history);
@@ -494,6 +554,7 @@ pub fn evaluate(
         audit_error,
         availability,
         throughput_ratio_by_kind,
+        others_ratio_by_kind,
         unexpected_exits: Vec::new(),
         interrupted,
         valid,

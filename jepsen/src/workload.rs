@@ -20,6 +20,10 @@ use tonic::transport::{Channel, Endpoint};
 use crate::history::{Delivered, Op, OpFn, OpType, Sent};
 use crate::JepsenError;
 
+/// Attempts per message: a send refused by one node is tried on the next, as
+/// the official clients do (their retry policy's `maxAttempts`: 3).
+pub const SEND_ATTEMPTS: u64 = 3;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct WorkloadOptions {
@@ -193,9 +197,18 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
                     seq: fifo.then_some(n),
                 };
                 let topic = if fifo { &opts.fifo_topic } else { &opts.topic };
-                let mut c =
-                    MessagingServiceClient::new(chans[(pid + n) as usize % chans.len()].clone());
-                send_one(&mut c, &rec, pid, topic, sent).await;
+                // A send the node refused (surely not written) goes at once to the
+                // next node, as the official 5.x clients retry on the next queue
+                // (Java `ProducerImpl.send0`, up to `maxAttempts` = 3); an
+                // indeterminate one is not retried, so no message is stored twice.
+                for attempt in 0..SEND_ATTEMPTS {
+                    let node = (pid + n + attempt) as usize % chans.len();
+                    let mut c = MessagingServiceClient::new(chans[node].clone());
+                    if send_one(&mut c, &rec, pid, node, topic, sent.clone()).await != OpType::Fail
+                    {
+                        break;
+                    }
+                }
                 n += 1;
                 tokio::time::sleep(if fifo {
                     opts.fifo_send_interval
@@ -234,8 +247,9 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
                         return;
                     }
                     i += 1;
-                    let mut c = MessagingServiceClient::new(chans[i % chans.len()].clone());
-                    if receive_once(&mut c, &rec, pid, &topic, &group).await {
+                    let node = i % chans.len();
+                    let mut c = MessagingServiceClient::new(chans[node].clone());
+                    if receive_once(&mut c, &rec, pid, node, &topic, &group).await {
                         *last.lock().unwrap() = Instant::now();
                     }
                 }
@@ -248,13 +262,15 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
     Ok(rec.ops())
 }
 
+/// One send attempt to `node`, recorded; returns its outcome's type.
 async fn send_one(
     c: &mut MessagingServiceClient<Channel>,
     rec: &Recorder,
     pid: u64,
+    node: usize,
     topic: &str,
     sent: Sent,
-) {
+) -> OpType {
     let op = |t: OpType, error: Option<String>| Op {
         time_ms: 0,
         process: pid,
@@ -263,6 +279,7 @@ async fn send_one(
         sent: Some(sent.clone()),
         delivered: vec![],
         error,
+        node: Some(node),
     };
     rec.push(op(OpType::Invoke, None));
     let msg = Message {
@@ -284,7 +301,7 @@ async fn send_one(
         }),
         body: sent.id.clone().into_bytes(),
     };
-    match c
+    let outcome = match c
         .send_message(with_client_id(SendMessageRequest {
             messages: vec![msg],
         }))
@@ -293,21 +310,24 @@ async fn send_one(
         Ok(r) => {
             let code = r.into_inner().status.map_or(0, |s| s.code);
             if code == Code::Ok as i32 {
-                rec.push(op(OpType::Ok, None));
+                op(OpType::Ok, None)
             } else if code == Code::ProxyTimeout as i32 || code == Code::InternalServerError as i32
             {
                 // May still commit.
-                rec.push(op(OpType::Info, Some(format!("code {code}"))));
+                op(OpType::Info, Some(format!("code {code}")))
             } else {
-                rec.push(op(OpType::Fail, Some(format!("code {code}"))));
+                op(OpType::Fail, Some(format!("code {code}")))
             }
         }
         // No connection: the request never left.
         Err(s) if s.message().contains("tcp connect error") => {
-            rec.push(op(OpType::Fail, Some(s.message().to_owned())))
+            op(OpType::Fail, Some(s.message().to_owned()))
         }
-        Err(s) => rec.push(op(OpType::Info, Some(s.message().to_owned()))),
-    }
+        Err(s) => op(OpType::Info, Some(s.message().to_owned())),
+    };
+    let t = outcome.op_type;
+    rec.push(outcome);
+    t
 }
 
 /// A ReceiveMessage of up to 32 messages from any queue of `topic` (tags `*`),
@@ -359,6 +379,7 @@ async fn receive_once(
     c: &mut MessagingServiceClient<Channel>,
     rec: &Recorder,
     pid: u64,
+    node: usize,
     topic: &str,
     group: &str,
 ) -> bool {
@@ -370,6 +391,7 @@ async fn receive_once(
         sent: None,
         delivered,
         error,
+        node: Some(node),
     };
     rec.push(op(OpType::Invoke, vec![], None));
     let req = receive_request(group, topic, 10, 2);

@@ -13,6 +13,7 @@ use std::time::Duration;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
+use openraft::network::Backoff;
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -185,6 +186,11 @@ pub struct PeerNetworkFactory {
     pub filter: NetworkFilter,
     /// Records each peer that answers.
     pub contacts: crate::contact::Contacts,
+    /// How long openraft waits after an unreachable (timed out or unconnectable)
+    /// call before the next one to that peer: the heartbeat interval, not
+    /// openraft's default 500 ms, which stalled every commit when the one
+    /// remaining follower had a slow moment.
+    pub backoff: Duration,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
@@ -197,6 +203,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             channel: lazy_channel(&node.addr, Duration::from_millis(500)),
             filter: self.filter.clone(),
             contacts: self.contacts.clone(),
+            backoff: self.backoff,
         }
     }
 }
@@ -208,6 +215,7 @@ pub struct PeerClient {
     channel: Result<Channel, String>,
     filter: NetworkFilter,
     contacts: crate::contact::Contacts,
+    backoff: Duration,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -264,12 +272,7 @@ impl PeerClient {
         let reply = tokio::time::timeout(ttl, call)
             .await
             .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("peer call timed out")));
-        let reply = reply.map_err(|s| match s.code() {
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                RPCError::Unreachable(Unreachable::new(&s))
-            }
-            _ => RPCError::Network(NetworkError::new(&s)),
-        })?;
+        let reply = reply.map_err(|s| failed_call(&s))?;
         self.contacts.heard_from(self.target);
         let result: Result<Resp, RaftError<NodeId, E>> =
             decode(reply.get_ref()).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
@@ -284,7 +287,26 @@ enum Method {
     InstallSnapshot,
 }
 
+/// openraft's error for a peer call that failed with `status`: one that ran out
+/// of time or could not connect is `Unreachable` (openraft then waits
+/// [`PeerClient`]'s backoff before the next call to that peer), anything else a
+/// `Network` error. A timeout is not openraft's `Timeout`, which it retries at
+/// once: the retry resends the entries the slow peer is still writing (tried:
+/// a jepsen run's fault-free throughput fell from about 260 to 184 acks/s).
+fn failed_call<E: std::error::Error>(status: &tonic::Status) -> RpcErr<E> {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            RPCError::Unreachable(Unreachable::new(status))
+        }
+        _ => RPCError::Network(NetworkError::new(status)),
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(self.backoff))
+    }
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
@@ -309,5 +331,28 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RpcErr> {
         self.call(Method::Vote, &rpc, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_peer_is_retried_after_a_heartbeat_interval_not_half_a_second() {
+        let e: RpcErr = failed_call(&tonic::Status::deadline_exceeded("peer call timed out"));
+        assert!(matches!(e, RPCError::Unreachable(_)));
+        let e: RpcErr = failed_call(&tonic::Status::internal("bad frame"));
+        assert!(matches!(e, RPCError::Network(_)));
+        let client = PeerClient {
+            from: 0,
+            target: 1,
+            channel: Err("not connected".into()),
+            filter: NetworkFilter::default(),
+            contacts: crate::contact::Contacts::new(0, vec![0, 1], Duration::from_secs(1)),
+            backoff: Duration::from_millis(100),
+        };
+        let delays: Vec<Duration> = client.backoff().take(3).collect();
+        assert_eq!(delays, vec![Duration::from_millis(100); 3]);
     }
 }

@@ -168,6 +168,7 @@ impl RaftNode {
             from: cfg.node_id,
             filter: filter.clone(),
             contacts: contacts.clone(),
+            backoff: Duration::from_millis(cfg.timing.heartbeat_interval_ms),
         };
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm)
             .await

@@ -129,6 +129,26 @@ fn main() {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+            println!(
+                "through the nodes a fault did not hit, over their fault-free rate: {}",
+                r.others_ratio_by_kind
+                    .iter()
+                    .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            for f in r.faults.iter().filter(|f| f.kind == FaultKind::PauseLeader) {
+                if let Some(c) = f.others_calls {
+                    println!(
+                        "pause-leader at {:.0} s: calls to the other nodes from 2 s in: {} of {} acknowledged, p50 {:?} ms p99 {:?} ms",
+                        f.start_ms as f64 / 1000.0,
+                        c.acked,
+                        c.calls,
+                        c.p50_ms,
+                        c.p99_ms
+                    );
+                }
+            }
             for e in &r.unexpected_exits {
                 println!("unexpected exit: {e}");
             }
