@@ -31,8 +31,10 @@ pub enum OpType {
 pub enum OpFn {
     /// Send one message.
     Send,
-    /// Receive (and ack) messages.
+    /// Receive messages.
     Receive,
+    /// Ack one received message (`delivered` holds it, as received).
+    Ack,
 }
 
 /// The message a send carries.

@@ -4,7 +4,9 @@
 //!
 //! - [`runner`]: one run, from hosts to the run folder.
 //! - [`history`]: invoke / ok / fail / info ops as JSON lines.
-//! - [`checker`]: total-queue, order (queue offsets, message groups), availability.
+//! - [`checker`]: total-queue, order (queue offsets, message groups).
+//! - [`fifo`]: one message of a group in flight at a time; acks answered OK are final.
+//! - [`availability`]: RTO, throughput during faults against the fault-free rate.
 //! - [`nemesis`]: fault kinds, partition shapes (grudges) and seeded fault plans.
 //! - [`net`]: the namespace and address plan, and the nftables rules of a grudge.
 //! - [`hosts`]: creating and removing the namespaced network, applying grudges.
@@ -16,8 +18,10 @@
 //! - [`report`]: per-second series and the HTML report.
 
 pub mod audit;
+pub mod availability;
 pub mod checker;
 pub mod disk;
+pub mod fifo;
 pub mod history;
 pub mod hosts;
 pub mod nemesis;

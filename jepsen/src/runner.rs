@@ -17,9 +17,8 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::audit::{self, ReplicaAudit};
-use crate::checker::{
-    availability, order, total_queue, Availability, FaultWindow, Order, TotalQueue,
-};
+use crate::availability::{availability, Availability, FaultWindow};
+use crate::checker::{order, total_queue, Order, TotalQueue};
 use crate::disk;
 use crate::history::{write_jsonl, Op};
 use crate::hosts::Network;
@@ -77,7 +76,7 @@ pub struct FaultRecord {
     pub others_ratio: Option<f64>,
     /// For a fault with a target: what the send calls to the other nodes achieved
     /// over the same span.
-    pub others_calls: Option<crate::checker::CallStats>,
+    pub others_calls: Option<crate::availability::CallStats>,
 }
 
 /// Everything `results.json` holds.
@@ -99,6 +98,8 @@ pub struct RunResults {
     pub total_queue: TotalQueue,
     /// Queue offsets and message group order.
     pub order: Order,
+    /// FIFO: one message of a group in flight at a time, acks answered OK final.
+    pub fifo: crate::fifo::FifoDelivery,
     /// The replica audit (None if it could not be run; see `audit_error`).
     pub replica_audit: Option<ReplicaAudit>,
     /// Why the audit could not be run.
@@ -122,7 +123,8 @@ pub struct RunResults {
     pub unexpected_exits: Vec<String>,
     /// The run was interrupted (Ctrl-C): results are partial.
     pub interrupted: bool,
-    /// No safety violation: nothing lost or unexpected, order kept, replicas agree.
+    /// No safety violation: nothing lost or unexpected, nothing sent once stored
+    /// twice, order kept, replicas agree, and no node exited by itself.
     pub valid: bool,
 }
 
@@ -454,15 +456,14 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     };
     drop(c);
     drop(net);
-    let mut results = evaluate(
+    let results = evaluate(
         opts,
         &history,
         done,
-        replica_audit,
-        audit_error,
+        (replica_audit, audit_error),
+        unexpected_exits,
         interrupted,
     );
-    results.unexpected_exits = unexpected_exits;
     write_outputs(&dir, &history, &results)?;
     Ok(RunOutcome { dir, results })
 }
@@ -491,7 +492,8 @@ pub fn time_weighted_by_kind(
     let mut sums: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
     for f in faults {
         if let Some(v) = value(f) {
-            let secs = (f.end_ms - f.start_ms).saturating_sub(crate::checker::SETTLE_MS) as f64;
+            let secs =
+                (f.end_ms - f.start_ms).saturating_sub(crate::availability::SETTLE_MS) as f64;
             let e = sums.entry(f.kind.name().to_owned()).or_default();
             e.0 += v * secs;
             e.1 += secs;
@@ -508,8 +510,8 @@ pub fn evaluate(
     opts: &RunOptions,
     history: &[Op],
     mut faults: Vec<FaultRecord>,
-    replica_audit: Option<ReplicaAudit>,
-    audit_error: Option<String>,
+    (replica_audit, audit_error): (Option<ReplicaAudit>, Option<String>),
+    unexpected_exits: Vec<String>,
     interrupted: bool,
 ) -> RunResults {
     let windows: Vec<FaultWindow> = faults
@@ -534,9 +536,12 @@ pub fn evaluate(
     rtos.sort_unstable();
     let total_queue = total_queue(history);
     let order = order(history);
+    let fifo = crate::fifo::fifo_delivery(history, crate::workload::INVISIBLE_S as u64 * 1000);
     let valid = total_queue.valid
         && order.valid
+        && fifo.valid
         && replica_audit.as_ref().is_some_and(|a| a.valid)
+        && unexpected_exits.is_empty()
         && !interrupted;
     RunResults {
         seed: opts.seed,
@@ -550,12 +555,13 @@ pub fn evaluate(
         faults,
         total_queue,
         order,
+        fifo,
         replica_audit,
         audit_error,
         availability,
         throughput_ratio_by_kind,
         others_ratio_by_kind,
-        unexpected_exits: Vec::new(),
+        unexpected_exits,
         interrupted,
         valid,
     }
@@ -564,7 +570,8 @@ pub fn evaluate(
 /// The one-line verdict.
 pub fn verdict(r: &RunResults) -> String {
     if r.valid {
-        return "valid: nothing lost or unexpected, order kept, replicas agree".into();
+        return "valid: nothing lost or unexpected, order kept, replicas agree, no node crashed"
+            .into();
     }
     let mut why = Vec::new();
     if r.interrupted {
@@ -572,17 +579,29 @@ pub fn verdict(r: &RunResults) -> String {
     }
     if !r.total_queue.valid {
         why.push(format!(
-            "{} lost, {} unexpected",
-            r.total_queue.lost, r.total_queue.unexpected
+            "{} lost, {} unexpected, {} sent once and stored twice",
+            r.total_queue.lost, r.total_queue.unexpected, r.total_queue.duplicate_writes_sent_once
         ));
     }
     if !r.order.valid {
         why.push("order violated".into());
     }
+    if !r.fifo.valid {
+        why.push(format!(
+            "FIFO: {} delivered while the previous was in flight, {} delivered after an acknowledged ack",
+            r.fifo.delivered_while_previous_in_flight, r.fifo.redelivered_after_ack
+        ));
+    }
     match (&r.replica_audit, &r.audit_error) {
         (Some(a), _) if !a.valid => why.push("replicas diverge or lag".into()),
         (None, Some(e)) => why.push(format!("replica audit not run: {e}")),
         _ => {}
+    }
+    if !r.unexpected_exits.is_empty() {
+        why.push(format!(
+            "{} node(s) exited by themselves",
+            r.unexpected_exits.len()
+        ));
     }
     format!("INVALID: {}", why.join("; "))
 }

@@ -24,6 +24,9 @@ use crate::JepsenError;
 /// the official clients do (their retry policy's `maxAttempts`: 3).
 pub const SEND_ATTEMPTS: u64 = 3;
 
+/// The invisible duration the consumers ask for, s (the FIFO checker's bound).
+pub const INVISIBLE_S: i64 = 10;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct WorkloadOptions {
@@ -394,7 +397,7 @@ async fn receive_once(
         node: Some(node),
     };
     rec.push(op(OpType::Invoke, vec![], None));
-    let req = receive_request(group, topic, 10, 2);
+    let req = receive_request(group, topic, INVISIBLE_S, 2);
     let mut delivered = Vec::new();
     let mut handles = Vec::new();
     match c.receive_message(with_client_id(req)).await {
@@ -428,9 +431,14 @@ async fn receive_once(
         }
     }
     let got = !delivered.is_empty();
-    rec.push(op(OpType::Ok, delivered, None));
-    for h in handles {
-        let _ = c
+    rec.push(op(OpType::Ok, delivered.clone(), None));
+    for (d, h) in delivered.into_iter().zip(handles) {
+        let ack = |t: OpType, error: Option<String>| Op {
+            f: OpFn::Ack,
+            ..op(t, vec![d.clone()], error)
+        };
+        rec.push(ack(OpType::Invoke, None));
+        let reply = c
             .ack_message(with_client_id(AckMessageRequest {
                 group: res(group),
                 topic: res(topic),
@@ -440,6 +448,24 @@ async fn receive_once(
                 }],
             }))
             .await;
+        rec.push(match reply {
+            Ok(r) => {
+                let r = r.into_inner();
+                // The entry's own status, else the call's.
+                let code = r
+                    .entries
+                    .first()
+                    .and_then(|e| e.status.as_ref())
+                    .or(r.status.as_ref())
+                    .map_or(0, |s| s.code);
+                if code == Code::Ok as i32 {
+                    ack(OpType::Ok, None)
+                } else {
+                    ack(OpType::Fail, Some(format!("code {code}")))
+                }
+            }
+            Err(s) => ack(OpType::Info, Some(s.message().to_owned())),
+        });
     }
     got
 }

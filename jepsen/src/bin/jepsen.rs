@@ -98,12 +98,17 @@ fn main() {
             let tq = &r.total_queue;
             println!("run folder: {}", o.dir.display());
             println!(
-                "total-queue: attempted {} acknowledged {} received {} lost {} unexpected {} duplicated {} recovered {}",
-                tq.attempted, tq.acknowledged, tq.received, tq.lost, tq.unexpected, tq.duplicated, tq.recovered
+                "total-queue: attempted {} acknowledged {} received {} lost {} unexpected {} duplicated {} recovered {}; stored twice {} (sent once {})",
+                tq.attempted, tq.acknowledged, tq.received, tq.lost, tq.unexpected, tq.duplicated, tq.recovered,
+                tq.duplicate_writes, tq.duplicate_writes_sent_once
             );
             println!(
                 "order: inconsistent offsets {} offset gaps {} group order violations {}",
                 r.order.inconsistent_offsets, r.order.offset_gaps, r.order.group_order_violations
+            );
+            println!(
+                "fifo: {} deliveries, {} acks answered OK, {} delivered while the previous was in flight, {} delivered after an acknowledged ack",
+                r.fifo.deliveries, r.fifo.acks_ok, r.fifo.delivered_while_previous_in_flight, r.fifo.redelivered_after_ack
             );
             match (&r.replica_audit, &r.audit_error) {
                 (Some(a), _) => println!(

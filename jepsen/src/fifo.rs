@@ -1,0 +1,233 @@
+//! The FIFO delivery checker, over receives and acks of messages with a message
+//! group (RocketMQ 5 FIFO semantics, as the 5.x clients rely on them):
+//!
+//! - one message of a group in flight at a time: a message is delivered only after
+//!   the group's previous message was acked (its ack invoked before this delivery
+//!   was answered) or its invisible time ran out (counted from the invoke of the
+//!   receive that delivered it, the earliest its lease can have begun). Messages
+//!   handed out in one receive answer are one delivery, in order;
+//! - an ack answered OK is final: the message is never delivered again by a
+//!   receive invoked after that answer.
+//!
+//! Plain functions of the history: no I/O.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::checker::note_example;
+use crate::history::{Op, OpFn, OpType};
+
+/// Findings of the FIFO delivery checker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FifoDelivery {
+    /// Deliveries of FIFO messages.
+    pub deliveries: usize,
+    /// Acks of FIFO messages answered OK.
+    pub acks_ok: usize,
+    /// Deliveries of a message whose ack had been answered OK before the receive
+    /// was invoked.
+    pub redelivered_after_ack: usize,
+    /// Deliveries of a group's next message while the previous one was still in
+    /// flight (neither acked nor past its invisible time).
+    pub delivered_while_previous_in_flight: usize,
+    /// Examples, one line each.
+    pub examples: Vec<String>,
+    /// No finding.
+    pub valid: bool,
+}
+
+/// One delivery of a FIFO message.
+struct Delivery<'a> {
+    id: &'a str,
+    group: &'a str,
+    /// The receive's invoke and answer, ms.
+    invoked_ms: u64,
+    answered_ms: u64,
+    /// Which receive answer it came in.
+    receive: usize,
+}
+
+/// Runs the checker; `invisible_ms` is the invisible duration the consumers ask.
+pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
+    let mut receive_invoked: HashMap<u64, u64> = HashMap::new();
+    let mut ack_invoked: HashMap<u64, u64> = HashMap::new();
+    let mut deliveries: Vec<Delivery<'_>> = Vec::new();
+    // Per message: when an ack was first invoked, and first answered OK.
+    let mut first_ack_invoke: HashMap<&str, u64> = HashMap::new();
+    let mut first_ack_ok: HashMap<&str, u64> = HashMap::new();
+    for (i, o) in ops.iter().enumerate() {
+        match (o.f, o.op_type) {
+            (OpFn::Receive, OpType::Invoke) => {
+                receive_invoked.insert(o.process, o.time_ms);
+            }
+            (OpFn::Receive, t) => {
+                let Some(invoked_ms) = receive_invoked.remove(&o.process) else {
+                    continue;
+                };
+                if t != OpType::Ok {
+                    continue;
+                }
+                for d in &o.delivered {
+                    if let Some(group) = d.group.as_deref() {
+                        deliveries.push(Delivery {
+                            id: &d.id,
+                            group,
+                            invoked_ms,
+                            answered_ms: o.time_ms,
+                            receive: i,
+                        });
+                    }
+                }
+            }
+            (OpFn::Ack, OpType::Invoke) => {
+                ack_invoked.insert(o.process, o.time_ms);
+                for d in o.delivered.iter().filter(|d| d.group.is_some()) {
+                    first_ack_invoke.entry(&d.id).or_insert(o.time_ms);
+                }
+            }
+            (OpFn::Ack, t) => {
+                ack_invoked.remove(&o.process);
+                if t == OpType::Ok {
+                    for d in o.delivered.iter().filter(|d| d.group.is_some()) {
+                        first_ack_ok.entry(&d.id).or_insert(o.time_ms);
+                    }
+                }
+            }
+            (OpFn::Send, _) => {}
+        }
+    }
+    let mut r = FifoDelivery {
+        deliveries: deliveries.len(),
+        acks_ok: first_ack_ok.len(),
+        ..Default::default()
+    };
+    for d in &deliveries {
+        if let Some(&acked) = first_ack_ok.get(d.id) {
+            if d.invoked_ms > acked {
+                r.redelivered_after_ack += 1;
+                note_example(
+                    &mut r.examples,
+                    format!(
+                        "{} delivered by a receive invoked at {} ms, after its ack was answered OK at {acked} ms",
+                        d.id, d.invoked_ms
+                    ),
+                );
+            }
+        }
+    }
+    let mut by_group: BTreeMap<&str, Vec<&Delivery<'_>>> = BTreeMap::new();
+    for d in &deliveries {
+        by_group.entry(d.group).or_default().push(d);
+    }
+    for (group, mut ds) in by_group {
+        ds.sort_by_key(|d| (d.answered_ms, d.receive));
+        // The message in flight and when its latest lease can have begun.
+        let mut current: Option<(&str, u64, usize)> = None;
+        for d in ds {
+            if let Some((prev, leased_ms, receive)) = current {
+                let next = prev != d.id && receive != d.receive;
+                let acked = first_ack_invoke
+                    .get(prev)
+                    .is_some_and(|&t| t <= d.answered_ms);
+                let expired = d.answered_ms >= leased_ms + invisible_ms;
+                if next && !acked && !expired {
+                    r.delivered_while_previous_in_flight += 1;
+                    note_example(
+                        &mut r.examples,
+                        format!(
+                            "group {group}: {} delivered at {} ms while {prev} (leased from {leased_ms} ms) was neither acked nor expired",
+                            d.id, d.answered_ms
+                        ),
+                    );
+                }
+            }
+            current = Some((d.id, d.invoked_ms, d.receive));
+        }
+    }
+    r.valid = r.redelivered_after_ack == 0 && r.delivered_while_previous_in_flight == 0;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Delivered;
+
+    fn op(time_ms: u64, process: u64, f: OpFn, t: OpType, ids: &[&str]) -> Op {
+        Op {
+            time_ms,
+            process,
+            op_type: t,
+            f,
+            sent: None,
+            delivered: ids
+                .iter()
+                .map(|id| Delivered {
+                    id: id.to_string(),
+                    broker: "broker-a".into(),
+                    topic: "F".into(),
+                    queue_id: 0,
+                    queue_offset: 0,
+                    group: Some("g".into()),
+                    seq: None,
+                })
+                .collect(),
+            error: None,
+            node: None,
+        }
+    }
+
+    /// A receive of `ids` invoked at `t` and answered at `t + 10`.
+    fn receive(h: &mut Vec<Op>, t: u64, p: u64, ids: &[&str]) {
+        h.push(op(t, p, OpFn::Receive, OpType::Invoke, &[]));
+        h.push(op(t + 10, p, OpFn::Receive, OpType::Ok, ids));
+    }
+
+    /// An ack of `id` invoked at `t` and answered `outcome` at `t + 5`.
+    fn ack(h: &mut Vec<Op>, t: u64, p: u64, id: &str, outcome: OpType) {
+        h.push(op(t, p, OpFn::Ack, OpType::Invoke, &[id]));
+        h.push(op(t + 5, p, OpFn::Ack, outcome, &[id]));
+    }
+
+    #[test]
+    fn one_message_of_a_group_in_flight_and_acks_are_final() {
+        let mut h = Vec::new();
+        receive(&mut h, 0, 1, &["a"]);
+        ack(&mut h, 20, 1, "a", OpType::Ok);
+        receive(&mut h, 30, 2, &["b", "c"]); // a batch: b then c, in order
+        ack(&mut h, 50, 2, "b", OpType::Ok);
+        ack(&mut h, 60, 2, "c", OpType::Info); // unknown: c may come back
+        receive(&mut h, 70, 1, &["c"]); // ...and it does, at once: it is c again
+        ack(&mut h, 90, 1, "c", OpType::Ok);
+        let r = fifo_delivery(&h, 1_000);
+        assert!(r.valid, "{r:?}");
+        assert_eq!((r.deliveries, r.acks_ok), (4, 3));
+
+        // d handed out while c's successor e is unacked and not expired.
+        let mut bad = h.clone();
+        receive(&mut bad, 100, 1, &["e"]);
+        receive(&mut bad, 200, 2, &["f"]);
+        let r = fifo_delivery(&bad, 1_000);
+        assert_eq!(r.delivered_while_previous_in_flight, 1, "{r:?}");
+        assert!(!r.valid);
+        // The same after e's invisible time ran out is fine.
+        let r = fifo_delivery(&bad, 50);
+        assert_eq!(r.delivered_while_previous_in_flight, 0, "{r:?}");
+
+        // a delivered again by a receive invoked after its ack was answered OK.
+        let mut again = h.clone();
+        receive(&mut again, 100, 2, &["a"]);
+        let r = fifo_delivery(&again, 1_000);
+        assert_eq!(r.redelivered_after_ack, 1, "{r:?}");
+        assert!(r.examples[0].starts_with("a delivered"), "{r:?}");
+        // A receive invoked before the ack's answer may still deliver it.
+        let mut racing = Vec::new();
+        receive(&mut racing, 0, 1, &["a"]);
+        racing.push(op(20, 1, OpFn::Ack, OpType::Invoke, &["a"]));
+        racing.push(op(21, 2, OpFn::Receive, OpType::Invoke, &[]));
+        racing.push(op(25, 1, OpFn::Ack, OpType::Ok, &["a"]));
+        racing.push(op(30, 2, OpFn::Receive, OpType::Ok, &["a"]));
+        assert!(fifo_delivery(&racing, 1_000).valid);
+    }
+}
