@@ -13,6 +13,7 @@
 //! - [`procs`]: the name server and broker nodes running on those hosts.
 //! - [`workload`]: producers and consumers over the gRPC protocol, recording the
 //!   history, from inside the clients' namespace.
+//! - [`faults`]: injecting each fault kind into the cluster and undoing it.
 //! - [`disk`]: power loss and damaged tails on a stopped node's files.
 //! - [`audit`]: the replica audit (committed prefix, ConsumeQueues vs commit).
 //! - [`report`]: per-second series and the HTML report.
@@ -21,6 +22,7 @@ pub mod audit;
 pub mod availability;
 pub mod checker;
 pub mod disk;
+pub mod faults;
 pub mod fifo;
 pub mod history;
 pub mod hosts;

@@ -37,11 +37,23 @@ pub enum FaultKind {
     PowerLoss,
     /// A node's CommitLog tail is truncated or corrupted while it is down.
     CorruptTail,
+    /// SIGKILL the leader and one follower (no quorum), restart both at the heal.
+    KillMajority,
+    /// SIGTERM the leader under load (graceful stop), restart it at the heal.
+    TerminateLeader,
+    /// Every node loses what it had not fsynced at once, then restarts (SYNC_FLUSH
+    /// only: ASYNC_FLUSH loses its unflushed tail by design).
+    PowerLossAll,
+    /// One node loses power and restarts at once while another is isolated.
+    PowerLossPartitioned,
+    /// SIGKILL the leader, damage its tail and restart it at once, before the
+    /// group has elected a new leader.
+    QuickRestart,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::PartitionHalves,
         FaultKind::IsolateLeader,
         FaultKind::MajoritiesRing,
@@ -51,6 +63,11 @@ impl FaultKind {
         FaultKind::PauseLeader,
         FaultKind::PowerLoss,
         FaultKind::CorruptTail,
+        FaultKind::KillMajority,
+        FaultKind::TerminateLeader,
+        FaultKind::PowerLossAll,
+        FaultKind::PowerLossPartitioned,
+        FaultKind::QuickRestart,
     ];
 
     /// Parses a `--nemesis` name (`partition`, `kill`, `pause` select groups).
@@ -69,6 +86,7 @@ impl FaultKind {
                 "pause" => &[FaultKind::PauseLeader],
                 "power-loss" => &[FaultKind::PowerLoss],
                 "corrupt" => &[FaultKind::CorruptTail],
+                "compound" => &[FaultKind::PowerLossPartitioned, FaultKind::QuickRestart],
                 other => match FaultKind::ALL.iter().find(|k| k.name() == other) {
                     Some(k) => std::slice::from_ref(k),
                     None => return Err(format!("unknown nemesis {other:?}")),
@@ -98,6 +116,11 @@ impl FaultKind {
             FaultKind::PauseLeader => "pause-leader",
             FaultKind::PowerLoss => "power-loss",
             FaultKind::CorruptTail => "corrupt-tail",
+            FaultKind::KillMajority => "kill-majority",
+            FaultKind::TerminateLeader => "sigterm-leader",
+            FaultKind::PowerLossAll => "power-loss-all",
+            FaultKind::PowerLossPartitioned => "power-loss-partitioned",
+            FaultKind::QuickRestart => "quick-restart",
         }
     }
 }
@@ -271,6 +294,17 @@ mod tests {
         }
         let last = a.last().unwrap();
         assert!(last.start_ms + last.duration_ms + 6_000 <= 60_000);
+        for k in FaultKind::ALL {
+            assert_eq!(FaultKind::parse_list(k.name()).unwrap(), vec![k]);
+        }
+        assert_eq!(
+            FaultKind::parse_list("all").unwrap().len(),
+            FaultKind::ALL.len()
+        );
+        assert_eq!(
+            FaultKind::parse_list("compound").unwrap(),
+            vec![FaultKind::PowerLossPartitioned, FaultKind::QuickRestart]
+        );
         assert!(FaultKind::parse_list("gremlins").is_err());
         assert!(FaultKind::parse_list("").is_err());
     }

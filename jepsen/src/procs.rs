@@ -205,7 +205,29 @@ impl Cluster {
         self.node(i).spawn(net)
     }
 
-    /// Sends `signal` (`STOP`, `CONT`) to node `i`.
+    /// SIGTERMs node `i` and waits up to `grace` for it to exit (then reaps it);
+    /// `None` if it had not exited by then, and was SIGKILLed.
+    pub fn terminate(
+        &mut self,
+        i: usize,
+        grace: std::time::Duration,
+    ) -> Result<Option<std::process::ExitStatus>, JepsenError> {
+        self.signal(i, "TERM")?;
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if let Some(c) = self.node(i).child.as_mut() {
+                if let Some(status) = c.try_wait()? {
+                    self.node(i).child = None;
+                    return Ok(Some(status));
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.kill(i);
+        Ok(None)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`) to node `i`.
     pub fn signal(&mut self, i: usize, signal: &str) -> Result<(), JepsenError> {
         let Some(pid) = self.node(i).child.as_ref().map(Child::id) else {
             return Err(JepsenError::Host(format!("node {i} is not running")));

@@ -19,10 +19,10 @@ use serde::Serialize;
 use crate::audit::{self, ReplicaAudit};
 use crate::availability::{availability, Availability, FaultWindow};
 use crate::checker::{order, total_queue, Order, TotalQueue};
-use crate::disk;
+use crate::faults::{inject, leader, undo};
 use crate::history::{write_jsonl, Op};
 use crate::hosts::Network;
-use crate::nemesis::{halves, isolate, majorities_ring, one_way, plan, FaultKind, Grudge};
+use crate::nemesis::{plan, FaultKind, Grudge};
 use crate::net::NS_PREFIX;
 use crate::procs::{client_addr, Cluster, CLIENT_HOST, HOSTS, NODES};
 use crate::report::{self, quantile, Shade};
@@ -155,15 +155,6 @@ fn sleep_until(rec: &Recorder, t_ms: u64, stop: &AtomicBool) -> bool {
     !stop.load(Ordering::Relaxed)
 }
 
-/// The current leader as the name server sees it (highest term), if any.
-fn leader(c: &Cluster, net: &Network) -> Option<usize> {
-    c.leaders(net)
-        .ok()?
-        .into_iter()
-        .max_by_key(|l| l.1)
-        .map(|l| l.0)
-}
-
 /// Waits for a leader and creates the workload's topics and groups.
 fn prepare(c: &Cluster, net: &Network) -> Result<(), JepsenError> {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -189,112 +180,6 @@ fn prepare(c: &Cluster, net: &Network) -> Result<(), JepsenError> {
         }
     }
     Ok(())
-}
-
-/// How a running fault is undone.
-enum Undo {
-    Heal,
-    Restart(usize),
-    Continue(usize),
-}
-
-/// What an injected fault did: how to undo it, a description, and the one node
-/// it hit (if it hit one).
-type Injected = (Undo, String, Option<usize>);
-
-/// Starts fault `kind`; returns how to undo it, what it did and whom it hit.
-fn inject(
-    kind: FaultKind,
-    rng: &mut StdRng,
-    pick: u64,
-    c: &mut Cluster,
-    net: &Network,
-    dir: &Path,
-) -> Result<Injected, JepsenError> {
-    let random = (pick % NODES as u64) as usize;
-    let grudge = |g: Grudge, what: String, target| -> Result<Injected, JepsenError> {
-        net.apply(&g)?;
-        Ok((Undo::Heal, format!("{what}; dropped links {g:?}"), target))
-    };
-    let (u, detail) = match kind {
-        FaultKind::PartitionHalves => {
-            let g = halves(NODES, rng);
-            let alone = crate::nemesis::lone_node(NODES, &g);
-            return grudge(g, "random halves".into(), alone);
-        }
-        FaultKind::IsolateLeader => {
-            let l = leader(c, net).unwrap_or(random);
-            return grudge(
-                isolate(NODES, l),
-                format!("node {l} (leader) isolated"),
-                Some(l),
-            );
-        }
-        FaultKind::MajoritiesRing => {
-            return grudge(majorities_ring(NODES, rng), "majorities ring".into(), None)
-        }
-        FaultKind::OneWay => {
-            return grudge(
-                one_way(NODES, random),
-                format!("node {random} cannot send"),
-                Some(random),
-            )
-        }
-        FaultKind::KillLeader | FaultKind::KillRandom => {
-            let n = match kind {
-                FaultKind::KillLeader => leader(c, net).unwrap_or(random),
-                _ => random,
-            };
-            c.kill(n);
-            return Ok((
-                Undo::Restart(n),
-                format!("node {n} killed (SIGKILL)"),
-                Some(n),
-            ));
-        }
-        FaultKind::PauseLeader => {
-            let n = leader(c, net).unwrap_or(random);
-            c.signal(n, "STOP")?;
-            return Ok((
-                Undo::Continue(n),
-                format!("node {n} paused (SIGSTOP)"),
-                Some(n),
-            ));
-        }
-        FaultKind::PowerLoss => {
-            c.kill(random);
-            let root = Cluster::store_root(dir, random);
-            let f = disk::power_loss(&root, &disk::mark_path(&root))?;
-            (
-                Undo::Restart(random),
-                format!(
-                    "node {random} lost power: {} ({} bytes from offset {})",
-                    f.what, f.bytes, f.offset
-                ),
-            )
-        }
-        FaultKind::CorruptTail => {
-            c.kill(random);
-            let what = match disk::damage_tail(&Cluster::store_root(dir, random), rng)? {
-                Some(f) => format!("{} at offset {}", f.what, f.offset),
-                None => "nothing written after the checkpoint; tail left intact".into(),
-            };
-            (
-                Undo::Restart(random),
-                format!("node {random} killed, {what}"),
-            )
-        }
-    };
-    // Power loss and a damaged tail hit the random node.
-    Ok((u, detail, Some(random)))
-}
-
-fn undo(u: Undo, c: &mut Cluster, net: &Network) -> Result<(), JepsenError> {
-    match u {
-        Undo::Heal => net.apply(&Grudge::new()),
-        Undo::Restart(n) => c.restart(net, n),
-        Undo::Continue(n) => c.signal(n, "CONT"),
-    }
 }
 
 /// Runs the test; `stop` interrupts it (results are then partial). The hosts and
