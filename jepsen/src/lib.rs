@@ -16,6 +16,7 @@
 //! - [`faults`]: injecting each fault kind into the cluster and undoing it.
 //! - [`disk`]: power loss and damaged tails on a stopped node's files.
 //! - [`audit`]: the replica audit (committed prefix, ConsumeQueues vs commit).
+//! - [`reverts`]: under SYNC_FLUSH, a follower's log never reverts but after damage.
 //! - [`report`]: per-second series and the HTML report.
 
 pub mod audit;
@@ -30,6 +31,7 @@ pub mod nemesis;
 pub mod net;
 pub mod procs;
 pub mod report;
+pub mod reverts;
 pub mod runner;
 pub mod workload;
 

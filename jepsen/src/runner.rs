@@ -121,10 +121,14 @@ pub struct RunResults {
     /// Nodes that exited without the nemesis killing them (a crash: not a safety
     /// violation by itself, but a finding).
     pub unexpected_exits: Vec<String>,
+    /// Under SYNC_FLUSH: followers' logs that reverted (lost entries they had
+    /// acknowledged) where no fault damaged stored bytes: a promised fsync not done.
+    pub sync_reverts: Vec<String>,
     /// The run was interrupted (Ctrl-C): results are partial.
     pub interrupted: bool,
     /// No safety violation: nothing lost or unexpected, nothing sent once stored
-    /// twice, order kept, replicas agree, and no node exited by itself.
+    /// twice, order kept (FIFO included), replicas agree, no node exited by itself,
+    /// and (SYNC_FLUSH) no follower's log reverted without damaged bytes.
     pub valid: bool,
 }
 
@@ -341,7 +345,20 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     };
     drop(c);
     drop(net);
-    let results = evaluate(
+    let sync_reverts = if opts.flush == "sync" {
+        let mut reverts = Vec::new();
+        for n in 0..NODES {
+            let log = std::fs::read_to_string(dir.join(format!("n{n}.log"))).unwrap_or_default();
+            for t in crate::reverts::revert_times(&log) {
+                reverts.push((n, t - rec.start_unix_ms()));
+            }
+        }
+        let faults: Vec<(FaultKind, u64)> = done.iter().map(|f| (f.kind, f.began_ms)).collect();
+        crate::reverts::unexplained(&reverts, &faults)
+    } else {
+        Vec::new()
+    };
+    let mut results = evaluate(
         opts,
         &history,
         done,
@@ -349,6 +366,10 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         unexpected_exits,
         interrupted,
     );
+    if !sync_reverts.is_empty() {
+        results.valid = false;
+    }
+    results.sync_reverts = sync_reverts;
     write_outputs(&dir, &history, &results)?;
     Ok(RunOutcome { dir, results })
 }
@@ -447,6 +468,7 @@ pub fn evaluate(
         throughput_ratio_by_kind,
         others_ratio_by_kind,
         unexpected_exits,
+        sync_reverts: Vec::new(),
         interrupted,
         valid,
     }
@@ -481,6 +503,12 @@ pub fn verdict(r: &RunResults) -> String {
         (Some(a), _) if !a.valid => why.push("replicas diverge or lag".into()),
         (None, Some(e)) => why.push(format!("replica audit not run: {e}")),
         _ => {}
+    }
+    if !r.sync_reverts.is_empty() {
+        why.push(format!(
+            "{} follower log revert(s) under SYNC_FLUSH with no damaged bytes",
+            r.sync_reverts.len()
+        ));
     }
     if !r.unexpected_exits.is_empty() {
         why.push(format!(

@@ -72,6 +72,7 @@ pub struct WorkloadOptions {
 #[derive(Clone)]
 pub struct Recorder {
     start: Instant,
+    start_unix_ms: i64,
     ops: Arc<Mutex<Vec<Op>>>,
     progress: Arc<Mutex<Progress>>,
 }
@@ -87,9 +88,16 @@ impl Recorder {
     pub fn new() -> Self {
         Self {
             start: Instant::now(),
+            start_unix_ms: chrono::Utc::now().timestamp_millis(),
             ops: Arc::default(),
             progress: Arc::default(),
         }
+    }
+
+    /// The wall-clock time of the start, ms since the Unix epoch (to place the
+    /// nodes' log lines on the run's clock).
+    pub fn start_unix_ms(&self) -> i64 {
+        self.start_unix_ms
     }
 
     /// Milliseconds since the start.

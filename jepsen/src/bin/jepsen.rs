@@ -167,6 +167,9 @@ fn main() {
                     );
                 }
             }
+            for e in &r.sync_reverts {
+                println!("revert: {e}");
+            }
             for e in &r.unexpected_exits {
                 println!("unexpected exit: {e}");
             }

@@ -1,0 +1,105 @@
+//! The follower-revert check over the nodes' logs. A leader logs "follower log is
+//! reverted" (openraft, allowed by the `loosen-follower-log-revert` feature) when a
+//! follower no longer holds entries it had acknowledged. Under SYNC_FLUSH a
+//! follower acknowledges only what it fsynced, so that happens only when stored
+//! bytes were damaged: after a fault that damages a tail it is expected, after
+//! anything else (a power loss included, which takes only unflushed bytes) it
+//! means a promised fsync was not done.
+
+use crate::nemesis::FaultKind;
+
+/// What the leader's log line says, after openraft's replication module.
+pub const REVERT_MARKER: &str = "follower log is reverted from";
+
+/// The times (ms since the Unix epoch) of the revert lines in one node's log.
+/// Lines are tracing's: an RFC 3339 timestamp first, possibly wrapped in ANSI
+/// colour codes; lines whose time cannot be read are skipped.
+pub fn revert_times(log: &str) -> Vec<i64> {
+    log.lines()
+        .filter(|l| l.contains(REVERT_MARKER))
+        .filter_map(|l| {
+            let plain = strip_ansi(l);
+            let stamp = plain.split_whitespace().next()?;
+            chrono::DateTime::parse_from_rfc3339(stamp)
+                .ok()
+                .map(|t| t.timestamp_millis())
+        })
+        .collect()
+}
+
+/// `s` without ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether a fault kind damages bytes a node had fsynced.
+pub fn damages_stored_bytes(kind: FaultKind) -> bool {
+    matches!(kind, FaultKind::CorruptTail | FaultKind::QuickRestart)
+}
+
+/// The reverts (node, ms since the run started) that no fault damaging stored
+/// bytes explains: each is laid to the last fault that began before it (the
+/// damaged node rejoins after its restart, which is within or right after its
+/// fault). `faults` are (kind, began ms), in order. One line each.
+pub fn unexplained(reverts: &[(usize, i64)], faults: &[(FaultKind, u64)]) -> Vec<String> {
+    reverts
+        .iter()
+        .filter_map(|&(node, t)| {
+            let cause = faults.iter().rev().find(|(_, began)| (*began as i64) <= t);
+            match cause {
+                Some((k, _)) if damages_stored_bytes(*k) => None,
+                Some((k, began)) => Some(format!(
+                    "node {node}'s log: a follower's log reverted at {t} ms, after {} (began {began} ms), which damages no stored byte",
+                    k.name()
+                )),
+                None => Some(format!(
+                    "node {node}'s log: a follower's log reverted at {t} ms, before any fault"
+                )),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reverts_are_read_from_tracing_lines_and_laid_to_the_last_fault() {
+        let log = "\u{1b}[2m2026-12-01T13:55:21.879203Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m openraft::replication: follower log is reverted from 16-12469 to 15-6239; with 'loosen-follower-log-revert' enabled, this is allowed\n\
+                   2026-12-01T13:55:21.875522Z  WARN openraft::progress::entry: conflict 12469 < last matching 16-12469: follower log is reverted; with 'loosen-follower-log-revert' enabled, this is allowed.\n\
+                   2026-12-01T13:55:22.000000Z  INFO something else\n";
+        let t = revert_times(log);
+        assert_eq!(t.len(), 1, "only the replication line counts: {t:?}");
+        let start = t[0] - 70_000;
+        let at = |ms: i64| start + ms;
+        assert_eq!(revert_times(log), vec![at(70_000)]);
+        let faults = [
+            (FaultKind::PowerLoss, 20_000),
+            (FaultKind::CorruptTail, 61_000),
+            (FaultKind::KillLeader, 80_000),
+        ];
+        let rel = |ms: i64| vec![(1, ms)];
+        // After a damaged tail: explained.
+        assert!(unexplained(&rel(70_000), &faults).is_empty());
+        // After a power loss, or a kill: a missing fsync.
+        let found = unexplained(&rel(30_000), &faults);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].contains("power-loss"), "{found:?}");
+        assert_eq!(unexplained(&rel(85_000), &faults).len(), 1);
+        assert_eq!(unexplained(&rel(5_000), &faults).len(), 1);
+    }
+}
