@@ -319,6 +319,22 @@ async fn batch_loop(
                 waiters.push(p.done);
                 budgets.push(p.budget);
             }
+            if crate::canary::enabled(crate::canary::Canary::AckBeforeCommit) {
+                // Broken on purpose: every send answered before its entry commits.
+                let mut queue_ids = all.iter().map(|m| m.queue_id);
+                for (w, n) in waiters.drain(..).zip(sizes.iter().copied()) {
+                    let placed = queue_ids
+                        .by_ref()
+                        .take(n)
+                        .map(|queue_id| Placed {
+                            queue_id,
+                            queue_offset: 0,
+                            physical_offset: 0,
+                        })
+                        .collect();
+                    let _ = w.send(Ok(placed));
+                }
+            }
             let result = raft.client_write(Request::Messages(all)).await;
             drop(permit);
             drop(budgets);

@@ -1,0 +1,57 @@
+//! The harness catches a broken broker: with a test-only canary on
+//! (`LEDGERMQ_CANARY`, read by debug builds only), a short run must be reported
+//! invalid by the checker that watches the broken promise. Needs root, iproute2,
+//! nftables and the workspace's debug binaries (`cargo build --bins`).
+
+use std::process::Command;
+
+use ledgermq_jepsen::procs::bin;
+
+/// Runs `jepsen run` with `canary` on; returns (exit code, stdout, stderr).
+fn run_with(canary: &str, nemesis: &str, seed: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("jepsen").unwrap())
+        .current_dir(dir.path())
+        .env("LEDGERMQ_CANARY", canary)
+        .args([
+            "run",
+            "--time-limit",
+            "30",
+            "--nemesis",
+            nemesis,
+            "--seed",
+            seed,
+            "--fault-ms",
+            "6000",
+            "--gap-ms",
+            "6000",
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn acking_before_commit_is_caught_as_lost_messages() {
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPED: canaries exist in debug builds only");
+        return;
+    }
+    let (code, stdout, stderr) = run_with("ack-before-commit", "isolate-leader", "5");
+    let verdict = stdout.lines().last().unwrap_or_default();
+    assert_eq!(
+        code,
+        Some(1),
+        "the run must be invalid:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        verdict.starts_with("INVALID:")
+            && verdict.contains(" lost,")
+            && !verdict.contains(" 0 lost,"),
+        "total-queue must report lost messages: {verdict}\n{stdout}"
+    );
+}

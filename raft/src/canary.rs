@@ -1,0 +1,47 @@
+//! Canaries: test-only switches that each break one promise, so that the jepsen
+//! harness can show it catches a broken broker (issue 14). They are read from the
+//! `LEDGERMQ_CANARY` environment variable (comma-separated names) in debug builds
+//! only; a release build has none and never reads the variable.
+
+/// A promise a canary breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Canary {
+    /// `ack-before-commit`: the leader answers a send as soon as its entry is
+    /// proposed, before a majority holds it.
+    AckBeforeCommit,
+}
+
+impl Canary {
+    /// The name in `LEDGERMQ_CANARY`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Canary::AckBeforeCommit => "ack-before-commit",
+        }
+    }
+}
+
+/// Whether canary `c` is on (never in a release build).
+pub fn enabled(c: Canary) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        static ON: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        let on = ON.get_or_init(|| {
+            let names = std::env::var("LEDGERMQ_CANARY").unwrap_or_default();
+            let on: Vec<String> = names
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect();
+            if !on.is_empty() {
+                tracing::error!(canaries = ?on, "test-only canaries are on: this node breaks promises on purpose");
+            }
+            on
+        });
+        on.iter().any(|n| n == c.name())
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = c;
+        false
+    }
+}
