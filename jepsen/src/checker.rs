@@ -46,8 +46,9 @@ pub struct TotalQueue {
     /// Values stored at more than one queue position (topic, queue, offset): a
     /// write repeated, not a redelivery.
     pub duplicate_writes: usize,
-    /// Of those, values sent once and acknowledged: the broker stored a write
-    /// twice that the client made once (a violation).
+    /// Of those, values stored at more positions than the client made attempts
+    /// that may have written (refused attempts do not count): the broker stored a
+    /// write twice (a violation).
     pub duplicate_writes_sent_once: usize,
     /// A few values stored twice though sent once, with their positions.
     pub duplicate_write_examples: Vec<String>,
@@ -108,18 +109,22 @@ pub fn total_queue(ops: &[Op]) -> TotalQueue {
             d.queue_offset,
         ));
     }
+    // Attempts that may have written: a refused one (Fail) surely did not.
     let mut attempts: BTreeMap<&str, usize> = BTreeMap::new();
-    for (s, _) in &outcomes {
-        *attempts.entry(s.id.as_str()).or_default() += 1;
+    for (s, t) in &outcomes {
+        if *t != OpType::Fail {
+            *attempts.entry(s.id.as_str()).or_default() += 1;
+        }
     }
     let twice: Vec<(&str, &BTreeSet<Position<'_>>)> = positions
         .iter()
         .filter(|(_, p)| p.len() > 1)
         .map(|(v, p)| (*v, p))
         .collect();
+    // Stored at more positions than there were attempts that may have written.
     let sent_once: Vec<String> = twice
         .iter()
-        .filter(|(v, _)| attempts.get(v) == Some(&1) && acked.contains(v))
+        .filter(|(v, p)| p.len() > attempts.get(v).copied().unwrap_or(0))
         .map(|(v, p)| format!("{v} at {p:?}"))
         .collect();
     TotalQueue {
@@ -316,7 +321,7 @@ mod tests {
     #[test]
     fn a_value_sent_once_and_stored_twice_is_a_violation_a_retried_one_is_not() {
         let mut h = sent_ok("a", 1, None);
-        // "r" failed once, then was acknowledged on the next node.
+        // "r" timed out once (unknown), then was acknowledged on the next node.
         h.push(send(2, 2, OpType::Invoke, "r", None));
         h.push(send(3, 2, OpType::Info, "r", None));
         h.extend(sent_ok("r", 2, None));
@@ -331,6 +336,14 @@ mod tests {
         assert_eq!((r.duplicate_writes, r.duplicate_writes_sent_once), (2, 1));
         assert!(r.duplicate_write_examples[0].starts_with("a at "), "{r:?}");
         assert!(!r.valid);
+        // A refused attempt wrote nothing: "f" refused, then acknowledged once,
+        // and stored twice, is a violation.
+        let mut h = Vec::new();
+        h.push(send(0, 3, OpType::Invoke, "f", None));
+        h.push(send(1, 3, OpType::Fail, "f", None));
+        h.extend(sent_ok("f", 3, None));
+        h.push(recv(4, &[("f", 0, 0, None), ("f", 1, 0, None)]));
+        assert_eq!(total_queue(&h).duplicate_writes_sent_once, 1);
     }
 
     #[test]

@@ -11,13 +11,14 @@ use crate::nemesis::FaultKind;
 /// What the leader's log line says, after openraft's replication module.
 pub const REVERT_MARKER: &str = "follower log is reverted from";
 
-/// The times (ms since the Unix epoch) of the revert lines in one node's log.
-/// Lines are tracing's: an RFC 3339 timestamp first, possibly wrapped in ANSI
-/// colour codes; lines whose time cannot be read are skipped.
-pub fn revert_times(log: &str) -> Vec<i64> {
+/// The times (ms since the Unix epoch) of the revert lines in one node's log;
+/// `None` for a line whose time cannot be read (no fault can explain it). Lines
+/// are tracing's: an RFC 3339 timestamp first, possibly wrapped in ANSI colour
+/// codes.
+pub fn revert_times(log: &str) -> Vec<Option<i64>> {
     log.lines()
         .filter(|l| l.contains(REVERT_MARKER))
-        .filter_map(|l| {
+        .map(|l| {
             let plain = strip_ansi(l);
             let stamp = plain.split_whitespace().next()?;
             chrono::DateTime::parse_from_rfc3339(stamp)
@@ -50,25 +51,42 @@ pub fn damages_stored_bytes(kind: FaultKind) -> bool {
     matches!(kind, FaultKind::CorruptTail | FaultKind::QuickRestart)
 }
 
-/// The reverts (node, ms since the run started) that no fault damaging stored
-/// bytes explains: each is laid to the last fault that began before it (the
-/// damaged node rejoins after its restart, which is within or right after its
-/// fault). `faults` are (kind, began ms), in order. One line each.
-pub fn unexplained(reverts: &[(usize, i64)], faults: &[(FaultKind, u64)]) -> Vec<String> {
+/// How long after a damaging fault's heal its node may still rejoin and be seen
+/// reverted (restart, recovery, the leader's next AppendEntries).
+pub const REJOIN_MS: u64 = 10_000;
+
+/// The reverts (node, ms since the run started, or `None` if unreadable) that no
+/// fault damaging stored bytes explains: one explains a revert from its start to
+/// [`REJOIN_MS`] after its heal. `faults` are (kind, began ms, healed ms). One
+/// line each.
+pub fn unexplained(
+    reverts: &[(usize, Option<i64>)],
+    faults: &[(FaultKind, u64, u64)],
+) -> Vec<String> {
     reverts
         .iter()
         .filter_map(|&(node, t)| {
-            let cause = faults.iter().rev().find(|(_, began)| (*began as i64) <= t);
-            match cause {
-                Some((k, _)) if damages_stored_bytes(*k) => None,
-                Some((k, began)) => Some(format!(
+            let Some(t) = t else {
+                return Some(format!(
+                    "node {node}'s log: a follower's log reverted (time unreadable)"
+                ));
+            };
+            let explained = faults.iter().any(|&(k, began, healed)| {
+                damages_stored_bytes(k) && began as i64 <= t && t <= (healed + REJOIN_MS) as i64
+            });
+            if explained {
+                return None;
+            }
+            let last = faults.iter().rev().find(|f| (f.1 as i64) <= t);
+            Some(match last {
+                Some((k, began, _)) => format!(
                     "node {node}'s log: a follower's log reverted at {t} ms, after {} (began {began} ms), which damages no stored byte",
                     k.name()
-                )),
-                None => Some(format!(
+                ),
+                None => format!(
                     "node {node}'s log: a follower's log reverted at {t} ms, before any fault"
-                )),
-            }
+                ),
+            })
         })
         .collect()
 }
@@ -84,22 +102,27 @@ mod tests {
                    2026-12-01T13:55:22.000000Z  INFO something else\n";
         let t = revert_times(log);
         assert_eq!(t.len(), 1, "only the replication line counts: {t:?}");
-        let start = t[0] - 70_000;
-        let at = |ms: i64| start + ms;
-        assert_eq!(revert_times(log), vec![at(70_000)]);
+        assert!(t[0].is_some());
         let faults = [
-            (FaultKind::PowerLoss, 20_000),
-            (FaultKind::CorruptTail, 61_000),
-            (FaultKind::KillLeader, 80_000),
+            (FaultKind::PowerLoss, 20_000, 28_000),
+            (FaultKind::CorruptTail, 61_000, 69_000),
+            (FaultKind::KillLeader, 75_000, 83_000),
+            (FaultKind::KillLeader, 95_000, 103_000),
         ];
-        let rel = |ms: i64| vec![(1, ms)];
-        // After a damaged tail: explained.
+        let rel = |ms: i64| vec![(1, Some(ms))];
+        // During a damaged tail or within REJOIN_MS after its heal (even once the
+        // next fault began): explained.
         assert!(unexplained(&rel(70_000), &faults).is_empty());
+        assert!(unexplained(&rel(77_000), &faults).is_empty());
         // After a power loss, or a kill: a missing fsync.
         let found = unexplained(&rel(30_000), &faults);
         assert_eq!(found.len(), 1);
         assert!(found[0].contains("power-loss"), "{found:?}");
-        assert_eq!(unexplained(&rel(85_000), &faults).len(), 1);
+        assert_eq!(unexplained(&rel(96_000), &faults).len(), 1);
         assert_eq!(unexplained(&rel(5_000), &faults).len(), 1);
+        // A line whose time cannot be read is not explained away.
+        let odd = "garbled follower log is reverted from 1-2 to 1-1\n";
+        assert_eq!(revert_times(odd), vec![None]);
+        assert_eq!(unexplained(&[(2, None)], &faults).len(), 1);
     }
 }

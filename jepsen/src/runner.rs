@@ -350,10 +350,13 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         for n in 0..NODES {
             let log = std::fs::read_to_string(dir.join(format!("n{n}.log"))).unwrap_or_default();
             for t in crate::reverts::revert_times(&log) {
-                reverts.push((n, t - rec.start_unix_ms()));
+                reverts.push((n, t.map(|t| t - rec.start_unix_ms())));
             }
         }
-        let faults: Vec<(FaultKind, u64)> = done.iter().map(|f| (f.kind, f.began_ms)).collect();
+        let faults: Vec<(FaultKind, u64, u64)> = done
+            .iter()
+            .map(|f| (f.kind, f.began_ms, f.end_ms))
+            .collect();
         crate::reverts::unexplained(&reverts, &faults)
     } else {
         Vec::new()
@@ -486,7 +489,7 @@ pub fn verdict(r: &RunResults) -> String {
     }
     if !r.total_queue.valid {
         why.push(format!(
-            "{} lost, {} unexpected, {} sent once and stored twice",
+            "{} lost, {} unexpected, {} stored more often than sent",
             r.total_queue.lost, r.total_queue.unexpected, r.total_queue.duplicate_writes_sent_once
         ));
     }
