@@ -128,6 +128,9 @@ impl Proc {
 /// it is dropped.
 pub struct Cluster {
     procs: Vec<Proc>,
+    /// Nodes that crashed or did not stop as asked, found while the nemesis
+    /// stopped them; taken by [`Cluster::take_findings`].
+    findings: Vec<String>,
 }
 
 impl Cluster {
@@ -161,7 +164,10 @@ impl Cluster {
                 child: None,
             });
         }
-        let mut c = Self { procs };
+        let mut c = Self {
+            procs,
+            findings: Vec::new(),
+        };
         for p in &mut c.procs {
             p.spawn(net)?;
         }
@@ -191,12 +197,25 @@ impl Cluster {
         &mut self.procs[1 + i]
     }
 
-    /// SIGKILLs node `i` (and waits for it).
+    /// SIGKILLs node `i` (and waits for it). A node found to have exited by
+    /// itself already is recorded as a finding.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.node(i).child.take() {
+            if let Ok(Some(status)) = c.try_wait() {
+                self.findings.push(format!(
+                    "node {i} exited by itself ({status}) before the nemesis stopped it; see n{i}.log"
+                ));
+                return;
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// The findings recorded so far (crashes found at a kill, a node that did not
+    /// stop cleanly on SIGTERM), emptied.
+    pub fn take_findings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.findings)
     }
 
     /// Starts node `i` again after [`Self::kill`].
@@ -206,7 +225,8 @@ impl Cluster {
     }
 
     /// SIGTERMs node `i` and waits up to `grace` for it to exit (then reaps it);
-    /// `None` if it had not exited by then, and was SIGKILLed.
+    /// `None` if it had not exited by then, and was SIGKILLed. Either that or an
+    /// unsuccessful exit is recorded as a finding.
     pub fn terminate(
         &mut self,
         i: usize,
@@ -218,12 +238,21 @@ impl Cluster {
             if let Some(c) = self.node(i).child.as_mut() {
                 if let Some(status) = c.try_wait()? {
                     self.node(i).child = None;
+                    if !status.success() {
+                        self.findings.push(format!(
+                            "node {i} exited with {status} after SIGTERM; see n{i}.log"
+                        ));
+                    }
                     return Ok(Some(status));
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         self.kill(i);
+        self.findings.push(format!(
+            "node {i} did not stop within {} s of SIGTERM; killed",
+            grace.as_secs()
+        ));
         Ok(None)
     }
 

@@ -271,6 +271,10 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         }
         let end_ms = rec.now_ms();
         eprintln!("[{:>7.1}s] healed", end_ms as f64 / 1000.0);
+        for why in c.take_findings() {
+            eprintln!("[{:>7.1}s] {why}", end_ms as f64 / 1000.0);
+            unexpected_exits.push(why);
+        }
         for n in 0..NODES {
             if let Some(status) = c.exited(n) {
                 let why =
@@ -343,6 +347,15 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             Err(e) => (None, Some(e.to_string())),
         }
     };
+    // Crashes during the drain and the audit count too.
+    unexpected_exits.extend(c.take_findings());
+    for n in 0..NODES {
+        if let Some(status) = c.exited(n) {
+            unexpected_exits.push(format!(
+                "node {n} exited by itself ({status}) after the last heal; see n{n}.log"
+            ));
+        }
+    }
     drop(c);
     drop(net);
     let sync_reverts = if opts.flush == "sync" {
