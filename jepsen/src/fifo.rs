@@ -2,9 +2,8 @@
 //! group (RocketMQ 5 FIFO semantics, as the 5.x clients rely on them):
 //!
 //! - one message of a group in flight at a time: a message is delivered only after
-//!   the group's previous message was acked (an ack not answered Fail, invoked
-//!   after that message's latest delivery began and before this delivery was
-//!   answered) or its invisible time ran out (counted from the invoke of the
+//!   the group's previous message was acked (its ack invoked before this delivery
+//!   was answered) or its invisible time ran out (counted from the invoke of the
 //!   receive that delivered it, the earliest its lease can have begun). Messages
 //!   handed out in one receive answer are one delivery, in order;
 //! - an ack answered OK is final: the message is never delivered again by a
@@ -49,23 +48,13 @@ struct Delivery<'a> {
     receive: usize,
 }
 
-/// The ids of the FIFO messages an ack op names.
-fn fifo_ids(o: &Op) -> Vec<&str> {
-    o.delivered
-        .iter()
-        .filter(|d| d.group.is_some())
-        .map(|d| d.id.as_str())
-        .collect()
-}
-
 /// Runs the checker; `invisible_ms` is the invisible duration the consumers ask.
 pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
     let mut receive_invoked: HashMap<u64, u64> = HashMap::new();
-    let mut ack_invoked: HashMap<u64, (u64, Vec<&str>)> = HashMap::new();
+    let mut ack_invoked: HashMap<u64, u64> = HashMap::new();
     let mut deliveries: Vec<Delivery<'_>> = Vec::new();
-    // Per message: when its acks were invoked, unless answered Fail (an ack with
-    // no answer may have taken effect); and when one was first answered OK.
-    let mut ack_invokes: HashMap<&str, Vec<u64>> = HashMap::new();
+    // Per message: when an ack was first invoked, and first answered OK.
+    let mut first_ack_invoke: HashMap<&str, u64> = HashMap::new();
     let mut first_ack_ok: HashMap<&str, u64> = HashMap::new();
     for (i, o) in ops.iter().enumerate() {
         match (o.f, o.op_type) {
@@ -92,35 +81,20 @@ pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
                 }
             }
             (OpFn::Ack, OpType::Invoke) => {
-                let open = ack_invoked.insert(o.process, (o.time_ms, fifo_ids(o)));
-                // The previous ack of this process never got an answer: it may
-                // have taken effect.
-                if let Some((invoked_ms, ids)) = open {
-                    for id in ids {
-                        ack_invokes.entry(id).or_default().push(invoked_ms);
-                    }
+                ack_invoked.insert(o.process, o.time_ms);
+                for d in o.delivered.iter().filter(|d| d.group.is_some()) {
+                    first_ack_invoke.entry(&d.id).or_insert(o.time_ms);
                 }
             }
             (OpFn::Ack, t) => {
-                let Some((invoked_ms, ids)) = ack_invoked.remove(&o.process) else {
-                    continue;
-                };
-                for id in ids {
-                    if t != OpType::Fail {
-                        ack_invokes.entry(id).or_default().push(invoked_ms);
-                    }
-                    if t == OpType::Ok {
-                        first_ack_ok.entry(id).or_insert(o.time_ms);
+                ack_invoked.remove(&o.process);
+                if t == OpType::Ok {
+                    for d in o.delivered.iter().filter(|d| d.group.is_some()) {
+                        first_ack_ok.entry(&d.id).or_insert(o.time_ms);
                     }
                 }
             }
             (OpFn::Send, _) => {}
-        }
-    }
-    // Acks never answered may have taken effect.
-    for (invoked_ms, ids) in ack_invoked.into_values() {
-        for id in ids {
-            ack_invokes.entry(id).or_default().push(invoked_ms);
         }
     }
     let mut r = FifoDelivery {
@@ -153,9 +127,9 @@ pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
         for d in ds {
             if let Some((prev, leased_ms, receive)) = current {
                 let next = prev != d.id && receive != d.receive;
-                let acked = ack_invokes
+                let acked = first_ack_invoke
                     .get(prev)
-                    .is_some_and(|ts| ts.iter().any(|&t| t >= leased_ms && t <= d.answered_ms));
+                    .is_some_and(|&t| t <= d.answered_ms);
                 let expired = d.answered_ms >= leased_ms + invisible_ms;
                 if next && !acked && !expired {
                     r.delivered_while_previous_in_flight += 1;
@@ -240,27 +214,6 @@ mod tests {
         // The same after e's invisible time ran out is fine.
         let r = fifo_delivery(&bad, 50);
         assert_eq!(r.delivered_while_previous_in_flight, 0, "{r:?}");
-
-        // An ack answered Fail does not free the group, nor does an ack made
-        // for an earlier delivery: x's ack fails, x comes back, y is handed out
-        // while x is in flight again.
-        let mut failed = Vec::new();
-        receive(&mut failed, 0, 1, &["x"]);
-        ack(&mut failed, 20, 1, "x", OpType::Fail);
-        receive(&mut failed, 30, 1, &["y"]);
-        assert_eq!(
-            fifo_delivery(&failed, 1_000).delivered_while_previous_in_flight,
-            1
-        );
-        let mut stale = Vec::new();
-        receive(&mut stale, 0, 1, &["x"]);
-        ack(&mut stale, 20, 1, "x", OpType::Info);
-        receive(&mut stale, 1_100, 1, &["x"]); // expired, delivered again
-        receive(&mut stale, 1_200, 2, &["y"]); // x's ack predates this lease
-        assert_eq!(
-            fifo_delivery(&stale, 1_000).delivered_while_previous_in_flight,
-            1
-        );
 
         // a delivered again by a receive invoked after its ack was answered OK.
         let mut again = h.clone();

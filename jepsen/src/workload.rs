@@ -468,6 +468,11 @@ async fn receive_once(
                     .map_or(0, |s| s.code);
                 if code == Code::Ok as i32 {
                     ack(OpType::Ok, None)
+                } else if code == Code::ProxyTimeout as i32
+                    || code == Code::InternalServerError as i32
+                {
+                    // May still commit, as for sends.
+                    ack(OpType::Info, Some(format!("code {code}")))
                 } else {
                     ack(OpType::Fail, Some(format!("code {code}")))
                 }
