@@ -51,7 +51,6 @@ struct Delivery<'a> {
 /// Runs the checker; `invisible_ms` is the invisible duration the consumers ask.
 pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
     let mut receive_invoked: HashMap<u64, u64> = HashMap::new();
-    let mut ack_invoked: HashMap<u64, u64> = HashMap::new();
     let mut deliveries: Vec<Delivery<'_>> = Vec::new();
     // Per message: when an ack was first invoked, and first answered OK.
     let mut first_ack_invoke: HashMap<&str, u64> = HashMap::new();
@@ -81,13 +80,11 @@ pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
                 }
             }
             (OpFn::Ack, OpType::Invoke) => {
-                ack_invoked.insert(o.process, o.time_ms);
                 for d in o.delivered.iter().filter(|d| d.group.is_some()) {
                     first_ack_invoke.entry(&d.id).or_insert(o.time_ms);
                 }
             }
             (OpFn::Ack, t) => {
-                ack_invoked.remove(&o.process);
                 if t == OpType::Ok {
                     for d in o.delivered.iter().filter(|d| d.group.is_some()) {
                         first_ack_ok.entry(&d.id).or_insert(o.time_ms);

@@ -146,33 +146,9 @@ pub fn send_outcomes(ops: &[Op]) -> Vec<(Sent, OpType)> {
     out
 }
 
-/// (invoked, acknowledged) times in ms of every acknowledged send, in the order
-/// they completed, with the node that answered (when recorded): an invoke pairs
-/// with the next completion of the same process (each process makes one call at a
-/// time).
-pub fn acked_sends(ops: &[Op]) -> Vec<(u64, u64, Option<usize>)> {
-    let mut open: std::collections::HashMap<u64, u64> = Default::default();
-    let mut out = Vec::new();
-    for o in ops.iter().filter(|o| o.f == OpFn::Send) {
-        match o.op_type {
-            OpType::Invoke => {
-                open.insert(o.process, o.time_ms);
-            }
-            OpType::Ok => {
-                if let Some(t0) = open.remove(&o.process) {
-                    out.push((t0, o.time_ms, o.node));
-                }
-            }
-            OpType::Fail | OpType::Info => {
-                open.remove(&o.process);
-            }
-        }
-    }
-    out
-}
-
 /// Every finished send attempt: (invoked, completed) times in ms, the node it went
-/// to (when recorded) and its outcome; paired as [`acked_sends`] pairs them.
+/// to (when recorded) and its outcome. An invoke pairs with the next completion of
+/// the same process (each process makes one call at a time).
 pub fn send_attempts(ops: &[Op]) -> Vec<(u64, u64, Option<usize>, OpType)> {
     let mut open: std::collections::HashMap<u64, u64> = Default::default();
     let mut out = Vec::new();
@@ -184,6 +160,16 @@ pub fn send_attempts(ops: &[Op]) -> Vec<(u64, u64, Option<usize>, OpType)> {
         }
     }
     out
+}
+
+/// (invoked, acknowledged) times in ms of every acknowledged send, in the order
+/// they completed, with the node that answered (when recorded).
+pub fn acked_sends(ops: &[Op]) -> Vec<(u64, u64, Option<usize>)> {
+    send_attempts(ops)
+        .into_iter()
+        .filter(|a| a.3 == OpType::Ok)
+        .map(|(t0, t, node, _)| (t0, t, node))
+        .collect()
 }
 
 /// A send op, for tests: `group` is (message group, seq).

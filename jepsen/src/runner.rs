@@ -122,7 +122,8 @@ pub struct RunResults {
     /// violation by itself, but a finding).
     pub unexpected_exits: Vec<String>,
     /// Under SYNC_FLUSH: followers' logs that reverted (lost entries they had
-    /// acknowledged) where no fault damaged stored bytes: a promised fsync not done.
+    /// acknowledged) where no fault damaged stored bytes, a promised fsync not
+    /// done; and node logs that could not be read for this check.
     pub sync_reverts: Vec<String>,
     /// The run was interrupted (Ctrl-C): results are partial.
     pub interrupted: bool,
@@ -359,33 +360,18 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     drop(c);
     drop(net);
     let sync_reverts = if opts.flush == "sync" {
-        let mut reverts = Vec::new();
-        for n in 0..NODES {
-            let log = std::fs::read_to_string(dir.join(format!("n{n}.log"))).unwrap_or_default();
-            for t in crate::reverts::revert_times(&log) {
-                reverts.push((n, t.map(|t| t - rec.start_unix_ms())));
-            }
-        }
-        let faults: Vec<(FaultKind, u64, u64)> = done
-            .iter()
-            .map(|f| (f.kind, f.began_ms, f.end_ms))
-            .collect();
-        crate::reverts::unexplained(&reverts, &faults)
+        sync_reverts(&dir, rec.start_unix_ms(), &done)
     } else {
         Vec::new()
     };
-    let mut results = evaluate(
+    let results = evaluate(
         opts,
         &history,
         done,
         (replica_audit, audit_error),
-        unexpected_exits,
+        (unexpected_exits, sync_reverts),
         interrupted,
     );
-    if !sync_reverts.is_empty() {
-        results.valid = false;
-    }
-    results.sync_reverts = sync_reverts;
     write_outputs(&dir, &history, &results)?;
     Ok(RunOutcome { dir, results })
 }
@@ -427,13 +413,41 @@ pub fn time_weighted_by_kind(
         .collect()
 }
 
+/// The follower log reverts in the nodes' logs (`dir/nI.log`) that no fault
+/// damaging stored bytes explains ([`crate::reverts`]); a log that cannot be
+/// read is a finding too. `start_unix_ms`: the run clock's start.
+fn sync_reverts(dir: &Path, start_unix_ms: i64, done: &[FaultRecord]) -> Vec<String> {
+    let mut reverts = Vec::new();
+    let mut unreadable = Vec::new();
+    for n in 0..NODES {
+        let path = dir.join(format!("n{n}.log"));
+        match std::fs::read_to_string(&path) {
+            Ok(log) => reverts.extend(
+                crate::reverts::revert_times(&log)
+                    .into_iter()
+                    .map(|t| (n, t.map(|t| t - start_unix_ms))),
+            ),
+            Err(e) => unreadable.push(format!(
+                "{}: {e}; its reverts were not checked",
+                path.display()
+            )),
+        }
+    }
+    let faults: Vec<(FaultKind, u64, u64)> = done
+        .iter()
+        .map(|f| (f.kind, f.began_ms, f.end_ms))
+        .collect();
+    unreadable.extend(crate::reverts::unexplained(&reverts, &faults));
+    unreadable
+}
+
 /// Runs the checkers over a finished run.
 pub fn evaluate(
     opts: &RunOptions,
     history: &[Op],
     mut faults: Vec<FaultRecord>,
     (replica_audit, audit_error): (Option<ReplicaAudit>, Option<String>),
-    unexpected_exits: Vec<String>,
+    (unexpected_exits, sync_reverts): (Vec<String>, Vec<String>),
     interrupted: bool,
 ) -> RunResults {
     let windows: Vec<FaultWindow> = faults
@@ -464,6 +478,7 @@ pub fn evaluate(
         && fifo.valid
         && replica_audit.as_ref().is_some_and(|a| a.valid)
         && unexpected_exits.is_empty()
+        && sync_reverts.is_empty()
         && !interrupted;
     RunResults {
         seed: opts.seed,
@@ -484,7 +499,7 @@ pub fn evaluate(
         throughput_ratio_by_kind,
         others_ratio_by_kind,
         unexpected_exits,
-        sync_reverts: Vec::new(),
+        sync_reverts,
         interrupted,
         valid,
     }
