@@ -100,7 +100,8 @@ pub fn total_queue(ops: &[Op]) -> TotalQueue {
         .copied()
         .collect();
     // A value at two queue positions was written twice. Fine for a send retried
-    // after an unknown outcome; a violation for one sent once and acknowledged.
+    // after an unknown outcome; a violation when it is stored at more positions
+    // than there were attempts that may have written (refused ones excluded).
     let mut positions: BTreeMap<&str, BTreeSet<Position<'_>>> = BTreeMap::new();
     for d in deliveries(ops) {
         positions.entry(d.id.as_str()).or_default().insert((
