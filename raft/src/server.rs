@@ -72,8 +72,13 @@ impl RaftPeer for PeerService {
     async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
-        self.contacts.heard_from_leader();
         let res: Result<_, RaftError<NodeId>> = self.raft.append_entries(rpc).await;
+        // Only a leader of the current term counts as heard: a deposed one is
+        // answered HigherVote (or an error) and must not keep this node trusting it.
+        if matches!(&res, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
+        {
+            self.contacts.heard_from_leader();
+        }
         Ok(Response::new(encode(&res)?))
     }
 

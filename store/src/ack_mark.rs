@@ -8,8 +8,9 @@
 //!
 //! File format (`<store root>/ack_mark`, 20 bytes): term and log index as big-endian
 //! u64s, then the CRC32 (crc32fast) of those 16 bytes, big-endian. A missing file
-//! (a store written by an earlier release), an empty one, or one that fails its
-//! CRC reads as no mark.
+//! (a store from before the mark existed), an empty one, or one that fails its
+//! CRC reads as no mark; so does the 12-byte index-only mark of the previous
+//! release (logged as damaged), until the next CommitLog fsync writes it anew.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -13,13 +13,17 @@ impl MessageStore {
         self.config().root.join("reserve")
     }
 
-    /// Makes the reserve file if it is missing and the disk is below
+    /// Makes the reserve file if it is missing (or short) and the disk is below
     /// `disk_space_warning_ratio`; no error if there is no room for it (it is made
-    /// on a later call). Errors: `Io` other than a full disk.
+    /// on a later call). Errors: `Io` other than a full disk (e.g. a file system
+    /// without fallocate); callers log them and go on, the reserve being optional.
     pub fn ensure_disk_reserve(&self) -> Result<()> {
         let bytes = self.config().retention.disk_reserve_bytes;
         let path = self.reserve_path();
-        if bytes == 0 || path.exists() {
+        // A file shorter than asked (a crash between its creation and its
+        // allocation) is made again.
+        let whole = std::fs::metadata(&path).is_ok_and(|m| m.len() >= bytes);
+        if bytes == 0 || whole {
             return Ok(());
         }
         if self.disk_used_ratio()? > self.config().retention.disk_space_warning_ratio {
@@ -68,7 +72,11 @@ mod tests {
         assert!(!path.exists());
         assert!(!store.release_disk_reserve().unwrap());
         store.ensure_disk_reserve().unwrap();
-        assert!(path.exists());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 128 * 1024);
+        // A crash between creating the file and allocating it left it empty.
+        std::fs::File::create(&path).unwrap();
+        store.ensure_disk_reserve().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 128 * 1024);
         store.shutdown().unwrap();
     }
 }

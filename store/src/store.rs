@@ -208,7 +208,9 @@ impl MessageStore {
         if !clean {
             store.rebuild_last_index_file(dispatched)?;
         }
-        store.ensure_disk_reserve()?;
+        if let Err(e) = store.ensure_disk_reserve() {
+            tracing::warn!(error = %e, "no disk reserve: committed entries will find no spare room if the disk fills");
+        }
         store.checkpoint_file.create_abort()?;
         store.start_ticker();
         store.start_warmer();
