@@ -87,7 +87,8 @@ pub fn remove_below(db: &MetaDb, index: u64) -> Result<usize, RaftNodeError> {
 pub enum BuildSource {
     /// The boundary snapshot at this log index (newer than the stored one).
     Boundary(u64),
-    /// The stored current snapshot, unchanged (never replaced by an older one).
+    /// The stored current snapshot stands (never replaced by an older one):
+    /// nothing new is built, as openraft already holds it.
     Stored,
     /// No snapshot: one with no last log id, which openraft ignores.
     Nothing,
@@ -117,13 +118,12 @@ pub fn build_source(
     }
 }
 
-/// Returns a chosen snapshot to openraft; with `persist`, first saves it as the
-/// node's current snapshot (sled `snapshot_meta` and `snapshot`, flushed).
+/// Returns a chosen snapshot to openraft, first saving it as the node's current
+/// snapshot (sled `snapshot_meta` and `snapshot`, flushed); one with no last log
+/// id (nothing chosen) is neither saved nor used by openraft.
 pub struct SnapshotBuilder {
     /// The snapshot.
     pub snapshot: BoundarySnapshot,
-    /// Save it as the current snapshot first.
-    pub persist: bool,
     /// Where.
     pub db: MetaDb,
 }
@@ -133,7 +133,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         &mut self,
     ) -> Result<openraft::storage::Snapshot<TypeConfig>, StorageError> {
         let BoundarySnapshot { meta, data } = &self.snapshot;
-        if self.persist {
+        if meta.last_log_id.is_some() {
             MetaDb::put(&self.db.sm, "snapshot_meta", meta)
                 .and_then(|_| {
                     self.db.sm.insert("snapshot", data.as_slice())?;
@@ -148,26 +148,28 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
-/// The builder for `source` (`stored`: the node's current snapshot, if any); an
-/// empty one when what `source` names is not there. Errors: `Meta`, `Codec`.
-pub fn builder(
-    db: &MetaDb,
-    source: BuildSource,
-    stored: Option<BoundarySnapshot>,
-) -> Result<SnapshotBuilder, RaftNodeError> {
+/// The builder for `source`: the boundary snapshot it names, else an empty one
+/// (for `Stored` and `Nothing`, or a boundary no longer there). Errors: `Meta`,
+/// `Codec`.
+pub fn builder(db: &MetaDb, source: BuildSource) -> Result<SnapshotBuilder, RaftNodeError> {
     let chosen = match source {
-        BuildSource::Boundary(i) => at(db, i)?.map(|b| (b, true)),
-        BuildSource::Stored => stored.map(|s| (s, false)),
-        BuildSource::Nothing => None,
+        BuildSource::Boundary(i) => at(db, i)?,
+        BuildSource::Stored | BuildSource::Nothing => None,
     };
     Ok(match chosen {
-        Some((snapshot, persist)) => SnapshotBuilder {
+        Some(snapshot) => SnapshotBuilder {
             snapshot,
-            persist,
             db: db.clone(),
         },
         None => empty_builder(db),
     })
+}
+
+/// Whether a boundary snapshot is saved at `index` (without reading it).
+pub fn has(db: &MetaDb, index: u64) -> bool {
+    db.boundaries
+        .contains_key(index.to_be_bytes())
+        .unwrap_or(false)
 }
 
 /// A builder of a snapshot with no last log id, which openraft ignores.
@@ -181,7 +183,6 @@ pub fn empty_builder(db: &MetaDb) -> SnapshotBuilder {
             },
             data: Vec::new(),
         },
-        persist: false,
         db: db.clone(),
     }
 }

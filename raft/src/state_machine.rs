@@ -464,32 +464,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        use crate::boundary::{build_source, builder, BoundarySnapshot, BuildSource};
+        use crate::boundary::{build_source, builder, BuildSource};
         let target = Some(
             self.snapshot_target
                 .swap(NO_SNAPSHOT_TARGET, Ordering::AcqRel),
         )
         .filter(|&t| t != NO_SNAPSHOT_TARGET);
         let choose = || -> Result<Self::SnapshotBuilder, RaftNodeError> {
-            let stored = match (
-                MetaDb::get::<crate::boundary::SnapMeta>(&self.db.sm, "snapshot_meta")?,
-                self.db.sm.get("snapshot")?,
-            ) {
-                (Some(meta), Some(data)) => Some(BoundarySnapshot {
-                    meta,
-                    data: data.to_vec(),
-                }),
-                _ => None,
-            };
+            // The stored snapshot counts only whole (its meta and its data).
+            let stored = MetaDb::get::<crate::boundary::SnapMeta>(&self.db.sm, "snapshot_meta")?
+                .filter(|_| self.db.sm.contains_key("snapshot").unwrap_or(false));
             let purged: Option<LogId> =
                 MetaDb::get::<Option<LogId>>(&self.db.raft, "last_purged")?.flatten();
             let source = build_source(
                 target,
-                stored
-                    .as_ref()
-                    .map(|s| s.meta.last_log_id.map_or(0, |l| l.index)),
+                stored.map(|m| m.last_log_id.map_or(0, |l| l.index)),
                 purged.map(|p| p.index),
-                |i| crate::boundary::at(&self.db, i).is_ok_and(|b| b.is_some()),
+                |i| crate::boundary::has(&self.db, i),
             );
             if let Some(t) = target.filter(|&t| source != BuildSource::Boundary(t)) {
                 tracing::warn!(
@@ -498,7 +489,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     "the snapshot asked for is not the one built"
                 );
             }
-            builder(&self.db, source, stored)
+            builder(&self.db, source)
         };
         choose().unwrap_or_else(|e| {
             tracing::error!(error = %e, "reading snapshots failed; building none");

@@ -295,22 +295,23 @@ impl CommitLog {
         self.acked_log_id() > last
     }
 
-    /// The log id of the last entry that ends at or before `offset` (called under
-    /// the flush lock, so no truncation moves entries meanwhile).
-    fn last_entry_ending_by(&self, offset: u64) -> Result<Option<AckedId>> {
+    /// The location of the last entry that ends at or before CommitLog `offset`, if
+    /// any (a binary search over the Raft index). Errors: `Io`, `Corrupt`.
+    pub fn last_entry_ending_by(&self, offset: u64) -> Result<Option<EntryLocation>> {
         let (first, next) = (self.raft_index.first_index(), self.raft_index.next_index());
-        let mut i = next;
-        while i > first {
-            let loc = self.raft_index.get(i - 1)?;
-            if loc.end_offset() <= offset {
-                return Ok(Some(AckedId {
-                    term: loc.term,
-                    index: loc.log_index,
-                }));
-            }
-            i -= 1;
+        if first == next || self.raft_index.get(first)?.end_offset() > offset {
+            return Ok(None);
         }
-        Ok(None)
+        let (mut lo, mut hi) = (first, next);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.raft_index.get(mid)?.end_offset() <= offset {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        self.raft_index.get(lo).map(Some)
     }
 
     /// Location of `log_index`.
@@ -499,9 +500,13 @@ impl CommitLog {
                 return Err(e);
             }
             self.write_durable_mark(target)?;
-            // Before anyone is told these bytes are durable.
-            if let Some(id) = self.last_entry_ending_by(target)? {
-                self.ack_mark.raise(id)?;
+            // Before anyone is told these bytes are durable (under the flush lock,
+            // so no truncation moves entries meanwhile).
+            if let Some(loc) = self.last_entry_ending_by(target)? {
+                self.ack_mark.raise(AckedId {
+                    term: loc.term,
+                    index: loc.log_index,
+                })?;
             }
             self.flushed.store(target, Ordering::Release);
         }

@@ -50,22 +50,10 @@ impl MessageStore {
     /// The last log index held wholly below CommitLog `offset` (what a Raft purge
     /// through it deletes), if any.
     pub fn last_log_index_below(&self, offset: u64) -> Result<Option<u64>> {
-        let log = self.commit_log();
-        let (first, next) = (log.first_log_index(), log.next_log_index());
-        if first == next || log.entry_location(first)?.end_offset() > offset {
-            return Ok(None);
-        }
-        // Binary search: the last entry that ends at or before `offset`.
-        let (mut lo, mut hi) = (first, next);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if log.entry_location(mid)?.end_offset() <= offset {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(Some(lo))
+        Ok(self
+            .commit_log()
+            .last_entry_ending_by(offset)?
+            .map(|l| l.log_index))
     }
 
     /// Deletes whole CommitLog segments all of whose entries have log index <=
