@@ -50,10 +50,23 @@ async fn a_deposed_leaders_fifo_lease_never_commits_in_a_later_term() {
     assert!(term_of(&c, new) > old_term);
     // The deposed leader records a delivery it decided in its own term, the way
     // the broker's legacy path did (a command from any node, so it is forwarded).
-    let r = c
-        .node(old)
-        .write_command(Command::FifoLeases(vec![lease(old_term, 7, 3)]))
-        .await;
+    // Until the deposed leader hears from the new one it refuses to forward
+    // (`LeaderUnreachable`, nothing written); a loaded machine can take a while.
+    let deadline = tokio::time::Instant::now() + T;
+    let r = loop {
+        let r = c
+            .node(old)
+            .write_command(Command::FifoLeases(vec![lease(old_term, 7, 3)]))
+            .await;
+        match r {
+            Err(RaftNodeError::LeaderUnreachable { .. } | RaftNodeError::CutOff { .. })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            r => break r,
+        }
+    };
     // And through the API the broker uses now.
     let r2 = c
         .node(old)
@@ -98,7 +111,9 @@ async fn a_deposed_leaders_fifo_lease_never_commits_in_a_later_term() {
             "{name}: {r:?}"
         );
     }
-    // The new leader's own lease commits.
+    // The current leader's own lease commits (on a loaded machine another
+    // election may have followed the transfer).
+    let new = c.wait_leader(T).await;
     let new_term = term_of(&c, new);
     c.node(new)
         .write_command_as_leader(Command::FifoLeasesOfTerm {
