@@ -3,6 +3,7 @@
 //! producers and consumers, and a nemesis; then checks the history and the replicas.
 //!
 //! - [`runner`]: one run, from hosts to the run folder.
+//! - [`evaluate`]: the checkers over a finished run, and its verdict.
 //! - [`history`]: invoke / ok / fail / info ops as JSON lines.
 //! - [`checker`]: total-queue, order (queue offsets, message groups).
 //! - [`fifo`]: one message of a group in flight at a time; acks answered OK are final.
@@ -23,6 +24,7 @@ pub mod audit;
 pub mod availability;
 pub mod checker;
 pub mod disk;
+pub mod evaluate;
 pub mod faults;
 pub mod fifo;
 pub mod history;

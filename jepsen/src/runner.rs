@@ -14,18 +14,16 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde::Serialize;
 
-use crate::audit::{self, ReplicaAudit};
-use crate::availability::{availability, Availability, FaultWindow};
-use crate::checker::{order, total_queue, Order, TotalQueue};
+use crate::audit;
+pub use crate::evaluate::{evaluate, verdict, FaultRecord, RunResults};
 use crate::faults::{inject, leader, undo};
 use crate::history::{write_jsonl, Op};
 use crate::hosts::Network;
 use crate::nemesis::{plan, FaultKind, Grudge};
 use crate::net::NS_PREFIX;
 use crate::procs::{client_addr, Cluster, CLIENT_HOST, HOSTS, NODES};
-use crate::report::{self, quantile, Shade};
+use crate::report::{self, Shade};
 use crate::workload::{in_namespace, Recorder, WorkloadOptions};
 use crate::JepsenError;
 
@@ -48,89 +46,6 @@ pub struct RunOptions {
     pub fault_ms: u64,
     /// Calm after each fault, ms.
     pub gap_ms: u64,
-}
-
-/// A fault as it happened.
-#[derive(Debug, Clone, Serialize)]
-pub struct FaultRecord {
-    /// What it was.
-    pub kind: FaultKind,
-    /// When the nemesis began injecting it, ms since the start.
-    pub began_ms: u64,
-    /// When it was in effect (process killed or paused, rules applied, files
-    /// damaged), ms since the start: RTO counts from here.
-    pub start_ms: u64,
-    /// When it was healed, ms since the start.
-    pub end_ms: u64,
-    /// Which nodes it hit and how.
-    pub detail: String,
-    /// The one node it hit (killed, paused, isolated, alone on its side of a
-    /// partition), if it hit one.
-    pub target: Option<usize>,
-    /// Time from its start to the first acknowledged send after it, ms.
-    pub rto_ms: Option<u64>,
-    /// Acknowledged sends per second from 2 s after it took effect to its heal.
-    pub acks_per_s_settled: Option<f64>,
-    /// For a fault with a target: acknowledged sends per second through the other
-    /// nodes over the same span, over their fault-free rate.
-    pub others_ratio: Option<f64>,
-    /// For a fault with a target: what the send calls to the other nodes achieved
-    /// over the same span.
-    pub others_calls: Option<crate::availability::CallStats>,
-}
-
-/// Everything `results.json` holds.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunResults {
-    /// Seed of the plan.
-    pub seed: u64,
-    /// Flush mode of the nodes.
-    pub flush: String,
-    /// Fault kinds drawn from.
-    pub nemesis: Vec<FaultKind>,
-    /// Sending phase, s.
-    pub time_limit_s: u64,
-    /// Ops in the history.
-    pub ops: usize,
-    /// The faults, in order.
-    pub faults: Vec<FaultRecord>,
-    /// Lost / unexpected / duplicated / recovered.
-    pub total_queue: TotalQueue,
-    /// Queue offsets and message group order.
-    pub order: Order,
-    /// FIFO: one message of a group in flight at a time, acks answered OK final.
-    pub fifo: crate::fifo::FifoDelivery,
-    /// The replica audit (None if it could not be run; see `audit_error`).
-    pub replica_audit: Option<ReplicaAudit>,
-    /// Why the audit could not be run.
-    pub audit_error: Option<String>,
-    /// RTO per fault and failures outside faults.
-    pub availability: Availability,
-    /// Per fault kind: acknowledged sends per second from 2 s after each fault of
-    /// that kind took effect until its heal, over the fault-free rate.
-    pub throughput_ratio_by_kind: std::collections::BTreeMap<String, f64>,
-    /// Per fault kind that hits one node: the same through the other nodes only,
-    /// over their fault-free rate (time-weighted over the faults of the kind).
-    pub others_ratio_by_kind: std::collections::BTreeMap<String, f64>,
-    /// Median RTO over the faults after which a send succeeded, ms.
-    pub rto_p50_ms: Option<u64>,
-    /// 99th percentile RTO, ms.
-    pub rto_p99_ms: Option<u64>,
-    /// Faults after which no send succeeded before the run ended.
-    pub faults_without_recovery: usize,
-    /// Nodes that exited without the nemesis killing them (a crash: not a safety
-    /// violation by itself, but a finding).
-    pub unexpected_exits: Vec<String>,
-    /// Under SYNC_FLUSH: followers' logs that reverted (lost entries they had
-    /// acknowledged) where no fault damaged stored bytes, a promised fsync not
-    /// done; and node logs that could not be read for this check.
-    pub sync_reverts: Vec<String>,
-    /// The run was interrupted (Ctrl-C): results are partial.
-    pub interrupted: bool,
-    /// No safety violation: nothing lost or unexpected, nothing sent once stored
-    /// twice, order kept (FIFO included), replicas agree, no node exited by itself,
-    /// and (SYNC_FLUSH) no follower's log reverted without damaged bytes.
-    pub valid: bool,
 }
 
 /// Ms after a heal that still count as the fault's (restart and catch-up).
@@ -376,43 +291,6 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     Ok(RunOutcome { dir, results })
 }
 
-/// Per fault kind: acknowledged throughput from 2 s into its faults (all of that
-/// kind together) over the fault-free throughput.
-pub fn throughput_ratios(
-    faults: &[FaultRecord],
-    fault_free_acks_per_s: f64,
-) -> std::collections::BTreeMap<String, f64> {
-    if fault_free_acks_per_s <= 0.0 {
-        return Default::default();
-    }
-    time_weighted_by_kind(faults, |f| {
-        f.acks_per_s_settled.map(|r| r / fault_free_acks_per_s)
-    })
-}
-
-/// Per fault kind: the mean of `value` over its faults, each weighted by how long
-/// it counted (from 2 s after it took effect to its heal); kinds with no value
-/// are left out.
-pub fn time_weighted_by_kind(
-    faults: &[FaultRecord],
-    value: impl Fn(&FaultRecord) -> Option<f64>,
-) -> std::collections::BTreeMap<String, f64> {
-    let mut sums: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
-    for f in faults {
-        if let Some(v) = value(f) {
-            let secs =
-                (f.end_ms - f.start_ms).saturating_sub(crate::availability::SETTLE_MS) as f64;
-            let e = sums.entry(f.kind.name().to_owned()).or_default();
-            e.0 += v * secs;
-            e.1 += secs;
-        }
-    }
-    sums.into_iter()
-        .filter(|(_, (_, secs))| *secs > 0.0)
-        .map(|(k, (sum, secs))| (k, sum / secs))
-        .collect()
-}
-
 /// The follower log reverts in the nodes' logs (`dir/nI.log`) that no fault
 /// damaging stored bytes explains ([`crate::reverts`]); a log that cannot be
 /// read is a finding too. `start_unix_ms`: the run clock's start.
@@ -439,115 +317,6 @@ fn sync_reverts(dir: &Path, start_unix_ms: i64, done: &[FaultRecord]) -> Vec<Str
         .collect();
     unreadable.extend(crate::reverts::unexplained(&reverts, &faults));
     unreadable
-}
-
-/// Runs the checkers over a finished run.
-pub fn evaluate(
-    opts: &RunOptions,
-    history: &[Op],
-    mut faults: Vec<FaultRecord>,
-    (replica_audit, audit_error): (Option<ReplicaAudit>, Option<String>),
-    (unexpected_exits, sync_reverts): (Vec<String>, Vec<String>),
-    interrupted: bool,
-) -> RunResults {
-    let windows: Vec<FaultWindow> = faults
-        .iter()
-        .map(|f| FaultWindow {
-            began_ms: f.began_ms,
-            start_ms: f.start_ms,
-            end_ms: f.end_ms,
-            target: f.target,
-        })
-        .collect();
-    let availability = availability(history, &windows, GRACE_MS);
-    for (i, f) in faults.iter_mut().enumerate() {
-        f.rto_ms = availability.rto_ms[i];
-        f.acks_per_s_settled = availability.acks_per_s_settled[i];
-        f.others_ratio = availability.others_ratio_settled[i];
-        f.others_calls = availability.others_calls_settled[i];
-    }
-    let throughput_ratio_by_kind = throughput_ratios(&faults, availability.fault_free_acks_per_s);
-    let others_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.others_ratio);
-    let mut rtos: Vec<u64> = availability.rto_ms.iter().flatten().copied().collect();
-    rtos.sort_unstable();
-    let total_queue = total_queue(history);
-    let order = order(history);
-    let fifo = crate::fifo::fifo_delivery(history, crate::workload::INVISIBLE_S as u64 * 1000);
-    let valid = total_queue.valid
-        && order.valid
-        && fifo.valid
-        && replica_audit.as_ref().is_some_and(|a| a.valid)
-        && unexpected_exits.is_empty()
-        && sync_reverts.is_empty()
-        && !interrupted;
-    RunResults {
-        seed: opts.seed,
-        flush: opts.flush.clone(),
-        nemesis: opts.kinds.clone(),
-        time_limit_s: opts.time_limit_s,
-        ops: history.len(),
-        faults_without_recovery: availability.rto_ms.iter().filter(|r| r.is_none()).count(),
-        rto_p50_ms: quantile(&rtos, 0.5),
-        rto_p99_ms: quantile(&rtos, 0.99),
-        faults,
-        total_queue,
-        order,
-        fifo,
-        replica_audit,
-        audit_error,
-        availability,
-        throughput_ratio_by_kind,
-        others_ratio_by_kind,
-        unexpected_exits,
-        sync_reverts,
-        interrupted,
-        valid,
-    }
-}
-
-/// The one-line verdict.
-pub fn verdict(r: &RunResults) -> String {
-    if r.valid {
-        return "valid: nothing lost or unexpected, order kept, replicas agree, no node crashed"
-            .into();
-    }
-    let mut why = Vec::new();
-    if r.interrupted {
-        why.push("interrupted".to_owned());
-    }
-    if !r.total_queue.valid {
-        why.push(format!(
-            "{} lost, {} unexpected, {} stored more often than sent",
-            r.total_queue.lost, r.total_queue.unexpected, r.total_queue.duplicate_writes_sent_once
-        ));
-    }
-    if !r.order.valid {
-        why.push("order violated".into());
-    }
-    if !r.fifo.valid {
-        why.push(format!(
-            "FIFO: {} delivered while the previous was in flight, {} delivered after an acknowledged ack",
-            r.fifo.delivered_while_previous_in_flight, r.fifo.redelivered_after_ack
-        ));
-    }
-    match (&r.replica_audit, &r.audit_error) {
-        (Some(a), _) if !a.valid => why.push("replicas diverge or lag".into()),
-        (None, Some(e)) => why.push(format!("replica audit not run: {e}")),
-        _ => {}
-    }
-    if !r.sync_reverts.is_empty() {
-        why.push(format!(
-            "{} follower log revert(s) under SYNC_FLUSH with no damaged bytes",
-            r.sync_reverts.len()
-        ));
-    }
-    if !r.unexpected_exits.is_empty() {
-        why.push(format!(
-            "{} node(s) exited by themselves",
-            r.unexpected_exits.len()
-        ));
-    }
-    format!("INVALID: {}", why.join("; "))
 }
 
 fn write_outputs(dir: &Path, history: &[Op], r: &RunResults) -> Result<(), JepsenError> {
