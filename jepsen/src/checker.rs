@@ -279,6 +279,7 @@ mod tests {
                 .collect(),
             error: None,
             node: None,
+            pinned_to: None,
         }
     }
 

@@ -39,6 +39,11 @@ pub struct FaultRecord {
     /// For a fault with a target: what the send calls to the other nodes achieved
     /// over the same span.
     pub others_calls: Option<crate::availability::CallStats>,
+    /// The producers that spread over every node: their acknowledged rate over
+    /// the same span, over their fault-free rate.
+    pub spread_ratio: Option<f64>,
+    /// The same for the producers pinned to one node each.
+    pub pinned_ratio: Option<f64>,
 }
 
 /// Everything `results.json` holds.
@@ -74,6 +79,15 @@ pub struct RunResults {
     /// Per fault kind that hits one node: the same through the other nodes only,
     /// over their fault-free rate (time-weighted over the faults of the kind).
     pub others_ratio_by_kind: std::collections::BTreeMap<String, f64>,
+    /// Per fault kind: the spread producers' ratio (time-weighted over its faults).
+    pub spread_ratio_by_kind: std::collections::BTreeMap<String, f64>,
+    /// Per fault kind: the pinned producers' ratio.
+    pub pinned_ratio_by_kind: std::collections::BTreeMap<String, f64>,
+    /// The least spread-producer ratio a kind the promise covers may show
+    /// ([`crate::availability::promise_covers`]).
+    pub availability_bound: f64,
+    /// Kinds the promise covers whose spread-producer ratio fell below the bound.
+    pub availability_shortfalls: Vec<String>,
     /// Median RTO over the faults after which a send succeeded, ms.
     pub rto_p50_ms: Option<u64>,
     /// 99th percentile RTO, ms.
@@ -89,9 +103,10 @@ pub struct RunResults {
     pub sync_reverts: Vec<String>,
     /// The run was interrupted (Ctrl-C): results are partial.
     pub interrupted: bool,
-    /// No safety violation: nothing lost or unexpected, nothing sent once stored
+    /// Every check passed: nothing lost or unexpected, nothing sent once stored
     /// twice, order kept (FIFO included), replicas agree, no node exited by itself,
-    /// and (SYNC_FLUSH) no follower's log reverted without damaged bytes.
+    /// (SYNC_FLUSH) no follower's log reverted without damaged bytes, and the
+    /// availability promise held for every fault kind it covers.
     pub valid: bool,
 }
 
@@ -156,9 +171,14 @@ pub fn evaluate(
         f.acks_per_s_settled = availability.acks_per_s_settled[i];
         f.others_ratio = availability.others_ratio_settled[i];
         f.others_calls = availability.others_calls_settled[i];
+        f.spread_ratio = availability.spread_ratio_settled[i];
+        f.pinned_ratio = availability.pinned_ratio_settled[i];
     }
     let throughput_ratio_by_kind = throughput_ratios(&faults, availability.fault_free_acks_per_s);
     let others_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.others_ratio);
+    let spread_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.spread_ratio);
+    let pinned_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.pinned_ratio);
+    let availability_shortfalls = shortfalls(&spread_ratio_by_kind, opts.availability_bound);
     let mut rtos: Vec<u64> = availability.rto_ms.iter().flatten().copied().collect();
     rtos.sort_unstable();
     let total_queue = total_queue(history);
@@ -170,6 +190,7 @@ pub fn evaluate(
         && replica_audit.as_ref().is_some_and(|a| a.valid)
         && unexpected_exits.is_empty()
         && sync_reverts.is_empty()
+        && availability_shortfalls.is_empty()
         && !interrupted;
     RunResults {
         seed: opts.seed,
@@ -189,6 +210,10 @@ pub fn evaluate(
         availability,
         throughput_ratio_by_kind,
         others_ratio_by_kind,
+        spread_ratio_by_kind,
+        pinned_ratio_by_kind,
+        availability_bound: opts.availability_bound,
+        availability_shortfalls,
         unexpected_exits,
         sync_reverts,
         interrupted,
@@ -196,10 +221,33 @@ pub fn evaluate(
     }
 }
 
+/// The kinds the promise covers whose ratio is below `bound`, in words.
+pub fn shortfalls(
+    ratio_by_kind: &std::collections::BTreeMap<String, f64>,
+    bound: f64,
+) -> Vec<String> {
+    FaultKind::ALL
+        .iter()
+        .filter(|k| crate::availability::promise_covers(**k))
+        .filter_map(|k| {
+            let r = *ratio_by_kind.get(k.name())?;
+            (r < bound).then(|| {
+                format!(
+                    "{}: the spread producers got {:.0} % of their fault-free throughput from {} ms into it, below {:.0} %",
+                    k.name(),
+                    r * 100.0,
+                    crate::availability::SETTLE_MS,
+                    bound * 100.0
+                )
+            })
+        })
+        .collect()
+}
+
 /// The one-line verdict.
 pub fn verdict(r: &RunResults) -> String {
     if r.valid {
-        return "valid: nothing lost or unexpected, order kept, replicas agree, no node crashed"
+        return "valid: nothing lost or unexpected, order kept, replicas agree, no node crashed, availability kept"
             .into();
     }
     let mut why = Vec::new();
@@ -232,6 +280,17 @@ pub fn verdict(r: &RunResults) -> String {
             r.sync_reverts.len()
         ));
     }
+    if !r.availability_shortfalls.is_empty() {
+        why.push(format!(
+            "availability below {:.0} % under {}",
+            r.availability_bound * 100.0,
+            r.availability_shortfalls
+                .iter()
+                .map(|s| s.split(':').next().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     if !r.unexpected_exits.is_empty() {
         why.push(format!(
             "{} node(s) exited by themselves",
@@ -239,4 +298,27 @@ pub fn verdict(r: &RunResults) -> String {
         ));
     }
     format!("INVALID: {}", why.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_covered_kind_below_the_bound_is_a_shortfall_and_others_are_not() {
+        let ratios: std::collections::BTreeMap<String, f64> = [
+            ("isolate-leader", 0.79),
+            ("kill-leader", 0.95),
+            // Not covered by the promise: never a shortfall.
+            ("pause-leader", 0.01),
+            ("kill-majority", 0.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let s = shortfalls(&ratios, 0.8);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert!(s[0].starts_with("isolate-leader: "), "{s:?}");
+        assert!(shortfalls(&ratios, 0.7).is_empty());
+    }
 }

@@ -172,6 +172,7 @@ mod tests {
                 .collect(),
             error: None,
             node: None,
+            pinned_to: None,
         }
     }
 

@@ -96,6 +96,11 @@ pub struct Op {
     /// The node the call went to (index into the run's nodes), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<usize>,
+    /// For a producer pinned to one access node (as a Python client given one
+    /// endpoint): that node. Absent for producers that spread over every node
+    /// (as the Rust client does) and for consumers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_to: Option<usize>,
 }
 
 /// Writes ops as JSON lines.
@@ -194,6 +199,7 @@ pub(crate) fn send_op(
         delivered: vec![],
         error: None,
         node: None,
+        pinned_to: None,
     }
 }
 

@@ -18,6 +18,7 @@
 //! - [`disk`]: power loss and damaged tails on a stopped node's files.
 //! - [`audit`]: the replica audit (committed prefix, ConsumeQueues vs commit).
 //! - [`reverts`]: under SYNC_FLUSH, a follower's log never reverts but after damage.
+//! - [`roles`]: each node's role and term over the run, sampled for the report.
 //! - [`report`]: per-second series and the HTML report.
 
 pub mod audit;
@@ -34,6 +35,7 @@ pub mod net;
 pub mod procs;
 pub mod report;
 pub mod reverts;
+pub mod roles;
 pub mod runner;
 pub mod workload;
 

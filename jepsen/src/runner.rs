@@ -1,5 +1,6 @@
 //! One run: hosts, cluster, workload, nemesis, audit, checkers and the run folder
-//! (`history.jsonl`, `results.json`, `report.html`, node logs and stores).
+//! (`history.jsonl`, `results.json`, `roles.json`, `report.html`, node logs and
+//! stores).
 //!
 //! The nemesis runs on the calling thread (which also starts every node, so a
 //! node's parent-death signal fires only when the harness dies); the workload runs
@@ -46,6 +47,10 @@ pub struct RunOptions {
     pub fault_ms: u64,
     /// Calm after each fault, ms.
     pub gap_ms: u64,
+    /// The least ratio of fault-free throughput the spread producers must keep
+    /// under each fault kind the promise covers
+    /// ([`crate::availability::PROMISED_RATIO`] unless a run says otherwise).
+    pub availability_bound: f64,
 }
 
 /// Ms after a heal that still count as the fault's (restart and catch-up).
@@ -134,6 +139,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         group: "JGroup".into(),
         fifo_group: "JFifoGroup".into(),
         producers: 3,
+        pinned_producers: 3,
         fifo_producers: 3,
         consumers: 3,
         duration: Duration::from_millis(time_limit_ms),
@@ -155,6 +161,24 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
                 .map_err(JepsenError::Io)?
                 .block_on(crate::workload::run(wl, wl_rec))
         })
+    });
+    // Each node's role and term, sampled until the workload is done.
+    let sampling_done = Arc::new(AtomicBool::new(false));
+    let (ns, nodes2, rec2, done2) = (
+        net.host_ns(CLIENT_HOST),
+        nodes.clone(),
+        rec.clone(),
+        sampling_done.clone(),
+    );
+    let sampler = std::thread::spawn(move || {
+        in_namespace(&ns, move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(crate::roles::sample(nodes2, rec2, done2)))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
     });
     let mut rng = StdRng::seed_from_u64(opts.seed ^ 0x5eed);
     let mut done: Vec<FaultRecord> = Vec::new();
@@ -213,6 +237,8 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             acks_per_s_settled: None,
             others_ratio: None,
             others_calls: None,
+            spread_ratio: None,
+            pinned_ratio: None,
         });
     }
     // Heal everything: network, paused and stopped nodes. A network left cut would
@@ -234,11 +260,15 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     if let Some(e) = nemesis_error {
         stop.store(true, Ordering::Relaxed);
         let _ = workload.join();
+        sampling_done.store(true, Ordering::Relaxed);
+        let _ = sampler.join();
         return Err(JepsenError::Host(format!("nemesis failed: {e}")));
     }
     let history = workload
         .join()
         .map_err(|_| JepsenError::Host("the workload thread panicked".into()))???;
+    sampling_done.store(true, Ordering::Relaxed);
+    let roles = sampler.join().unwrap_or_default();
     let interrupted = stop.load(Ordering::Relaxed);
     let (replica_audit, audit_error) = if interrupted {
         (None, Some("interrupted".to_owned()))
@@ -287,7 +317,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         (unexpected_exits, sync_reverts),
         interrupted,
     );
-    write_outputs(&dir, &history, &results)?;
+    write_outputs(&dir, &history, &results, &roles)?;
     Ok(RunOutcome { dir, results })
 }
 
@@ -319,11 +349,48 @@ fn sync_reverts(dir: &Path, start_unix_ms: i64, done: &[FaultRecord]) -> Vec<Str
     unreadable
 }
 
-fn write_outputs(dir: &Path, history: &[Op], r: &RunResults) -> Result<(), JepsenError> {
+/// One availability row per fault kind in the run, in the plan's kind order.
+fn availability_rows(r: &RunResults) -> Vec<report::AvailabilityRow> {
+    let mut kinds: Vec<FaultKind> = Vec::new();
+    for f in &r.faults {
+        if !kinds.contains(&f.kind) {
+            kinds.push(f.kind);
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|k| {
+            let of_kind: Vec<&FaultRecord> = r.faults.iter().filter(|f| f.kind == k).collect();
+            let mut rtos: Vec<u64> = of_kind.iter().filter_map(|f| f.rto_ms).collect();
+            rtos.sort_unstable();
+            let name = k.name();
+            report::AvailabilityRow {
+                kind: name.to_owned(),
+                faults: of_kind.len(),
+                promised: crate::availability::promise_covers(k),
+                all_ratio: r.throughput_ratio_by_kind.get(name).copied(),
+                spread_ratio: r.spread_ratio_by_kind.get(name).copied(),
+                pinned_ratio: r.pinned_ratio_by_kind.get(name).copied(),
+                others_ratio: r.others_ratio_by_kind.get(name).copied(),
+                rto_p50_ms: report::quantile(&rtos, 0.5),
+            }
+        })
+        .collect()
+}
+
+fn write_outputs(
+    dir: &Path,
+    history: &[Op],
+    r: &RunResults,
+    roles: &[crate::roles::RoleSample],
+) -> Result<(), JepsenError> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("history.jsonl"))?);
     write_jsonl(&mut f, history)?;
     let json = serde_json::to_string_pretty(r).map_err(|e| JepsenError::History(e.to_string()))?;
     std::fs::write(dir.join("results.json"), &json)?;
+    let roles_json =
+        serde_json::to_string(roles).map_err(|e| JepsenError::History(e.to_string()))?;
+    std::fs::write(dir.join("roles.json"), roles_json)?;
     let shades: Vec<Shade> = r
         .faults
         .iter()
@@ -343,6 +410,12 @@ fn write_outputs(dir: &Path, history: &[Op], r: &RunResults) -> Result<(), Jepse
         &json,
         &report::timeline(history),
         &shades,
+        &report::Extras {
+            availability: availability_rows(r),
+            bound: r.availability_bound,
+            roles: roles.to_vec(),
+            nodes: NODES,
+        },
     );
     std::fs::write(dir.join("report.html"), page)?;
     Ok(())

@@ -24,6 +24,10 @@ use crate::JepsenError;
 /// the official clients do (their retry policy's `maxAttempts`: 3).
 pub const SEND_ATTEMPTS: u64 = 3;
 
+/// Pause before a pinned producer tries its one node again after a refusal, ms
+/// (the official clients back off between attempts).
+pub const PINNED_RETRY_BACKOFF_MS: u64 = 100;
+
 /// The invisible duration the consumers ask for, s (the FIFO checker's bound).
 pub const INVISIBLE_S: i64 = 10;
 
@@ -40,8 +44,15 @@ pub struct WorkloadOptions {
     pub group: String,
     /// FIFO consumer group.
     pub fifo_group: String,
-    /// Producer processes sending normal messages.
+    /// Producer processes sending normal messages through every node in turn (as
+    /// the Rust client, given every endpoint, does): a send refused by one node is
+    /// tried at once on the next.
     pub producers: usize,
+    /// Producer processes sending normal messages to one node each (producer `k`
+    /// to node `k % nodes`, as a Python client given one access endpoint): a
+    /// refused send is tried again on the same node after
+    /// [`PINNED_RETRY_BACKOFF_MS`].
+    pub pinned_producers: usize,
     /// Producer processes sending FIFO messages, one message group each.
     pub fifo_producers: usize,
     /// Consumer processes per topic.
@@ -193,8 +204,13 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
     let stop_sending = rec.start + opts.duration;
     let mut tasks = Vec::new();
     let mut process = 0u64;
-    for p in 0..opts.producers + opts.fifo_producers {
-        let fifo = p >= opts.producers;
+    // Process ids: spread producers, FIFO producers (their message groups are
+    // named after them), then pinned producers.
+    let all_producers = opts.producers + opts.fifo_producers + opts.pinned_producers;
+    for p in 0..all_producers {
+        let fifo = (opts.producers..opts.producers + opts.fifo_producers).contains(&p);
+        let pinned_to = (p >= opts.producers + opts.fifo_producers)
+            .then(|| (p - opts.producers - opts.fifo_producers) % chans.len());
         let (chans, rec, opts) = (chans.clone(), rec.clone(), opts.clone());
         process += 1;
         let pid = process;
@@ -212,12 +228,16 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
                 // next node, as the official 5.x clients retry on the next queue
                 // (Java `ProducerImpl.send0`, up to `maxAttempts` = 3); an
                 // indeterminate one is not retried, so no message is stored twice.
+                // A pinned producer has one node to try.
                 for attempt in 0..SEND_ATTEMPTS {
-                    let node = (pid + n + attempt) as usize % chans.len();
+                    let node = pinned_to.unwrap_or((pid + n + attempt) as usize % chans.len());
                     let mut c = MessagingServiceClient::new(chans[node].clone());
-                    if send_one(&mut c, &rec, pid, node, topic, sent.clone()).await != OpType::Fail
-                    {
+                    let to = Target { node, pinned_to };
+                    if send_one(&mut c, &rec, pid, to, topic, sent.clone()).await != OpType::Fail {
                         break;
+                    }
+                    if pinned_to.is_some() && attempt + 1 < SEND_ATTEMPTS {
+                        tokio::time::sleep(Duration::from_millis(PINNED_RETRY_BACKOFF_MS)).await;
                     }
                 }
                 n += 1;
@@ -273,12 +293,19 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
     Ok(rec.ops())
 }
 
-/// One send attempt to `node`, recorded; returns its outcome's type.
+/// Where a send goes: the node, and the producer's one node if it is pinned.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    node: usize,
+    pinned_to: Option<usize>,
+}
+
+/// One send attempt to `to.node`, recorded; returns its outcome's type.
 async fn send_one(
     c: &mut MessagingServiceClient<Channel>,
     rec: &Recorder,
     pid: u64,
-    node: usize,
+    to: Target,
     topic: &str,
     sent: Sent,
 ) -> OpType {
@@ -290,7 +317,8 @@ async fn send_one(
         sent: Some(sent.clone()),
         delivered: vec![],
         error,
-        node: Some(node),
+        node: Some(to.node),
+        pinned_to: to.pinned_to,
     };
     rec.push(op(OpType::Invoke, None));
     let msg = Message {
@@ -403,6 +431,7 @@ async fn receive_once(
         delivered,
         error,
         node: Some(node),
+        pinned_to: None,
     };
     rec.push(op(OpType::Invoke, vec![], None));
     let req = receive_request(group, topic, INVISIBLE_S, 2);

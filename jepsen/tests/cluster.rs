@@ -56,6 +56,7 @@ fn partitions_kills_and_pauses_move_leadership() {
 #[test]
 fn a_quiet_workload_loses_nothing_and_keeps_order() {
     use ledgermq_jepsen::checker::{order, total_queue};
+    use ledgermq_jepsen::history::OpType;
     use ledgermq_jepsen::procs::{client_addr, CLIENT_HOST, NODES};
     use ledgermq_jepsen::workload::{in_namespace, run, Recorder, WorkloadOptions};
 
@@ -78,6 +79,7 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
         group: "JGroup".into(),
         fifo_group: "JFifoGroup".into(),
         producers: 2,
+        pinned_producers: 3,
         fifo_producers: 2,
         consumers: 2,
         duration: Duration::from_secs(4),
@@ -98,6 +100,17 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
     })
     .unwrap()
     .unwrap();
+    // Each pinned producer sent through its one node only, and was answered.
+    for node in 0..NODES {
+        let sends = |t: OpType| {
+            history
+                .iter()
+                .filter(|o| o.pinned_to == Some(node) && o.op_type == t)
+                .inspect(|o| assert_eq!(o.node, Some(node), "{o:?}"))
+                .count()
+        };
+        assert!(sends(OpType::Ok) > 0, "node {node}: no pinned send acked");
+    }
     let tq = total_queue(&history);
     assert!(tq.acknowledged > 50, "{tq:?}");
     assert!(tq.valid, "{tq:?}");

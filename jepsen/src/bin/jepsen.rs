@@ -53,6 +53,11 @@ enum Cmd {
         /// Where the run folder goes.
         #[arg(long, default_value = ".")]
         out: PathBuf,
+        /// The least fraction of fault-free throughput the producers that know
+        /// every node must keep from 2 s into each single-node partition or kill
+        /// (the product's promise: 0.8); below it the run is invalid.
+        #[arg(long, default_value_t = ledgermq_jepsen::availability::PROMISED_RATIO)]
+        availability_bound: f64,
     },
 }
 
@@ -65,6 +70,7 @@ fn main() {
         fault_ms,
         gap_ms,
         out,
+        availability_bound,
     } = Cli::parse().cmd;
     let mut kinds = match FaultKind::parse_list(&nemesis) {
         Ok(k) => k,
@@ -115,6 +121,7 @@ fn main() {
         warmup_ms: 5_000,
         fault_ms,
         gap_ms,
+        availability_bound,
     };
     match run(&opts, stop.clone()) {
         Ok(o) => {
@@ -166,6 +173,35 @@ fn main() {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+            let pct = |m: &std::collections::BTreeMap<String, f64>| {
+                m.iter()
+                    .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            println!(
+                "producers that spread over every node, from 2 s into a fault over their fault-free {:.0} acks/s (bound {:.0}% where promised): {}",
+                r.availability.spread_fault_free_acks_per_s,
+                r.availability_bound * 100.0,
+                pct(&r.spread_ratio_by_kind)
+            );
+            println!(
+                "producers pinned to one node each: {}",
+                pct(&r.pinned_ratio_by_kind)
+            );
+            if let Some(g) = r.availability.longest_gaps.first() {
+                println!(
+                    "longest time without an ack: {} ms, producer {} ({}), from {:.1} s",
+                    g.gap_ms,
+                    g.process,
+                    g.pinned_to
+                        .map_or("spread".to_owned(), |n| format!("pinned to node {n}")),
+                    g.from_ms as f64 / 1000.0
+                );
+            }
+            for s in &r.availability_shortfalls {
+                println!("availability: {s}");
+            }
             for f in r.faults.iter().filter(|f| f.kind == FaultKind::PauseLeader) {
                 if let Some(c) = f.others_calls {
                     println!(
