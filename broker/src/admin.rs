@@ -1,5 +1,7 @@
 //! The admin service (`proto/ledgermq/admin.proto`): topic and consumer group
-//! changes from `mqadmin`, committed through Raft from any member.
+//! changes from `mqadmin`, committed through Raft from any member, and the
+//! replica-audit digests of this node's own log, queues and metadata
+//! ([`crate::audit`]).
 
 use std::sync::Arc;
 
@@ -8,7 +10,8 @@ use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
-    AdminResponse, LogDigestRequest, LogDigestResponse, UpdateGroupRequest, UpdateTopicRequest,
+    AdminResponse, LogDigestRequest, LogDigestResponse, QueueDigestRequest, QueueDigestResponse,
+    UpdateGroupRequest, UpdateTopicRequest,
 };
 use crate::broker::Broker;
 use crate::error::{refuse, BrokerError};
@@ -122,6 +125,20 @@ impl BrokerAdmin for Admin {
             .await
             .map(Response::new)
             .map_err(|e| Status::internal(format!("log digest task failed: {e}")))
+    }
+
+    async fn queue_digest(
+        &self,
+        req: Request<QueueDigestRequest>,
+    ) -> Result<Response<QueueDigestResponse>, Status> {
+        let broker = self.0.clone();
+        // Reads up to a million records: off the runtime's threads.
+        tokio::task::spawn_blocking(move || {
+            crate::audit::queue_digest(broker.node.store(), broker.node.id(), req.get_ref())
+        })
+        .await
+        .map(Response::new)
+        .map_err(|e| Status::internal(format!("queue digest task failed: {e}")))
     }
 }
 

@@ -1,17 +1,26 @@
-//! The LogDigest admin call: one node's own view of its Raft log (log index, term
-//! and a CRC32 of each entry's records, independent of where they sit) and of its ConsumeQueue tails, for
-//! replica audits. Read-only; never passed on to the leader.
+//! The replica-audit admin calls: one node's own view, never passed on to the
+//! leader. LogDigest: its Raft log (log index, term and a CRC32 of each entry's
+//! records, independent of where they sit), its ConsumeQueue ranges and a digest of
+//! its replicated metadata at the applied index it belongs to. QueueDigest: a CRC32
+//! over one ConsumeQueue's entries in a range of queue offsets.
 
+use ledgermq_raft::state_machine::GroupMeta;
+use ledgermq_raft::TopicMessageType;
 use ledgermq_store::record::record_crc;
 use ledgermq_store::MessageStore;
 
-use crate::admin_pb::{EntryDigest, LogDigestRequest, LogDigestResponse, QueueTail};
+use crate::admin_pb::{
+    EntryDigest, LogDigestRequest, LogDigestResponse, QueueDigestRequest, QueueDigestResponse,
+    QueueTail, StateDigest,
+};
 use crate::broker::Broker;
 
 /// Entries returned when the request leaves `max_entries` at 0.
 pub const DEFAULT_DIGEST_ENTRIES: u32 = 10_000;
 /// Most entries one call returns.
 pub const MAX_DIGEST_ENTRIES: u32 = 100_000;
+/// Most queue offsets one QueueDigest call covers.
+pub const MAX_QUEUE_DIGEST_ENTRIES: u64 = 1_000_000;
 
 /// Digests of entries `[from, from + max)` the store holds, in order. Errors: the
 /// store's read error, as text (a damaged entry is reported, not skipped).
@@ -74,6 +83,7 @@ pub fn log_digest(broker: &Broker, req: &LogDigestRequest) -> LogDigestResponse 
                     .end_offset();
             }
         }
+        r.state = Some(state_digest(&broker.node.shared_meta().read().unwrap()));
         r.entries = entry_digests(store, req.from_index, max)?;
         for ((topic, queue_id), cq) in store.consume_queues().all() {
             r.queues.push(QueueTail {
@@ -81,6 +91,7 @@ pub fn log_digest(broker: &Broker, req: &LogDigestRequest) -> LogDigestResponse 
                 queue_id,
                 max_offset: cq.max_offset(),
                 last_physical_offset: cq.last_commit_log_offset(),
+                min_offset: cq.min_offset(),
             });
         }
         Ok(())
@@ -88,6 +99,154 @@ pub fn log_digest(broker: &Broker, req: &LogDigestRequest) -> LogDigestResponse 
     if let Err(e) = result {
         r.error = e;
     }
+    r
+}
+
+/// A canonical byte encoding for the metadata digests (see `StateDigest` in
+/// admin.proto): strings length-prefixed, integers big-endian.
+struct Canon(crc32fast::Hasher);
+
+impl Canon {
+    fn new() -> Self {
+        Self(crc32fast::Hasher::new())
+    }
+    fn str(&mut self, s: &str) -> &mut Self {
+        self.0.update(&(s.len() as u32).to_be_bytes());
+        self.0.update(s.as_bytes());
+        self
+    }
+    fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.0.update(b);
+        self
+    }
+    fn done(self) -> u32 {
+        self.0.finalize()
+    }
+}
+
+/// Digests of `meta` (consumer offsets, FIFO leases, topic and group configs), each
+/// over its entries in key order (the maps are BTreeMaps), and the applied index
+/// they belong to. Call with the metadata's lock held, so the two agree.
+pub fn state_digest(meta: &GroupMeta) -> StateDigest {
+    let mut offsets = Canon::new();
+    for ((group, topic, queue_id), next) in &meta.offsets {
+        offsets
+            .str(group)
+            .str(topic)
+            .bytes(&queue_id.to_be_bytes())
+            .bytes(&next.to_be_bytes());
+    }
+    let mut leases = Canon::new();
+    for ((group, topic, queue_id), l) in &meta.fifo_leases {
+        leases
+            .str(group)
+            .str(topic)
+            .bytes(&queue_id.to_be_bytes())
+            .bytes(&l.queue_offset.to_be_bytes())
+            .bytes(&l.delivery_id.to_be_bytes())
+            .bytes(&l.attempt.to_be_bytes())
+            .bytes(&l.visible_at_ms.to_be_bytes());
+    }
+    let mut topics = Canon::new();
+    for (name, t) in &meta.topics {
+        let kind: u8 = match t.message_type {
+            TopicMessageType::Normal => 0,
+            TopicMessageType::Fifo => 1,
+            TopicMessageType::Delay => 2,
+            TopicMessageType::Transaction => 3,
+        };
+        topics
+            .str(name)
+            .bytes(&t.queue_count.to_be_bytes())
+            .bytes(&t.perm.to_be_bytes())
+            .bytes(&[kind]);
+    }
+    let mut groups = Canon::new();
+    for (name, g) in &meta.groups {
+        groups
+            .str(name)
+            .bytes(&[g.fifo as u8, g.broadcast as u8])
+            .bytes(&g.max_delivery_attempts.to_be_bytes());
+    }
+    StateDigest {
+        applied_index: meta.applied_index,
+        consumer_offsets_crc32: offsets.done(),
+        consumer_offsets: meta.offsets.len() as u64,
+        fifo_leases_crc32: leases.done(),
+        fifo_leases: meta.fifo_leases.len() as u64,
+        topics_crc32: topics.done(),
+        topics: meta.topics.len() as u64,
+        groups_crc32: groups.done(),
+        groups: meta.groups.len() as u64,
+    }
+}
+
+/// Answers a QueueDigest call from `store` (see admin.proto): the CRC32 over each
+/// entry's size, tag hash and record CRC in `[from_offset, to_offset)`. An entry
+/// whose record cannot be read (purged, damaged, not where the entry says) is
+/// digested with record CRC 0 and counted in `unreadable`. Refused (in `error`):
+/// an empty or reversed range, one over [`MAX_QUEUE_DIGEST_ENTRIES`] offsets, one
+/// outside what the node holds (a queue it lacks holds nothing).
+pub fn queue_digest(
+    store: &MessageStore,
+    node_id: u64,
+    req: &QueueDigestRequest,
+) -> QueueDigestResponse {
+    let cq = store.consume_queues().get(&req.topic, req.queue_id);
+    let (min, max) = cq
+        .as_ref()
+        .map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
+    let mut r = QueueDigestResponse {
+        node_id,
+        min_offset: min,
+        max_offset: max,
+        ..Default::default()
+    };
+    let (from, to) = (req.from_offset, req.to_offset);
+    let refuse = if from >= to {
+        Some(format!("queue offsets [{from}, {to}) are an empty range"))
+    } else if to - from > MAX_QUEUE_DIGEST_ENTRIES {
+        Some(format!(
+            "queue offsets [{from}, {to}) are more than {MAX_QUEUE_DIGEST_ENTRIES}"
+        ))
+    } else if from < min || to > max {
+        Some(format!(
+            "queue offsets [{from}, {to}) of {}#{} are outside those held, [{min}, {max})",
+            req.topic, req.queue_id
+        ))
+    } else {
+        None
+    };
+    let Some(cq) = cq.filter(|_| refuse.is_none()) else {
+        r.error = refuse.unwrap_or_default();
+        return r;
+    };
+    let mut h = crc32fast::Hasher::new();
+    for q in from..to {
+        let e = match cq.get(q) {
+            Ok(e) => e,
+            Err(e) => {
+                // Retention moved the queue's start meanwhile, or the entry is damaged.
+                r.error = format!("{}#{} queue offset {q}: {e}", req.topic, req.queue_id);
+                return r;
+            }
+        };
+        let crc = match store
+            .commit_log()
+            .read_record(e.commit_log_offset, e.size_bytes as usize)
+        {
+            Ok(bytes) => record_crc(&bytes),
+            Err(_) => {
+                r.unreadable += 1;
+                0
+            }
+        };
+        h.update(&e.size_bytes.to_be_bytes());
+        h.update(&e.tag_hash.to_be_bytes());
+        h.update(&crc.to_be_bytes());
+        r.entries += 1;
+    }
+    r.crc32 = h.finalize();
     r
 }
 
@@ -115,5 +274,147 @@ mod tests {
         assert_eq!(page, vec![all[3]]);
         assert!(entry_digests(&store, 9, 10).unwrap().is_empty());
         store.shutdown().unwrap();
+    }
+
+    /// A store holding `bodies` as messages of T#0, one entry each, dispatched.
+    fn store_with(dir: &std::path::Path, bodies: &[&[u8]]) -> std::sync::Arc<MessageStore> {
+        let store = MessageStore::open(StoreConfig::small(dir, 1 << 16)).unwrap();
+        for (i, b) in bodies.iter().enumerate() {
+            let m = MessageRecord::message("T", 0, b.to_vec(), 1);
+            store.append_entry(1, i as u64, &[m]).unwrap();
+        }
+        store.dispatch_through(bodies.len() as u64 - 1).unwrap();
+        store
+    }
+
+    fn ask(store: &MessageStore, queue_id: i32, from: u64, to: u64) -> QueueDigestResponse {
+        let req = QueueDigestRequest {
+            topic: "T".into(),
+            queue_id,
+            from_offset: from,
+            to_offset: to,
+        };
+        queue_digest(store, 7, &req)
+    }
+
+    #[test]
+    fn queue_digests_agree_on_equal_queues_and_tell_different_ones_apart() {
+        let (d1, d2, d3) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let a = store_with(d1.path(), &[b"a", b"b", b"c"]);
+        let b = store_with(d2.path(), &[b"a", b"b", b"c"]);
+        let c = store_with(d3.path(), &[b"a", b"X", b"c"]);
+        let ra = ask(&a, 0, 0, 3);
+        assert_eq!((ra.error.as_str(), ra.entries, ra.unreadable), ("", 3, 0));
+        assert_eq!((ra.min_offset, ra.max_offset, ra.node_id), (0, 3, 7));
+        assert_eq!(ra.crc32, ask(&b, 0, 0, 3).crc32);
+        assert_ne!(ra.crc32, ask(&c, 0, 0, 3).crc32);
+        // Over a range both hold alike, the differing entry is left out.
+        assert_eq!(ask(&a, 0, 2, 3).crc32, ask(&c, 0, 2, 3).crc32);
+        for s in [a, b, c] {
+            s.shutdown().unwrap();
+        }
+    }
+
+    #[test]
+    fn queue_digests_refuse_ranges_not_held_or_too_long() {
+        let d = tempfile::tempdir().unwrap();
+        let s = store_with(d.path(), &[b"a", b"b"]);
+        for (queue_id, from, to, says) in [
+            (0, 1, 1, "empty range"),
+            (0, 2, 1, "empty range"),
+            (0, 0, 3, "outside those held, [0, 2)"),
+            (0, 0, MAX_QUEUE_DIGEST_ENTRIES + 1, "more than"),
+            (5, 0, 1, "outside those held, [0, 0)"),
+        ] {
+            let r = ask(&s, queue_id, from, to);
+            assert!(r.error.contains(says), "[{from}, {to}): {}", r.error);
+            assert_eq!(r.entries, 0);
+        }
+        s.shutdown().unwrap();
+    }
+
+    #[test]
+    fn state_digests_are_canonical_and_name_the_part_that_differs() {
+        use ledgermq_raft::{FifoLease, GroupConfig, TopicConfig};
+        let mut a = GroupMeta {
+            applied_index: Some(9),
+            ..Default::default()
+        };
+        for (g, q, o) in [("G1", 0, 5), ("G0", 1, 3), ("G0", 0, 4)] {
+            a.offsets.insert((g.into(), "T".into(), q), o);
+        }
+        a.topics.insert(
+            "T".into(),
+            TopicConfig {
+                name: "T".into(),
+                queue_count: 4,
+                perm: 6,
+                message_type: TopicMessageType::Fifo,
+            },
+        );
+        a.groups.insert(
+            "G0".into(),
+            GroupConfig {
+                name: "G0".into(),
+                fifo: true,
+                broadcast: false,
+                max_delivery_attempts: 16,
+            },
+        );
+        let lease = FifoLease {
+            group: "G0".into(),
+            topic: "T".into(),
+            queue_id: 0,
+            queue_offset: 4,
+            delivery_id: 1 << 40,
+            attempt: 1,
+            visible_at_ms: 1000,
+        };
+        a.fifo_leases.insert(("G0".into(), "T".into(), 0), lease);
+        let da = state_digest(&a);
+        assert_eq!(
+            (
+                da.applied_index,
+                da.consumer_offsets,
+                da.topics,
+                da.groups,
+                da.fifo_leases
+            ),
+            (Some(9), 3, 1, 1, 1)
+        );
+        // The same contents inserted in another order digest the same.
+        let mut b = GroupMeta {
+            applied_index: Some(9),
+            ..Default::default()
+        };
+        for (k, v) in a.offsets.iter().rev() {
+            b.offsets.insert(k.clone(), *v);
+        }
+        b.topics = a.topics.clone();
+        b.groups = a.groups.clone();
+        b.fifo_leases = a.fifo_leases.clone();
+        assert_eq!(state_digest(&b), da);
+        // Each part changes only its own digest.
+        let mut c = b.clone();
+        c.offsets.insert(("G0".into(), "T".into(), 1), 4);
+        let dc = state_digest(&c);
+        assert_ne!(dc.consumer_offsets_crc32, da.consumer_offsets_crc32);
+        assert_eq!(
+            (dc.fifo_leases_crc32, dc.topics_crc32, dc.groups_crc32),
+            (da.fifo_leases_crc32, da.topics_crc32, da.groups_crc32)
+        );
+        let mut c = b.clone();
+        c.fifo_leases.values_mut().for_each(|l| l.attempt = 2);
+        assert_ne!(state_digest(&c).fifo_leases_crc32, da.fifo_leases_crc32);
+        let mut c = b.clone();
+        c.topics.values_mut().for_each(|t| t.perm = 4);
+        assert_ne!(state_digest(&c).topics_crc32, da.topics_crc32);
+        let mut c = b;
+        c.groups.values_mut().for_each(|g| g.broadcast = true);
+        assert_ne!(state_digest(&c).groups_crc32, da.groups_crc32);
     }
 }

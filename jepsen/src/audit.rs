@@ -1,26 +1,95 @@
-//! The replica audit: after healing, every replica holds the same committed prefix
-//! (log index, term, CRC32 of the entry's records), and no ConsumeQueue holds an
-//! entry past what its node has applied (apply follows commit, so past the commit
-//! index either). [`fetch`] asks each node for its view (the LogDigest admin call);
-//! [`check`] is a plain function of those views.
+//! The replica audit: after healing, every pair of replicas holds the same committed
+//! entries over the log indexes both hold (log index, term, CRC32 of the entry's
+//! records), no ConsumeQueue holds an entry past what its node has applied (apply
+//! follows commit, so past the commit index either), no replica lacks queue entries
+//! the leader still serves, and replicas that applied the same entries hold the same
+//! queues (length and a digest of the entries) and the same replicated metadata
+//! (consumer offsets, FIFO leases, topic and group configs). [`fetch`] asks each node
+//! for its view (the LogDigest and QueueDigest admin calls); [`check`] is a plain
+//! function of those views.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+mod fetch;
+#[cfg(test)]
+mod tests;
 
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{EntryDigest, LogDigestRequest, LogDigestResponse};
+use std::collections::{BTreeMap, BTreeSet};
+
+use ledgermq_broker::admin_pb::{EntryDigest, LogDigestResponse, StateDigest};
 use serde::Serialize;
 
 use crate::checker::note_example;
-use crate::JepsenError;
+
+pub use fetch::{fetch, settle};
+
+/// A range of one message queue's offsets: `[from, to)` of `topic#queue_id`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueRange {
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// First queue offset.
+    pub from: u64,
+    /// One past the last queue offset.
+    pub to: u64,
+}
+
+/// One node's digest of a [`QueueRange`], fetched in pages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueRangeDigest {
+    /// Entries digested.
+    pub entries: u64,
+    /// Entries whose message record the node could not read.
+    pub unreadable: u64,
+    /// The CRC32 of each page, in order (pages split the range the same way on
+    /// every node).
+    pub crc32s: Vec<u32>,
+}
 
 /// One node's view: its state and the digests of the entries it holds.
 #[derive(Debug, Clone)]
 pub struct NodeView {
-    /// The node's answer to the first LogDigest call (queue tails, indexes).
+    /// The node's answer to the first LogDigest call (queue ranges, indexes, the
+    /// digest of its metadata).
     pub state: LogDigestResponse,
     /// Digests of every entry it holds, in order.
     pub entries: Vec<EntryDigest>,
+    /// Digests of the queue ranges it shares with each node at its applied index
+    /// ([`shared_queue_ranges`]).
+    pub queue_digests: BTreeMap<QueueRange, QueueRangeDigest>,
+}
+
+/// What the audit found between two nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PairAudit {
+    /// The two node ids.
+    pub nodes: (u64, u64),
+    /// First log index both hold.
+    pub compared_from: u64,
+    /// Last log index compared: the lower of the two applied indexes (None when
+    /// either applied nothing).
+    pub compared_through: Option<u64>,
+    /// Log indexes compared.
+    pub entries_compared: u64,
+    /// Log indexes whose (term, CRC) differ, or that one of the two lacks.
+    pub divergent_entries: u64,
+    /// Both had applied the same entries, so their queues and metadata compare.
+    pub same_applied: bool,
+    /// Queue ranges whose digests were compared.
+    pub queues_compared: u64,
+    /// Queue entries those ranges cover.
+    pub queue_entries_compared: u64,
+    /// Queue ranges whose digests differ (or that a node did not digest).
+    pub queue_digest_mismatches: u64,
+    /// Their metadata digests were taken at the same applied index and compared.
+    pub state_compared: bool,
+    /// The applied index of the compared metadata digests.
+    pub state_applied_index: Option<u64>,
+    /// Metadata entries compared (consumer offsets, FIFO leases, topics and groups
+    /// on the first node of the pair).
+    pub state_entries_compared: u64,
+    /// Metadata parts (consumer offsets, FIFO leases, topics, groups) that differ.
+    pub state_mismatches: u64,
 }
 
 /// Findings of the replica audit.
@@ -28,28 +97,126 @@ pub struct NodeView {
 pub struct ReplicaAudit {
     /// Nodes audited.
     pub nodes: usize,
-    /// The committed prefix compared: log indexes `[from, through]` held by every
-    /// node (`through` is the lowest applied index).
+    /// The log indexes every node holds: `[from, through]` (`through` is the lowest
+    /// applied index). Each pair is compared over what the two hold ([`Self::pairs`]).
     pub compared_from: u64,
-    /// Last log index compared.
+    /// Last log index every node applied.
     pub compared_through: Option<u64>,
-    /// Entries compared on every node.
+    /// Log indexes compared between at least one pair of nodes.
     pub entries_compared: u64,
-    /// Log indexes whose (term, CRC) differ between nodes, or that a node lacks.
+    /// Log indexes whose (term, CRC) differ between two nodes holding them, or that
+    /// one of two nodes lacks while the other holds and both applied past it.
     pub divergent_entries: u64,
     /// ConsumeQueue entries pointing past their node's last applied entry.
     pub queue_entries_past_commit: u64,
     /// Message queues whose length differs between nodes at the same applied index.
     pub queue_length_mismatches: u64,
+    /// Message queues on a node that starts above the queue's start on the leader,
+    /// or on a node at the same applied index: messages still served that a
+    /// failover to that node would lose.
+    pub queues_missing_retained: u64,
+    /// Queue ranges compared by digest, between nodes at the same applied index.
+    pub queue_digests_compared: u64,
+    /// Queue entries those ranges cover, summed over the pairs.
+    pub queue_entries_compared: u64,
+    /// Queue ranges whose digests differ between two nodes at the same applied
+    /// index (an entry pointing at another message, size or tag).
+    pub queue_digest_mismatches: u64,
+    /// Queue entries whose message record their node could not read (purged or
+    /// damaged), per node and queue (the most over the ranges digested).
+    pub queue_entries_unreadable: u64,
+    /// Pairs of nodes whose metadata digests were taken at the same applied index.
+    pub state_digests_compared: u64,
+    /// Metadata parts (consumer offsets, FIFO leases, topic configs, group configs)
+    /// that differ between two nodes at the same applied index.
+    pub state_mismatches: u64,
     /// Nodes that had applied less than the most advanced node when audited (after
     /// the settle wait), or nothing at all: a replica that never caught up, whose
-    /// unapplied part the comparison above cannot see.
+    /// unapplied part the comparisons above cannot see.
     pub lagging_nodes: u64,
+    /// Every pair of nodes.
+    pub pairs: Vec<PairAudit>,
     /// A few findings, in words.
     pub examples: Vec<String>,
-    /// Nothing divergent, nothing past the commit index, queues agree, no node
-    /// lagging.
+    /// Nothing divergent, nothing past the commit index, no retained message
+    /// missing, queues and metadata agree, no node lagging.
     pub valid: bool,
+}
+
+impl ReplicaAudit {
+    /// One line for the CLI: what was compared and each finding's count.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} log entries compared over {} node pairs, {} divergent; {} queue entries past commit; \
+             {} queue length mismatches; {} queues missing retained messages; \
+             {} of {} queue digests differ ({} entries compared, {} unreadable); \
+             {} metadata parts differ over {} pairs; {} lagging nodes",
+            self.entries_compared,
+            self.pairs.len(),
+            self.divergent_entries,
+            self.queue_entries_past_commit,
+            self.queue_length_mismatches,
+            self.queues_missing_retained,
+            self.queue_digest_mismatches,
+            self.queue_digests_compared,
+            self.queue_entries_compared,
+            self.queue_entries_unreadable,
+            self.state_mismatches,
+            self.state_digests_compared,
+            self.lagging_nodes
+        )
+    }
+}
+
+/// The queue ranges two nodes both hold: for each queue on both, queue offsets
+/// `[max of the minimums, min of the maximums)`, when not empty. [`fetch`] digests
+/// these on both nodes; [`check`] compares them.
+pub fn shared_queue_ranges(a: &LogDigestResponse, b: &LogDigestResponse) -> Vec<QueueRange> {
+    let bq: BTreeMap<(&str, i32), (u64, u64)> = b
+        .queues
+        .iter()
+        .map(|q| ((q.topic.as_str(), q.queue_id), (q.min_offset, q.max_offset)))
+        .collect();
+    let mut out: Vec<QueueRange> = a
+        .queues
+        .iter()
+        .filter_map(|q| {
+            let &(bmin, bmax) = bq.get(&(q.topic.as_str(), q.queue_id))?;
+            let (from, to) = (q.min_offset.max(bmin), q.max_offset.min(bmax));
+            (from < to).then(|| QueueRange {
+                topic: q.topic.clone(),
+                queue_id: q.queue_id,
+                from,
+                to,
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every pair `(i, j)`, `i < j`, of `n` items.
+fn pairs(n: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..n).flat_map(move |i| (i + 1..n).map(move |j| (i, j)))
+}
+
+/// Entries in the union of inclusive ranges.
+fn union_len(mut ranges: Vec<(u64, u64)>) -> u64 {
+    ranges.sort();
+    let mut total = 0;
+    let mut cur: Option<(u64, u64)> = None;
+    for (lo, hi) in ranges {
+        match cur {
+            Some((clo, chi)) if lo <= chi.saturating_add(1) => cur = Some((clo, chi.max(hi))),
+            _ => {
+                if let Some((clo, chi)) = cur {
+                    total += chi - clo + 1;
+                }
+                cur = Some((lo, hi));
+            }
+        }
+    }
+    total + cur.map_or(0, |(lo, hi)| hi - lo + 1)
 }
 
 /// Runs the audit over the nodes' views.
@@ -58,41 +225,86 @@ pub fn check(views: &[NodeView]) -> ReplicaAudit {
         nodes: views.len(),
         ..Default::default()
     };
-    let note = |r: &mut ReplicaAudit, s: String| note_example(&mut r.examples, s);
-    let from = views.iter().map(|v| v.state.first_index).max().unwrap_or(0);
-    let through = views.iter().map(|v| v.state.applied_index).min().flatten();
-    r.compared_from = from;
-    r.compared_through = through;
-    if let Some(through) = through {
-        let maps: Vec<BTreeMap<u64, (u64, u32)>> = views
-            .iter()
-            .map(|v| {
-                v.entries
-                    .iter()
-                    .map(|e| (e.log_index, (e.term, e.crc32)))
-                    .collect()
-            })
-            .collect();
-        for index in from..=through {
-            let got: Vec<Option<&(u64, u32)>> = maps.iter().map(|m| m.get(&index)).collect();
-            r.entries_compared += 1;
-            if got.iter().any(Option::is_none) || got.windows(2).any(|w| w[0] != w[1]) {
-                r.divergent_entries += 1;
-                note(
-                    &mut r,
-                    format!("log index {index}: (term, crc) per node {got:?}"),
-                );
+    r.compared_from = views.iter().map(|v| v.state.first_index).max().unwrap_or(0);
+    r.compared_through = views.iter().map(|v| v.state.applied_index).min().flatten();
+    compare_logs(views, &mut r);
+    check_queue_tails(views, &mut r);
+    check_lagging(views, &mut r);
+    check_queue_lengths(views, &mut r);
+    check_retained(views, &mut r);
+    compare_queues(views, &mut r);
+    compare_state(views, &mut r);
+    r.valid = r.divergent_entries == 0
+        && r.queue_entries_past_commit == 0
+        && r.queue_length_mismatches == 0
+        && r.queues_missing_retained == 0
+        && r.queue_digest_mismatches == 0
+        && r.queue_entries_unreadable == 0
+        && r.state_mismatches == 0
+        && r.lagging_nodes == 0;
+    r
+}
+
+/// Log entries, pair by pair, over the indexes both hold up to the lower applied
+/// index; fills `r.pairs` (one per pair, in order).
+fn compare_logs(views: &[NodeView], r: &mut ReplicaAudit) {
+    let maps: Vec<BTreeMap<u64, (u64, u32)>> = views
+        .iter()
+        .map(|v| {
+            v.entries
+                .iter()
+                .map(|e| (e.log_index, (e.term, e.crc32)))
+                .collect()
+        })
+        .collect();
+    let mut compared = Vec::new();
+    let mut divergent = BTreeSet::new();
+    for (i, j) in pairs(views.len()) {
+        let (a, b) = (&views[i].state, &views[j].state);
+        let from = a.first_index.max(b.first_index);
+        let through = a.applied_index.min(b.applied_index);
+        let mut p = PairAudit {
+            nodes: (a.node_id, b.node_id),
+            compared_from: from,
+            compared_through: through,
+            same_applied: a.applied_index == b.applied_index,
+            ..Default::default()
+        };
+        if let Some(through) = through.filter(|&t| t >= from) {
+            compared.push((from, through));
+            for index in from..=through {
+                p.entries_compared += 1;
+                let (x, y) = (maps[i].get(&index), maps[j].get(&index));
+                if x.is_none() || x != y {
+                    p.divergent_entries += 1;
+                    if divergent.insert(index) {
+                        note_example(
+                            &mut r.examples,
+                            format!(
+                                "log index {index}: (term, crc) node {} {x:?}, node {} {y:?}",
+                                a.node_id, b.node_id
+                            ),
+                        );
+                    }
+                }
             }
         }
+        r.pairs.push(p);
     }
+    r.entries_compared = union_len(compared);
+    r.divergent_entries = divergent.len() as u64;
+}
+
+/// No ConsumeQueue entry past its node's applied end.
+fn check_queue_tails(views: &[NodeView], r: &mut ReplicaAudit) {
     for v in views {
         let s = &v.state;
         for q in &s.queues {
             if let Some(p) = q.last_physical_offset {
                 if s.applied_index.is_none() || p >= s.applied_end_offset {
                     r.queue_entries_past_commit += 1;
-                    note(
-                        &mut r,
+                    note_example(
+                        &mut r.examples,
                         format!(
                             "node {}: {}#{} has an entry at CommitLog offset {p}, past the applied end {} (applied index {:?})",
                             s.node_id, q.topic, q.queue_id, s.applied_end_offset, s.applied_index
@@ -102,6 +314,10 @@ pub fn check(views: &[NodeView]) -> ReplicaAudit {
             }
         }
     }
+}
+
+/// Every node applied as much as the most advanced one.
+fn check_lagging(views: &[NodeView], r: &mut ReplicaAudit) {
     let most = views.iter().filter_map(|v| v.state.applied_index).max();
     for v in views
         .iter()
@@ -116,29 +332,37 @@ pub fn check(views: &[NodeView]) -> ReplicaAudit {
             ),
         );
     }
-    // Queue lengths agree between nodes that applied the same entries.
+}
+
+/// Views grouped by applied index, groups of two or more.
+fn same_applied(views: &[NodeView]) -> Vec<Vec<&NodeView>> {
     let mut by_applied: BTreeMap<Option<u64>, Vec<&NodeView>> = BTreeMap::new();
     for v in views {
         by_applied.entry(v.state.applied_index).or_default().push(v);
     }
-    for group in by_applied.values().filter(|g| g.len() > 1) {
-        let lens = |v: &NodeView| -> BTreeMap<(String, i32), u64> {
-            v.state
-                .queues
-                .iter()
-                .filter(|q| q.max_offset > 0)
-                .map(|q| ((q.topic.clone(), q.queue_id), q.max_offset))
-                .collect()
-        };
+    by_applied.into_values().filter(|g| g.len() > 1).collect()
+}
+
+/// Queue lengths agree between nodes that applied the same entries.
+fn check_queue_lengths(views: &[NodeView], r: &mut ReplicaAudit) {
+    let lens = |v: &NodeView| -> BTreeMap<(String, i32), u64> {
+        v.state
+            .queues
+            .iter()
+            .filter(|q| q.max_offset > 0)
+            .map(|q| ((q.topic.clone(), q.queue_id), q.max_offset))
+            .collect()
+    };
+    for group in same_applied(views) {
         let first = lens(group[0]);
         for v in &group[1..] {
             let other = lens(v);
-            let keys: std::collections::BTreeSet<_> = first.keys().chain(other.keys()).collect();
+            let keys: BTreeSet<_> = first.keys().chain(other.keys()).collect();
             for key in keys {
                 if first.get(key) != other.get(key) {
                     r.queue_length_mismatches += 1;
-                    note(
-                        &mut r,
+                    note_example(
+                        &mut r.examples,
                         format!(
                             "{}#{}: node {} holds {:?} entries, node {} holds {:?}",
                             key.0,
@@ -153,146 +377,169 @@ pub fn check(views: &[NodeView]) -> ReplicaAudit {
             }
         }
     }
-    r.valid = r.divergent_entries == 0
-        && r.queue_entries_past_commit == 0
-        && r.queue_length_mismatches == 0
-        && r.lagging_nodes == 0;
-    r
 }
 
-async fn digest(
-    addr: &str,
-    from_index: u64,
-    max_entries: u32,
-) -> Result<LogDigestResponse, JepsenError> {
-    let mut c = BrokerAdminClient::connect(format!("http://{addr}"))
-        .await
-        .map_err(|e| JepsenError::Host(format!("{addr}: {e}")))?
-        .max_decoding_message_size(64 << 20);
-    let r = c
-        .log_digest(LogDigestRequest {
-            from_index,
-            max_entries,
-        })
-        .await
-        .map_err(|s| JepsenError::Host(format!("{addr}: {}", s.message())))?
-        .into_inner();
-    if !r.error.is_empty() {
-        return Err(JepsenError::Host(format!("{addr}: {}", r.error)));
-    }
-    Ok(r)
+/// The node that says it leads, in the highest term any node says that in.
+fn leader(views: &[NodeView]) -> Option<&NodeView> {
+    views
+        .iter()
+        .filter(|v| v.state.leader_id == Some(v.state.node_id))
+        .max_by_key(|v| v.state.current_term)
 }
 
-/// Waits (up to `timeout`) until every node answers and all have applied the same
-/// entries, twice in a row 500 ms apart; returns the last answers (with whatever was
-/// reached when the time ran out). Call from inside the clients' namespace.
-pub async fn settle(nodes: &[String], timeout: Duration) -> Vec<Option<LogDigestResponse>> {
-    let deadline = Instant::now() + timeout;
-    let mut last: Option<Vec<Option<u64>>> = None;
-    loop {
-        let mut states = Vec::new();
-        for n in nodes {
-            states.push(digest(n, u64::MAX, 1).await.ok());
-        }
-        let applied: Vec<Option<u64>> = states
+/// No node's queue starts above the leader's, nor above the same queue's start on
+/// a node at the same applied index: the messages in between are still served and
+/// a failover to that node would lose them.
+fn check_retained(views: &[NodeView], r: &mut ReplicaAudit) {
+    let mins = |v: &NodeView| -> BTreeMap<(String, i32), u64> {
+        v.state
+            .queues
             .iter()
-            .map(|s| s.as_ref().and_then(|s| s.applied_index))
-            .collect();
-        let agreed = states.iter().all(Option::is_some)
-            && applied.windows(2).all(|w| w[0] == w[1])
-            && last.as_ref() == Some(&applied);
-        if agreed || Instant::now() > deadline {
-            return states;
+            .map(|q| ((q.topic.clone(), q.queue_id), q.min_offset))
+            .collect()
+    };
+    let leader = leader(views).map(|l| l.state.node_id);
+    let mut flagged: BTreeSet<(u64, String, i32)> = BTreeSet::new();
+    for (i, j) in pairs(views.len()) {
+        let (a, b) = (&views[i], &views[j]);
+        let (ai, bi) = (a.state.node_id, b.state.node_id);
+        let with_leader = leader == Some(ai) || leader == Some(bi);
+        if !with_leader && a.state.applied_index != b.state.applied_index {
+            continue;
         }
-        last = Some(applied);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Fetches every node's view: state and all entry digests, in pages. Call from
-/// inside the clients' namespace. Error: a node did not answer.
-pub async fn fetch(nodes: &[String]) -> Result<Vec<NodeView>, JepsenError> {
-    let mut out = Vec::new();
-    for n in nodes {
-        let state = digest(n, u64::MAX, 1).await?;
-        let mut entries: Vec<EntryDigest> = Vec::new();
-        let mut from = state.first_index;
-        while from < state.next_index {
-            let page = digest(n, from, 50_000).await?.entries;
-            match page.last() {
-                Some(l) => from = l.log_index + 1,
-                None => break,
+        let (am, bm) = (mins(a), mins(b));
+        for (key, &x) in &am {
+            let Some(&y) = bm.get(key) else { continue };
+            // The node starting later lacks [earlier, later); against the leader
+            // only the follower is at fault.
+            let (lacking, start, other, other_start) = if x > y {
+                (ai, x, bi, y)
+            } else if y > x {
+                (bi, y, ai, x)
+            } else {
+                continue;
+            };
+            if leader == Some(lacking) && with_leader {
+                continue;
             }
-            entries.extend(page);
+            if flagged.insert((lacking, key.0.clone(), key.1)) {
+                let role = if leader == Some(other) {
+                    " (leader)"
+                } else {
+                    ""
+                };
+                note_example(
+                    &mut r.examples,
+                    format!(
+                        "node {lacking}: {}#{} starts at queue offset {start}, node {other}{role} still holds it from {other_start}: a failover to node {lacking} loses those messages",
+                        key.0, key.1
+                    ),
+                );
+            }
         }
-        out.push(NodeView { state, entries });
     }
-    Ok(out)
+    r.queues_missing_retained = flagged.len() as u64;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ledgermq_broker::admin_pb::QueueTail;
-
-    fn view(id: u64, applied: u64, entries: &[(u64, u64, u32)], queue: (u64, u64)) -> NodeView {
-        NodeView {
-            state: LogDigestResponse {
-                node_id: id,
-                first_index: 0,
-                next_index: entries.len() as u64,
-                applied_index: Some(applied),
-                applied_end_offset: 1000,
-                queues: vec![QueueTail {
-                    topic: "T".into(),
-                    queue_id: 0,
-                    max_offset: queue.0,
-                    last_physical_offset: Some(queue.1),
-                }],
-                ..Default::default()
-            },
-            entries: entries
-                .iter()
-                .map(|&(log_index, term, crc32)| EntryDigest {
-                    log_index,
-                    term,
-                    crc32,
-                })
-                .collect(),
+/// ConsumeQueue digests agree between nodes that applied the same entries, over
+/// the queue ranges each pair holds.
+fn compare_queues(views: &[NodeView], r: &mut ReplicaAudit) {
+    let mut unreadable: BTreeMap<(u64, String, i32), u64> = BTreeMap::new();
+    for v in views {
+        for (range, d) in &v.queue_digests {
+            let e = unreadable
+                .entry((v.state.node_id, range.topic.clone(), range.queue_id))
+                .or_default();
+            *e = (*e).max(d.unreadable);
         }
     }
-
-    #[test]
-    fn identical_replicas_pass() {
-        let e = [(0, 1, 7), (1, 1, 8), (2, 2, 9)];
-        let r = check(&[view(0, 2, &e, (3, 900)), view(1, 2, &e, (3, 900))]);
-        assert!(r.valid, "{r:?}");
-        assert_eq!(r.entries_compared, 3);
-    }
-
-    #[test]
-    fn divergence_queue_overrun_and_length_mismatch_are_found() {
-        let a = [(0, 1, 7), (1, 1, 8), (2, 2, 9)];
-        let b = [(0, 1, 7), (1, 1, 5), (2, 2, 9)];
-        let r = check(&[view(0, 2, &a, (3, 900)), view(1, 2, &b, (3, 900))]);
-        assert_eq!((r.divergent_entries, r.valid), (1, false));
-        let r = check(&[view(0, 2, &a, (3, 1000)), view(1, 2, &a, (3, 900))]);
-        assert_eq!(r.queue_entries_past_commit, 1);
-        let r = check(&[view(0, 2, &a, (3, 900)), view(1, 2, &a, (2, 900))]);
-        assert_eq!(r.queue_length_mismatches, 1);
-        // A node that lacks a committed entry diverges too.
-        let r = check(&[view(0, 2, &a, (3, 900)), view(1, 2, &a[..2], (3, 900))]);
-        assert_eq!(r.divergent_entries, 1);
-    }
-
-    #[test]
-    fn a_replica_that_never_caught_up_fails_the_audit() {
-        // Identical over the prefix both applied, but node 1 stopped at index 1.
-        let e = [(0, 1, 7), (1, 1, 8), (2, 2, 9)];
-        let r = check(&[view(0, 2, &e, (3, 900)), view(1, 1, &e[..2], (2, 900))]);
-        assert_eq!(
-            (r.divergent_entries, r.lagging_nodes, r.valid),
-            (0, 1, false)
+    for ((node, topic, queue_id), n) in unreadable.iter().filter(|(_, &n)| n > 0) {
+        r.queue_entries_unreadable += n;
+        note_example(
+            &mut r.examples,
+            format!("node {node}: {topic}#{queue_id} has {n} entries whose message it cannot read"),
         );
+    }
+    for (k, (i, j)) in pairs(views.len()).enumerate() {
+        let (a, b) = (&views[i], &views[j]);
+        if a.state.applied_index != b.state.applied_index {
+            continue;
+        }
+        for range in shared_queue_ranges(&a.state, &b.state) {
+            let p = &mut r.pairs[k];
+            p.queues_compared += 1;
+            p.queue_entries_compared += range.to - range.from;
+            let (x, y) = (a.queue_digests.get(&range), b.queue_digests.get(&range));
+            if x.is_none() || x.map(|d| (d.entries, &d.crc32s)) != y.map(|d| (d.entries, &d.crc32s))
+            {
+                p.queue_digest_mismatches += 1;
+                note_example(
+                    &mut r.examples,
+                    format!(
+                        "{}#{} queue offsets [{}, {}): node {} digest {:?}, node {} digest {:?} (same applied index {:?})",
+                        range.topic,
+                        range.queue_id,
+                        range.from,
+                        range.to,
+                        a.state.node_id,
+                        x.map(|d| &d.crc32s),
+                        b.state.node_id,
+                        y.map(|d| &d.crc32s),
+                        a.state.applied_index
+                    ),
+                );
+            }
+        }
+    }
+    for p in &r.pairs {
+        r.queue_digests_compared += p.queues_compared;
+        r.queue_entries_compared += p.queue_entries_compared;
+        r.queue_digest_mismatches += p.queue_digest_mismatches;
+    }
+}
+
+/// The metadata digests' parts: (name, crc, entries).
+fn state_parts(s: &StateDigest) -> [(&'static str, u32, u64); 4] {
+    [
+        (
+            "consumer offsets",
+            s.consumer_offsets_crc32,
+            s.consumer_offsets,
+        ),
+        ("FIFO leases", s.fifo_leases_crc32, s.fifo_leases),
+        ("topic configs", s.topics_crc32, s.topics),
+        ("group configs", s.groups_crc32, s.groups),
+    ]
+}
+
+/// Metadata digests agree between nodes whose digests were taken at the same
+/// applied index.
+fn compare_state(views: &[NodeView], r: &mut ReplicaAudit) {
+    for (k, (i, j)) in pairs(views.len()).enumerate() {
+        let (a, b) = (&views[i].state, &views[j].state);
+        let (Some(x), Some(y)) = (&a.state, &b.state) else {
+            continue;
+        };
+        if x.applied_index != y.applied_index {
+            continue;
+        }
+        let p = &mut r.pairs[k];
+        p.state_compared = true;
+        p.state_applied_index = x.applied_index;
+        p.state_entries_compared = state_parts(x).iter().map(|part| part.2).sum();
+        r.state_digests_compared += 1;
+        for (px, py) in state_parts(x).into_iter().zip(state_parts(y)) {
+            if px != py {
+                p.state_mismatches += 1;
+                r.state_mismatches += 1;
+                note_example(
+                    &mut r.examples,
+                    format!(
+                        "{} at applied index {:?}: node {} holds {} (crc {:08x}), node {} holds {} (crc {:08x})",
+                        px.0, x.applied_index, a.node_id, px.2, px.1, b.node_id, py.2, py.1
+                    ),
+                );
+            }
+        }
     }
 }

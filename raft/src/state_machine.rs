@@ -38,6 +38,11 @@ pub struct GroupMeta {
     pub groups: BTreeMap<String, GroupConfig>,
     /// (group, topic, queue id) → the FIFO delivery in flight, if any.
     pub fifo_leases: BTreeMap<(String, String, i32), FifoLease>,
+    /// Log index of the last entry applied to this copy (None before the first), set
+    /// under the same lock as the maps, so a reader holding the lock sees the maps as
+    /// of exactly this index (replica audits). Not part of a snapshot.
+    #[serde(skip)]
+    pub applied_index: Option<u64>,
 }
 
 /// Metadata shared with readers (the broker); updated on every apply.
@@ -158,6 +163,7 @@ impl StateMachine {
         {
             store.rebuild_consume_queues_from(next_applied)?;
         }
+        meta.applied_index = last_applied.map(|l| l.index);
         Ok(Self {
             store,
             db,
@@ -406,6 +412,7 @@ impl StateMachine {
             ),
             EntryPayload::Normal(Request::Command(cmd)) => {
                 let mut meta = self.shared.write().unwrap();
+                meta.applied_index = Some(index);
                 self.apply_command(&mut meta, cmd, entry.log_id.leader_id.term)?
             }
             EntryPayload::Blank => Response::Applied,
@@ -454,6 +461,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last = Some(id);
         }
         if let Some(id) = last {
+            // Entries other than commands leave the maps as they were: readers see
+            // them as of the batch's last entry from here on.
+            self.shared.write().unwrap().applied_index = Some(id.index);
             // Not fsynced: on restart, entries after the persisted last_applied are
             // applied again, and applying is idempotent (dispatch skips what is
             // dispatched; commands set values).
@@ -553,7 +563,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.flush()
         };
         persist().map_err(fail)?;
-        *self.shared.write().unwrap() = data.meta;
+        *self.shared.write().unwrap() = GroupMeta {
+            applied_index: meta.last_log_id.map(|l| l.index),
+            ..data.meta
+        };
         self.last_applied = meta.last_log_id;
         self.last_segment = None;
         self.membership = meta.last_membership.clone();

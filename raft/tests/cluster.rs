@@ -353,6 +353,11 @@ async fn leadership_transfer_and_metadata_replication() {
         .map(|n| format!("{:?}", n.shared_meta().read().unwrap()))
         .collect();
     assert_eq!(metas.len(), 1, "every node holds the same metadata");
+    for n in c.live() {
+        let applied = n.raft().metrics().borrow().last_applied.map(|l| l.index);
+        let meta = n.shared_meta().read().unwrap().applied_index;
+        assert_eq!(meta, applied, "the metadata's applied index is the node's");
+    }
     // Metadata survives a restart.
     c.crash(leader).await;
     c.restart(leader).await;

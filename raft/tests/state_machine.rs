@@ -19,8 +19,10 @@ fn dispatch_position_matches_last_applied_after_open() {
     let meta = MetaDb::open(&dir.path().join("meta")).unwrap();
     // sled says only entries up to 3 were applied (its tail was lost).
     MetaDb::put(&meta.sm, "last_applied", &Some(log_id(1, 3))).unwrap();
-    let _sm = StateMachine::open(store.clone(), meta).unwrap();
+    let sm = StateMachine::open(store.clone(), meta).unwrap();
     assert_eq!(store.dispatched_next_log_index(), 4);
+    // Readers of the metadata see the index it belongs to.
+    assert_eq!(sm.shared().read().unwrap().applied_index, Some(3));
     assert_eq!(store.queue_offsets("TopicS", 0), (0, 4));
     // Applying again places the same messages at the same offsets.
     let placed = store.dispatch_through(9).unwrap();
