@@ -1,7 +1,7 @@
 //! The admin service (`proto/ledgermq/admin.proto`): topic and consumer group
 //! changes from `mqadmin`, committed through Raft from any member, and the
 //! replica-audit digests of this node's own log, queues and metadata
-//! ([`crate::audit`]).
+//! ([`crate::audit`]), and consumer progress ([`crate::progress`]).
 
 use std::sync::Arc;
 
@@ -10,8 +10,9 @@ use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
-    AdminResponse, LogDigestRequest, LogDigestResponse, QueueDigestRequest, QueueDigestResponse,
-    UpdateGroupRequest, UpdateTopicRequest,
+    AdminResponse, ConsumerProgressRequest, ConsumerProgressResponse, LogDigestRequest,
+    LogDigestResponse, QueueDigestRequest, QueueDigestResponse, UpdateGroupRequest,
+    UpdateTopicRequest,
 };
 use crate::broker::Broker;
 use crate::error::{refuse, BrokerError};
@@ -139,6 +140,21 @@ impl BrokerAdmin for Admin {
         .await
         .map(Response::new)
         .map_err(|e| Status::internal(format!("queue digest task failed: {e}")))
+    }
+
+    async fn consumer_progress(
+        &self,
+        req: Request<ConsumerProgressRequest>,
+    ) -> Result<Response<ConsumerProgressResponse>, Status> {
+        let node = &self.0.node;
+        let store = node.store();
+        let meta = node.shared_meta().read().unwrap();
+        Ok(Response::new(crate::progress::consumer_progress(
+            &meta,
+            node.id(),
+            req.get_ref(),
+            |t, q| store.queue_offsets(t, q),
+        )))
     }
 }
 

@@ -22,6 +22,7 @@ pub mod error;
 pub mod filter;
 pub mod message;
 pub mod pop;
+pub mod progress;
 pub mod receipt;
 pub mod route;
 pub mod send;

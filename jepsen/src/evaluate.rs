@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::audit::ReplicaAudit;
 use crate::availability::{availability, Availability, FaultWindow};
 use crate::checker::{order, total_queue, Order, TotalQueue};
+use crate::drain::DrainOutcome;
 use crate::history::Op;
 use crate::nemesis::FaultKind;
 use crate::report::quantile;
@@ -88,6 +89,10 @@ pub struct RunResults {
     pub availability_bound: f64,
     /// Kinds the promise covers whose spread-producer ratio fell below the bound.
     pub availability_shortfalls: Vec<String>,
+    /// Where the drain left the consumer groups: every queue's committed consumer
+    /// offset at the queue's end, or the queues short of it (None: no node
+    /// answered for the groups' progress).
+    pub drain: Option<DrainOutcome>,
     /// Median RTO over the faults after which a send succeeded, ms.
     pub rto_p50_ms: Option<u64>,
     /// 99th percentile RTO, ms.
@@ -105,8 +110,9 @@ pub struct RunResults {
     pub interrupted: bool,
     /// Every check passed: nothing lost or unexpected, nothing sent once stored
     /// twice, order kept (FIFO included), replicas agree, no node exited by itself,
-    /// (SYNC_FLUSH) no follower's log reverted without damaged bytes, and the
-    /// availability promise held for every fault kind it covers.
+    /// (SYNC_FLUSH) no follower's log reverted without damaged bytes, the
+    /// availability promise held for every fault kind it covers, and the drain
+    /// consumed every queue to its end.
     pub valid: bool,
 }
 
@@ -154,6 +160,7 @@ pub fn evaluate(
     mut faults: Vec<FaultRecord>,
     (replica_audit, audit_error): (Option<ReplicaAudit>, Option<String>),
     (unexpected_exits, sync_reverts): (Vec<String>, Vec<String>),
+    drain: Option<DrainOutcome>,
     interrupted: bool,
 ) -> RunResults {
     let windows: Vec<FaultWindow> = faults
@@ -191,6 +198,7 @@ pub fn evaluate(
         && unexpected_exits.is_empty()
         && sync_reverts.is_empty()
         && availability_shortfalls.is_empty()
+        && drain.as_ref().is_some_and(|d| d.reached)
         && !interrupted;
     RunResults {
         seed: opts.seed,
@@ -214,6 +222,7 @@ pub fn evaluate(
         pinned_ratio_by_kind,
         availability_bound: opts.availability_bound,
         availability_shortfalls,
+        drain,
         unexpected_exits,
         sync_reverts,
         interrupted,
@@ -247,7 +256,7 @@ pub fn shortfalls(
 /// The one-line verdict.
 pub fn verdict(r: &RunResults) -> String {
     if r.valid {
-        return "valid: nothing lost or unexpected, order kept, replicas agree, no node crashed, availability kept"
+        return "valid: nothing lost or unexpected, order kept, replicas agree, no node crashed, availability kept, every queue consumed to its end"
             .into();
     }
     let mut why = Vec::new();
@@ -291,6 +300,14 @@ pub fn verdict(r: &RunResults) -> String {
                 .join(", ")
         ));
     }
+    match &r.drain {
+        Some(d) if !d.reached => why.push(format!(
+            "{} queue(s) not consumed to their end after the drain",
+            d.short_queues.len()
+        )),
+        None => why.push("consumer progress could not be read after the drain".into()),
+        _ => {}
+    }
     if !r.unexpected_exits.is_empty() {
         why.push(format!(
             "{} node(s) exited by themselves",
@@ -320,5 +337,56 @@ mod tests {
         assert_eq!(s.len(), 1, "{s:?}");
         assert!(s[0].starts_with("isolate-leader: "), "{s:?}");
         assert!(shortfalls(&ratios, 0.7).is_empty());
+    }
+
+    #[test]
+    fn a_queue_left_short_by_the_drain_or_unreadable_progress_fails_the_run() {
+        let opts = RunOptions {
+            time_limit_s: 1,
+            kinds: vec![],
+            seed: 1,
+            flush: "sync".into(),
+            out_dir: ".".into(),
+            warmup_ms: 0,
+            fault_ms: 0,
+            gap_ms: 0,
+            availability_bound: 0.8,
+        };
+        let audit = ReplicaAudit {
+            valid: true,
+            ..Default::default()
+        };
+        let run = |drain: Option<DrainOutcome>| {
+            let r = evaluate(
+                &opts,
+                &[],
+                vec![],
+                (Some(audit.clone()), None),
+                (vec![], vec![]),
+                drain,
+                false,
+            );
+            (r.valid, verdict(&r))
+        };
+        let reached = DrainOutcome {
+            reached: true,
+            ..Default::default()
+        };
+        assert!(run(Some(reached)).0);
+        let short = DrainOutcome {
+            reached: false,
+            short_queues: vec!["G on T#1: consumer offset 9, queue end 10".into()],
+            applied_index: Some(5),
+        };
+        let (valid, v) = run(Some(short));
+        assert!(
+            !valid && v.contains("1 queue(s) not consumed to their end"),
+            "{v}"
+        );
+        let (valid, v) = run(None);
+        assert!(
+            !valid && v.contains("consumer progress could not be read"),
+            "{v}"
+        );
     }
 }

@@ -15,6 +15,7 @@
 //! - [`workload`]: producers and consumers over the gRPC protocol, recording the
 //!   history, from inside the clients' namespace.
 //! - [`faults`]: injecting each fault kind into the cluster and undoing it.
+//! - [`drain`]: the drain goes on until consumer offsets reach the queues' ends.
 //! - [`disk`]: power loss and damaged tails on a stopped node's files.
 //! - [`audit`]: the replica audit (committed prefix, ConsumeQueues vs commit).
 //! - [`reverts`]: under SYNC_FLUSH, a follower's log never reverts but after damage.
@@ -25,6 +26,7 @@ pub mod audit;
 pub mod availability;
 pub mod checker;
 pub mod disk;
+pub mod drain;
 pub mod evaluate;
 pub mod faults;
 pub mod fifo;

@@ -264,7 +264,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         let _ = sampler.join();
         return Err(JepsenError::Host(format!("nemesis failed: {e}")));
     }
-    let history = workload
+    let (history, drain) = workload
         .join()
         .map_err(|_| JepsenError::Host("the workload thread panicked".into()))???;
     sampling_done.store(true, Ordering::Relaxed);
@@ -315,6 +315,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         done,
         (replica_audit, audit_error),
         (unexpected_exits, sync_reverts),
+        drain,
         interrupted,
     );
     write_outputs(&dir, &history, &results, &roles)?;

@@ -17,6 +17,7 @@ use ledgermq_broker::pb::{
 };
 use tonic::transport::{Channel, Endpoint};
 
+use crate::drain::DrainOutcome;
 use crate::history::{Delivered, Op, OpFn, OpType, Sent};
 use crate::JepsenError;
 
@@ -60,8 +61,9 @@ pub struct WorkloadOptions {
     /// How long producers send.
     pub duration: Duration,
     /// Longest the consumers keep draining after producers stop. The drain ends
-    /// earlier once every acknowledged send was received and nothing new arrived
-    /// for `settle`, or once nothing at all arrived for `quiet`.
+    /// earlier once every acknowledged send was received, every queue's committed
+    /// consumer offset reached the queue's end ([`crate::drain`]) and nothing new
+    /// arrived for `settle`, or once nothing at all arrived for `quiet`.
     pub drain: Duration,
     /// See `drain`.
     pub settle: Duration,
@@ -194,8 +196,12 @@ fn res(name: &str) -> Option<Resource> {
 }
 
 /// Runs the workload (call from inside the clients' namespace, e.g. through
-/// [`in_namespace`]); returns the history.
-pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, JepsenError> {
+/// [`in_namespace`]); returns the history and the consumer progress the drain
+/// saw last (None if no node answered for it).
+pub async fn run(
+    opts: WorkloadOptions,
+    rec: Recorder,
+) -> Result<(Vec<Op>, Option<DrainOutcome>), JepsenError> {
     let chans: Vec<Channel> = opts
         .nodes
         .iter()
@@ -251,6 +257,27 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
         }));
     }
     let last_delivery = Arc::new(Mutex::new(Instant::now()));
+    // Whether every queue's consumer offset is at its end (read once sending is over).
+    let (offsets_at_end, consumers_done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let watcher = {
+        let pairs = vec![
+            (opts.group.clone(), opts.topic.clone()),
+            (opts.fifo_group.clone(), opts.fifo_topic.clone()),
+        ];
+        let (nodes, at_end, done) = (
+            opts.nodes.clone(),
+            offsets_at_end.clone(),
+            consumers_done.clone(),
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep_until(stop_sending.into()).await;
+            crate::drain::watch(nodes, pairs, at_end, done).await
+        })
+    };
+    let mut consumer_tasks = Vec::new();
     for (topic, group) in [
         (&opts.topic, &opts.group),
         (&opts.fifo_topic, &opts.fifo_group),
@@ -258,22 +285,24 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
         for _ in 0..opts.consumers {
             process += 1;
             let pid = process;
-            let (chans, rec, topic, group, last, stop) = (
+            let (chans, rec, topic, group, last, stop, at_end) = (
                 chans.clone(),
                 rec.clone(),
                 topic.clone(),
                 group.clone(),
                 last_delivery.clone(),
                 opts.stop.clone(),
+                offsets_at_end.clone(),
             );
             let (drain_until, quiet, settle) = (stop_sending + opts.drain, opts.quiet, opts.settle);
-            tasks.push(tokio::spawn(async move {
+            consumer_tasks.push(tokio::spawn(async move {
                 let mut i = pid as usize;
                 loop {
                     let now = Instant::now();
                     let idle = now.duration_since(*last.lock().unwrap());
-                    let drained = now > stop_sending
-                        && (idle > quiet || (idle > settle && rec.outstanding() == 0));
+                    let caught_up = rec.outstanding() == 0 && at_end.load(Ordering::Relaxed);
+                    let drained =
+                        now > stop_sending && (idle > quiet || (idle > settle && caught_up));
                     if now > drain_until || drained || stop.load(Ordering::Relaxed) {
                         return;
                     }
@@ -287,10 +316,12 @@ pub async fn run(opts: WorkloadOptions, rec: Recorder) -> Result<Vec<Op>, Jepsen
             }));
         }
     }
-    for t in tasks {
+    for t in tasks.into_iter().chain(consumer_tasks) {
         let _ = t.await;
     }
-    Ok(rec.ops())
+    consumers_done.store(true, Ordering::Relaxed);
+    let drain = watcher.await.ok().flatten();
+    Ok((rec.ops(), drain))
 }
 
 /// Where a send goes: the node, and the producer's one node if it is pinned.

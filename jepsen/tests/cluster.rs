@@ -100,6 +100,10 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
     })
     .unwrap()
     .unwrap();
+    let (history, drain) = history;
+    // Every queue was consumed to its end before the drain ended.
+    let drain = drain.expect("the nodes answered for the consumer groups' progress");
+    assert!(drain.reached, "{drain:?}");
     // Each pinned producer sent through its one node only, and was answered.
     for node in 0..NODES {
         let sends = |t: OpType| {

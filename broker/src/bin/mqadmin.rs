@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
+use ledgermq_broker::admin_pb::{ConsumerProgressRequest, UpdateGroupRequest, UpdateTopicRequest};
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{ListClusterRequest, QueryRouteRequest, Role};
 
@@ -81,6 +81,23 @@ enum Cmd {
         /// Deliveries before the dead-letter queue.
         #[arg(short = 'r', long = "retryMaxTimes", default_value_t = 16)]
         max_attempts: u32,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Show a consumer group's progress per message queue: each queue's end
+    /// (broker offset), the group's committed consumer offset and the difference,
+    /// as each broker group's leader has applied them.
+    #[command(name = "consumerProgress")]
+    ConsumerProgress {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Consumer group.
+        #[arg(short = 'g', long = "groupName")]
+        group: String,
+        /// Only this topic (default: every topic the group committed an offset in).
+        #[arg(short = 't', long = "topic")]
+        topic: Option<String>,
         #[command(flatten)]
         scope: Scope,
     },
@@ -269,6 +286,54 @@ async fn main() -> Result<()> {
             };
             let what = format!("updateSubGroup {group} (fifo {fifo}, broadcast {broadcast})");
             apply(&namesrv, &scope, &what, AdminReq::Group(req)).await?;
+        }
+        Cmd::ConsumerProgress {
+            namesrv,
+            group,
+            topic,
+            scope,
+        } => {
+            let req = ConsumerProgressRequest {
+                group: group.clone(),
+                topic: topic.unwrap_or_default(),
+            };
+            println!(
+                "{:<24} {:<12} {:>4} {:>14} {:>16} {:>10}",
+                "#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff"
+            );
+            let mut total = 0u64;
+            for (broker_group, members) in groups(&namesrv, &scope).await? {
+                // The leader first; another member if it does not answer.
+                let mut answer = None;
+                for addr in &members {
+                    let Ok(mut c) = BrokerAdminClient::connect(format!("http://{addr}")).await
+                    else {
+                        continue;
+                    };
+                    if let Ok(r) = c.consumer_progress(req.clone()).await {
+                        answer = Some(r.into_inner());
+                        break;
+                    }
+                }
+                let Some(r) = answer else {
+                    eprintln!("broker group {broker_group}: no member answered");
+                    continue;
+                };
+                if !r.error.is_empty() {
+                    eprintln!("broker group {broker_group}: {}", r.error);
+                    continue;
+                }
+                for q in r.queues {
+                    let consumed = q.consumer_offset.unwrap_or(q.min_offset);
+                    let diff = q.broker_offset.saturating_sub(consumed);
+                    total += diff;
+                    println!(
+                        "{:<24} {:<12} {:>4} {:>14} {:>16} {:>10}",
+                        q.topic, broker_group, q.queue_id, q.broker_offset, consumed, diff
+                    );
+                }
+            }
+            println!("Diff Total: {total}");
         }
         Cmd::TopicRoute { namesrv, topic } => {
             let r = client(&namesrv)

@@ -142,10 +142,7 @@ fn main() {
                 r.fifo.deliveries, r.fifo.acks_ok, r.fifo.delivered_while_previous_in_flight, r.fifo.redelivered_after_ack
             );
             match (&r.replica_audit, &r.audit_error) {
-                (Some(a), _) => println!(
-                    "replica audit: {} entries compared on {} nodes, {} divergent, {} queue entries past commit, {} queue length mismatches, {} lagging nodes",
-                    a.entries_compared, a.nodes, a.divergent_entries, a.queue_entries_past_commit, a.queue_length_mismatches, a.lagging_nodes
-                ),
+                (Some(a), _) => println!("replica audit: {}", a.summary()),
                 (None, e) => println!("replica audit: not run ({})", e.as_deref().unwrap_or("?")),
             }
             println!(
@@ -198,6 +195,18 @@ fn main() {
                         .map_or("spread".to_owned(), |n| format!("pinned to node {n}")),
                     g.from_ms as f64 / 1000.0
                 );
+            }
+            match &r.drain {
+                Some(d) if d.reached => println!(
+                    "drain: every queue's consumer offset reached its end (applied index {:?})",
+                    d.applied_index
+                ),
+                Some(d) => {
+                    for q in &d.short_queues {
+                        println!("drain: {q}");
+                    }
+                }
+                None => println!("drain: no node answered for the consumer groups' progress"),
             }
             for s in &r.availability_shortfalls {
                 println!("availability: {s}");

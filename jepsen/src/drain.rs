@@ -1,0 +1,151 @@
+//! The drain's end: after the producers stop, consumers go on until every queue's
+//! committed consumer offset has reached the queue's end as the broker reports it
+//! (the ConsumerProgress admin call), not only until every acknowledged send was
+//! seen. A queue still short when the drain gives up is a finding: messages that
+//! were stored but never consumed (stuck behind a lease, an offset never
+//! committed, a message that cannot be delivered).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_broker::admin_pb::{ConsumerProgressRequest, QueueProgress};
+use serde::Serialize;
+
+/// How often the drain asks for the groups' progress.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// Deadline of one node's answer.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the drain saw last.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DrainOutcome {
+    /// Every queue of every (group, topic) reached its end.
+    pub reached: bool,
+    /// The queues that did not, in words (empty when `reached`).
+    pub short_queues: Vec<String>,
+    /// The applied index of the node whose progress was read last.
+    pub applied_index: Option<u64>,
+}
+
+/// The queues of `progress` whose consumer offset is short of the queue's end, in
+/// words (`group` names the consumer group).
+pub fn short_queues(group: &str, progress: &[QueueProgress]) -> Vec<String> {
+    progress
+        .iter()
+        .filter_map(|q| {
+            let consumed = q.consumer_offset.unwrap_or(q.min_offset);
+            (consumed < q.broker_offset).then(|| {
+                format!(
+                    "{group} on {}#{}: consumer offset {consumed}, queue end {} ({} never consumed)",
+                    q.topic,
+                    q.queue_id,
+                    q.broker_offset,
+                    q.broker_offset - consumed
+                )
+            })
+        })
+        .collect()
+}
+
+/// One node's progress of `group` on `topic`: (applied index, queues).
+async fn ask(addr: &str, group: &str, topic: &str) -> Option<(Option<u64>, Vec<QueueProgress>)> {
+    let call = async {
+        let mut c = BrokerAdminClient::connect(format!("http://{addr}"))
+            .await
+            .ok()?;
+        let r = c
+            .consumer_progress(ConsumerProgressRequest {
+                group: group.into(),
+                topic: topic.into(),
+            })
+            .await
+            .ok()?
+            .into_inner();
+        r.error.is_empty().then_some((r.applied_index, r.queues))
+    };
+    tokio::time::timeout(CALL_TIMEOUT, call).await.ok()?
+}
+
+/// The progress of every (group, topic) in `pairs` as the most advanced node that
+/// answers for all of them has applied it (offsets are replicated: a node behind
+/// would report a stale view). None if no node answered for every pair.
+pub async fn progress(nodes: &[String], pairs: &[(String, String)]) -> Option<DrainOutcome> {
+    let mut best: Option<DrainOutcome> = None;
+    for addr in nodes {
+        let mut short = Vec::new();
+        let mut applied = None;
+        let mut all = true;
+        for (group, topic) in pairs {
+            match ask(addr, group, topic).await {
+                Some((a, queues)) => {
+                    applied = applied.max(a);
+                    short.extend(short_queues(group, &queues));
+                }
+                None => all = false,
+            }
+        }
+        if !all {
+            continue;
+        }
+        if best.as_ref().is_none_or(|b| applied > b.applied_index) {
+            best = Some(DrainOutcome {
+                reached: short.is_empty(),
+                short_queues: short,
+                applied_index: applied,
+            });
+        }
+    }
+    best
+}
+
+/// Polls [`progress`] every [`POLL_INTERVAL`] until `stop` is set, keeping `done`
+/// true while the last reading had every queue at its end; returns the last
+/// reading (None if no node ever answered).
+pub async fn watch(
+    nodes: Vec<String>,
+    pairs: Vec<(String, String)>,
+    done: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> Option<DrainOutcome> {
+    let mut last = None;
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(p) = progress(&nodes, &pairs).await {
+            done.store(p.reached, Ordering::Relaxed);
+            last = Some(p);
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    // One last reading after the consumers stopped.
+    progress(&nodes, &pairs).await.or(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_is_short_until_the_committed_offset_reaches_its_end() {
+        let q = |queue_id, min_offset, broker_offset, consumer_offset| QueueProgress {
+            topic: "T".into(),
+            queue_id,
+            min_offset,
+            broker_offset,
+            consumer_offset,
+        };
+        let p = [
+            q(0, 0, 10, Some(10)),
+            q(1, 0, 10, Some(9)),
+            // Never committed: consumption starts at the queue's start.
+            q(2, 4, 4, None),
+            q(3, 4, 6, None),
+        ];
+        let s = short_queues("G", &p);
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert!(s[0].starts_with("G on T#1: consumer offset 9, queue end 10"));
+        assert!(s[1].starts_with("G on T#3: consumer offset 4, queue end 6"));
+        assert!(short_queues("G", &p[..1]).is_empty());
+    }
+}
