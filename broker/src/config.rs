@@ -116,11 +116,12 @@ pub struct BrokerConfig {
     /// (RocketMQ's `diskSpaceWarningLevelRatio`: 0.90; 1.0 turns the check off).
     #[serde(default = "default_disk_space_warning_ratio")]
     pub disk_space_warning_ratio: f64,
-    /// Fault-injection tests only (leave unset): a file where the node records its
-    /// last fsynced CommitLog offset, so the jepsen harness can simulate a power
-    /// loss (see `CommitLogConfig::durable_mark_file`).
-    #[serde(default)]
-    pub durable_mark_file: Option<PathBuf>,
+    /// Removed (accepted and ignored, so files written for earlier releases still
+    /// load): the jepsen harness's durable mark, a file where the node recorded its
+    /// last fsynced CommitLog offset. The harness now finds what a power loss takes
+    /// from the kernel's page cache instead of asking the node.
+    #[serde(default, rename = "durable_mark_file")]
+    _removed_durable_mark_file: Option<serde::de::IgnoredAny>,
 }
 
 fn default_true() -> bool {
@@ -301,7 +302,6 @@ impl BrokerConfig {
     pub fn store_config(&self) -> Result<StoreConfig, String> {
         let mut s = StoreConfig::new(&self.store_root);
         s.commit_log.segment_bytes = self.commit_log_segment_bytes;
-        s.commit_log.durable_mark_file = self.durable_mark_file.clone();
         s.flush_mode = self.flush_mode()?;
         s.retention.disk_space_warning_ratio = self.disk_space_warning_ratio;
         Ok(s)
@@ -352,6 +352,21 @@ mod tests {
             let c = BrokerConfig::load(&root.join(format!("{n}.toml"))).unwrap();
             assert_eq!(c.advertised_client_addr(), "ledgermq-group:8081");
         }
+    }
+
+    #[test]
+    fn a_config_naming_the_removed_durable_mark_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        std::fs::write(
+            &p,
+            "cluster='c'\nbroker_group='g'\nnode_id=0\nclient_addr='127.0.0.1:1'\n\
+             store_root='/tmp/x'\ndurable_mark_file='/tmp/x.durable-mark'\n\
+             [peers]\n0='127.0.0.1:2'\n",
+        )
+        .unwrap();
+        let c = BrokerConfig::load(&p).unwrap();
+        c.store_config().unwrap();
     }
 
     #[test]

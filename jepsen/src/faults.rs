@@ -43,15 +43,12 @@ pub fn leader(c: &Cluster, net: &Network) -> Option<usize> {
         .map(|l| l.0)
 }
 
-/// A power loss on stopped node `n`: every CommitLog byte past its last fsync is
-/// erased. Returns what was erased.
+/// A power loss on stopped node `n` (killed and reaped: [`Cluster::kill`] waits for
+/// it): every page of its store the kernel still holds dirty is erased. Returns
+/// what was erased, per kind of file.
 fn lose_power(dir: &Path, n: usize) -> Result<String, JepsenError> {
-    let root = Cluster::store_root(dir, n);
-    let f = disk::power_loss(&root, &disk::mark_path(&root))?;
-    Ok(format!(
-        "node {n} lost power: {} ({} bytes from offset {})",
-        f.what, f.bytes, f.offset
-    ))
+    let lost = disk::power_loss(&Cluster::store_root(dir, n))?;
+    Ok(format!("node {n} lost power: {}", lost.describe()))
 }
 
 /// A damaged tail on stopped node `n`. Returns what was done.

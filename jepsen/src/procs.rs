@@ -69,11 +69,10 @@ pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
         "cluster = \"JepsenCluster\"\nbroker_group = \"broker-a\"\nnode_id = {i}\n\
          client_addr = \"{}\"\nnamesrv_addrs = [\"{}\"]\nstore_root = \"{}\"\n\
          flush = \"{flush}\"\ncommit_log_segment_bytes = 67108864\nnamesrv_heartbeat_ms = 1000\n\
-         disk_space_warning_ratio = 0.99\ndurable_mark_file = \"{}\"\n\n[peers]\n",
+         disk_space_warning_ratio = 0.99\n\n[peers]\n",
         client_addr(i),
         namesrv_addr(),
         store_root.display(),
-        crate::disk::mark_path(store_root).display()
     );
     for j in 0..NODES {
         s.push_str(&format!("{j} = \"{}:{RAFT_PORT}\"\n", host_addr(j)));
@@ -334,7 +333,6 @@ mod tests {
         assert!(c.contains("namesrv_addrs = [\"10.77.0.13:9876\"]"));
         assert!(c.contains("2 = \"10.77.0.12:40911\""));
         assert!(c.contains("0 = \"10.77.0.10:8081\""));
-        assert!(c.contains("durable_mark_file = \"/tmp/x/n1.durable-mark\""));
     }
 
     #[test]

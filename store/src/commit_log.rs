@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use crate::ack_mark::AckedId;
-use crate::error::{IoContext, Result, StoreError};
+use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFileQueue;
 use crate::raft_index::{EntryLocation, RaftIndex};
 use crate::record::{
@@ -38,13 +38,6 @@ pub struct CommitLogConfig {
     pub max_message_size_bytes: usize,
     /// Entries per Raft index file.
     pub raft_index_entries_per_file: u64,
-    /// For fault-injection tests only (`None` in production): after every fsync of
-    /// the CommitLog, and before anyone is told the bytes are durable, the new
-    /// flushed offset is written here (8 bytes, big-endian, at offset 0, not itself
-    /// fsynced). A harness that kills the process can then simulate a power loss by
-    /// erasing every CommitLog byte at or past that offset: nothing acknowledged as
-    /// durable lies past it.
-    pub durable_mark_file: Option<std::path::PathBuf>,
 }
 
 impl Default for CommitLogConfig {
@@ -53,7 +46,6 @@ impl Default for CommitLogConfig {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             max_message_size_bytes: DEFAULT_MAX_MESSAGE_SIZE_BYTES,
             raft_index_entries_per_file: crate::raft_index::DEFAULT_RAFT_INDEX_ENTRIES_PER_FILE,
-            durable_mark_file: None,
         }
     }
 }
@@ -103,12 +95,6 @@ impl StoredEntry {
     }
 }
 
-/// Writes the durable mark (see [`CommitLogConfig::durable_mark_file`]).
-fn write_mark(path: &Path, f: &std::fs::File, offset: u64) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    f.write_all_at(&offset.to_be_bytes(), 0).at(path)
-}
-
 struct Writer {
     last_term: u64,
     buf: Vec<u8>,
@@ -132,8 +118,6 @@ pub struct CommitLog {
     wrote: AtomicU64,
     flushed: AtomicU64,
     min_offset: AtomicU64,
-    /// See [`CommitLogConfig::durable_mark_file`].
-    durable_mark: Option<(std::path::PathBuf, std::fs::File)>,
     /// How far the log was acknowledged as durable ([`crate::ack_mark`]).
     ack_mark: crate::ack_mark::AckMark,
 }
@@ -160,19 +144,6 @@ impl CommitLog {
         let segments = MappedFileQueue::open(&dir.join("commitlog"), cfg.segment_bytes)?;
         let raft_index = RaftIndex::open(&dir.join("raftindex"), cfg.raft_index_entries_per_file)?;
         let min_offset = segments.first_start().unwrap_or(end_offset);
-        let durable_mark = match &cfg.durable_mark_file {
-            Some(p) => {
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(p)
-                    .at(p)?;
-                write_mark(p, &f, end_offset)?;
-                Some((p.clone(), f))
-            }
-            None => None,
-        };
         Ok(Self {
             cfg,
             segments,
@@ -187,7 +158,6 @@ impl CommitLog {
             wrote: AtomicU64::new(end_offset),
             flushed: AtomicU64::new(end_offset),
             min_offset: AtomicU64::new(min_offset),
-            durable_mark,
             ack_mark: crate::ack_mark::AckMark::open(dir)?,
         })
     }
@@ -259,23 +229,11 @@ impl CommitLog {
         let mut w = self.writer.lock().unwrap();
         w.last_term = last_term;
         self.wrote.store(end_offset, Ordering::Release);
-        let before = self.flushed.fetch_min(end_offset, Ordering::AcqRel);
+        self.flushed.fetch_min(end_offset, Ordering::AcqRel);
         if self.segments.first_start().is_none() {
             self.min_offset.store(end_offset, Ordering::Release);
         }
-        if before > end_offset {
-            self.write_durable_mark(end_offset)?;
-        }
         Ok(())
-    }
-
-    /// Records `offset` as the durable end in the durable mark file, when one is
-    /// configured (tests only; see [`CommitLogConfig::durable_mark_file`]).
-    fn write_durable_mark(&self, offset: u64) -> Result<()> {
-        match &self.durable_mark {
-            Some((p, f)) => write_mark(p, f, offset),
-            None => Ok(()),
-        }
     }
 
     /// The acknowledged mark: the log id of the last entry acknowledged as durable
@@ -499,7 +457,6 @@ impl CommitLog {
                 *self.poisoned.lock().unwrap() = Some(format!("an fsync failed: {e}"));
                 return Err(e);
             }
-            self.write_durable_mark(target)?;
             // Before anyone is told these bytes are durable (under the flush lock,
             // so no truncation moves entries meanwhile).
             if let Some(loc) = self.last_entry_ending_by(target)? {
@@ -545,11 +502,9 @@ impl CommitLog {
         self.raft_index.truncate(log_index)?;
         self.erase_range(cut, old_end)?;
         self.segments.remove_segments_after(cut)?;
-        // The mark follows it down: bytes written again below the old mark are
-        // not durable until the next fsync.
-        if self.flushed.fetch_min(cut, Ordering::AcqRel) > cut {
-            self.write_durable_mark(cut)?;
-        }
+        // Bytes written again below the old flushed end are not durable until the
+        // next fsync.
+        self.flushed.fetch_min(cut, Ordering::AcqRel);
         w.last_term = if log_index > first {
             self.raft_index.get(log_index - 1)?.term
         } else {
@@ -597,7 +552,6 @@ impl CommitLog {
         self.raft_index.reset(next_log_index)?;
         self.wrote.store(fresh, Ordering::Release);
         self.flushed.store(fresh, Ordering::Release);
-        self.write_durable_mark(fresh)?;
         let last = next_log_index.checked_sub(1).map(|index| AckedId {
             term: last_term,
             index,
