@@ -55,3 +55,32 @@ fn acking_before_commit_is_caught_as_lost_messages() {
         "total-queue must report lost messages: {verdict}\n{stdout}"
     );
 }
+
+/// The number before `what` in a verdict (`"INVALID: 24 lost, ..."`).
+fn count_before(verdict: &str, what: &str) -> Option<u64> {
+    let head = &verdict[..verdict.find(what)?];
+    head.rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+}
+
+#[test]
+fn skipping_the_fsync_is_caught_as_lost_messages_after_every_node_loses_power() {
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPED: canaries exist in debug builds only");
+        return;
+    }
+    // SYNC_FLUSH (the default): every acknowledged send was promised fsynced on a
+    // majority; with the fsyncs skipped, all three nodes lose it at once.
+    let (code, stdout, stderr) = run_with("skip-fsync", "power-loss-all", "3");
+    let verdict = stdout.lines().last().unwrap_or_default();
+    assert_eq!(
+        code,
+        Some(1),
+        "the run must be invalid:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        verdict.starts_with("INVALID:") && count_before(verdict, " lost,") > Some(0),
+        "total-queue must report lost messages: {verdict}\n{stdout}"
+    );
+}

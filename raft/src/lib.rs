@@ -13,13 +13,14 @@
 //!   node refuses writes at once).
 //! - [`writer`]: leader-side batching of client writes into entries (group commit).
 //! - [`node`]: one running member; forwarding from followers; leadership transfer.
-//! - [`canary`]: test-only switches that break a promise (debug builds only).
+//! - [`canary`]: test-only switches that break a promise (debug builds only;
+//!   re-exported from the store crate, which needs them too).
 
 // openraft's `StorageError` is large and its traits return it; helpers do too.
 #![allow(clippy::result_large_err)]
 
 pub mod boundary;
-pub mod canary;
+pub use ledgermq_store::canary;
 pub mod codec;
 pub mod contact;
 pub mod error;

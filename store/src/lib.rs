@@ -8,6 +8,7 @@
 //! - [`index_file`]: hash index by key and message id.
 //! - [`checkpoint`], [`recovery`]: crash recovery; [`retention`], [`purge`]: deletion.
 //! - [`group_commit`]: one fsync for many appends under SYNC_FLUSH.
+//! - [`canary`]: test-only switches that break a promise (debug builds only).
 //! - [`ack_mark`]: how far the CommitLog was acknowledged as durable, so a node
 //!   knows when recovery cut entries it had acknowledged.
 //!
@@ -15,6 +16,7 @@
 //! committed and calls `dispatch_through`.
 
 pub mod ack_mark;
+pub mod canary;
 pub mod checkpoint;
 pub mod commit_log;
 pub mod config;

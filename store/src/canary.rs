@@ -1,7 +1,9 @@
 //! Canaries: test-only switches that each break one promise, so that the jepsen
 //! harness can show it catches a broken broker (issue 14). They are read from the
 //! `LEDGERMQ_CANARY` environment variable (comma-separated names) in debug builds
-//! only; a release build has none and never reads the variable.
+//! only; a release build has none and never reads the variable. They live in the
+//! store crate because some break the store's promises; the raft crate re-exports
+//! this module (`ledgermq_raft::canary`).
 
 /// A promise a canary breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,13 +11,22 @@ pub enum Canary {
     /// `ack-before-commit`: the leader answers a send as soon as its entry is
     /// proposed, before a majority holds it.
     AckBeforeCommit,
+    /// `skip-fsync`: the CommitLog's flush skips its `msync(MS_SYNC)` and the
+    /// acknowledged mark skips its `fdatasync`, while both report success; under
+    /// SYNC_FLUSH an entry is then acknowledged as durable while only the page
+    /// cache holds it.
+    SkipFsync,
 }
 
 impl Canary {
+    /// Every canary.
+    pub const ALL: [Canary; 2] = [Canary::AckBeforeCommit, Canary::SkipFsync];
+
     /// The name in `LEDGERMQ_CANARY`.
     pub fn name(self) -> &'static str {
         match self {
             Canary::AckBeforeCommit => "ack-before-commit",
+            Canary::SkipFsync => "skip-fsync",
         }
     }
 }
@@ -34,6 +45,11 @@ pub fn enabled(c: Canary) -> bool {
                 .collect();
             if !on.is_empty() {
                 tracing::error!(canaries = ?on, "test-only canaries are on: this node breaks promises on purpose");
+            }
+            for name in &on {
+                if !Canary::ALL.iter().any(|c| c.name() == name) {
+                    tracing::error!(canary = %name, "unknown canary in LEDGERMQ_CANARY: ignored");
+                }
             }
             on
         });
