@@ -2,13 +2,18 @@
 //! the test network, and undoing it at the heal.
 
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
+use rand::Rng;
 
 use crate::disk;
 use crate::hosts::Network;
 use crate::nemesis::{halves, isolate, lone_node, majorities_ring, one_way, FaultKind, Grudge};
+use crate::node_env;
 use crate::procs::{Cluster, NODES};
 use crate::JepsenError;
 
@@ -28,6 +33,18 @@ pub enum Undo {
     All(Vec<Undo>),
     /// Nothing left to undo (the node came back by itself).
     Nothing,
+    /// Stop moving node `.0`'s clock (the jumps of `.1`, if any) and set it right.
+    ClockBack(usize, Option<ClockJumps>),
+    /// Remove the ballast filling node `.0`'s disk.
+    FreeDisk(usize),
+    /// Stop delaying node `.0`'s fsyncs.
+    FastDisk(usize),
+}
+
+/// A thread moving one node's clock through a seeded schedule until stopped.
+pub struct ClockJumps {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<(), JepsenError>>,
 }
 
 /// What an injected fault did: how to undo it, a description, and the one node it
@@ -206,7 +223,101 @@ pub fn inject(
                 Some(n),
             )
         }
+        FaultKind::ClockSkew | FaultKind::ClockJump | FaultKind::DiskFull | FaultKind::SlowDisk => {
+            let role = if leader(c, net) == Some(random) {
+                "leader"
+            } else {
+                "follower"
+            };
+            let (u, what) = node_fault(kind, rng, random, c)?;
+            (u, format!("node {random} ({role}): {what}"), Some(random))
+        }
     })
+}
+
+/// Node `n`'s clock, disk or fsync fault: how to undo it and what it did.
+fn node_fault(
+    kind: FaultKind,
+    rng: &mut StdRng,
+    n: usize,
+    c: &Cluster,
+) -> Result<(Undo, String), JepsenError> {
+    let dir = c.dir();
+    let sign = |rng: &mut StdRng| if rng.gen::<bool>() { 1 } else { -1 };
+    Ok(match kind {
+        FaultKind::ClockSkew => {
+            c.fake_clocks()?;
+            // Past the 2.5 s forwarded-write deadline; past the 10 s invisible
+            // time of FIFO leases for most draws.
+            let offset = sign(rng) * rng.gen_range(3..=30);
+            node_env::set_clock_offset(dir, n, offset)?;
+            (
+                Undo::ClockBack(n, None),
+                format!("clock set {offset:+} s off (libfaketime, within 1 s)"),
+            )
+        }
+        FaultKind::ClockJump => {
+            c.fake_clocks()?;
+            let steps: Vec<(i64, u64)> = (0..8)
+                .map(|_| {
+                    (
+                        sign(rng) * rng.gen_range(10..=120),
+                        rng.gen_range(1_000..=2_500),
+                    )
+                })
+                .collect();
+            let what = steps
+                .iter()
+                .map(|(o, ms)| format!("{o:+} s for {ms} ms"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (
+                Undo::ClockBack(n, Some(jump_clock(dir, n, steps))),
+                format!("clock jumping (libfaketime, each within 1 s), repeating: {what}"),
+            )
+        }
+        FaultKind::DiskFull => {
+            c.own_disks()?;
+            let leave: u64 = [0, 1 << 20, 16 << 20][rng.gen_range(0..3)];
+            let root = Cluster::store_root(dir, n);
+            let took = node_env::fill_disk(&root, leave)?;
+            let free = node_env::free_bytes(&root)?;
+            (
+                Undo::FreeDisk(n),
+                format!("disk filled by a ballast of {took} bytes, {free} bytes left (asked to leave {leave})"),
+            )
+        }
+        _ => {
+            let min = rng.gen_range(20..=100);
+            let max = min + rng.gen_range(50..=150);
+            node_env::set_fsync_delay(dir, n, Some((min, max)))?;
+            (
+                Undo::FastDisk(n),
+                format!("each fsync delayed {min}-{max} ms (within 100 ms)"),
+            )
+        }
+    })
+}
+
+/// Starts a thread that sets node `n`'s clock offset to each `(offset s, for ms)`
+/// of `steps` in turn, over and over, until [`Undo::ClockBack`] stops it.
+fn jump_clock(dir: &Path, n: usize, steps: Vec<(i64, u64)>) -> ClockJumps {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (dir, stopped) = (dir.to_path_buf(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        for (offset, ms) in steps.iter().cycle() {
+            node_env::set_clock_offset(&dir, n, *offset)?;
+            let until = Instant::now() + Duration::from_millis(*ms);
+            while Instant::now() < until {
+                if stopped.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    });
+    ClockJumps { stop, thread }
 }
 
 /// Undoes a fault.
@@ -217,5 +328,16 @@ pub fn undo(u: Undo, c: &mut Cluster, net: &Network) -> Result<(), JepsenError> 
         Undo::Continue(n) => c.signal(n, "CONT"),
         Undo::All(us) => us.into_iter().try_for_each(|u| undo(u, c, net)),
         Undo::Nothing => Ok(()),
+        Undo::ClockBack(n, jumps) => {
+            if let Some(j) = jumps {
+                j.stop.store(true, Ordering::Relaxed);
+                j.thread
+                    .join()
+                    .map_err(|_| JepsenError::Host("the clock-jump thread panicked".into()))??;
+            }
+            node_env::set_clock_offset(c.dir(), n, 0)
+        }
+        Undo::FreeDisk(n) => node_env::free_disk(&Cluster::store_root(c.dir(), n)),
+        Undo::FastDisk(n) => node_env::set_fsync_delay(c.dir(), n, None),
     }
 }

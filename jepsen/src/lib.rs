@@ -15,6 +15,7 @@
 //! - [`workload`]: producers and consumers over the gRPC protocol, recording the
 //!   history, from inside the clients' namespace.
 //! - [`faults`]: injecting each fault kind into the cluster and undoing it.
+//! - [`node_env`]: each node's own disk, its clock (libfaketime) and fsync delay.
 //! - [`drain`]: the drain goes on until consumer offsets reach the queues' ends.
 //! - [`disk`]: power loss and damaged tails on a stopped node's files.
 //! - [`audit`]: the replica audit (committed prefix, ConsumeQueues vs commit).
@@ -34,6 +35,7 @@ pub mod history;
 pub mod hosts;
 pub mod nemesis;
 pub mod net;
+pub mod node_env;
 pub mod procs;
 pub mod report;
 pub mod reverts;

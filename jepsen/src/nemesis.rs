@@ -49,11 +49,21 @@ pub enum FaultKind {
     /// SIGKILL the leader, damage its tail and restart it at once, before the
     /// group has elected a new leader.
     QuickRestart,
+    /// One node's wall clock runs seconds ahead of or behind the others' (past the
+    /// forwarded-write deadline, and for some seeds past the FIFO invisible time).
+    ClockSkew,
+    /// One node's wall clock jumps forward and backward by up to minutes, every
+    /// second or two.
+    ClockJump,
+    /// One node's disk fills up (a ballast file on its own file system).
+    DiskFull,
+    /// One node's fsyncs are delayed (tens to hundreds of ms each).
+    SlowDisk,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::PartitionHalves,
         FaultKind::IsolateLeader,
         FaultKind::MajoritiesRing,
@@ -68,9 +78,14 @@ impl FaultKind {
         FaultKind::PowerLossAll,
         FaultKind::PowerLossPartitioned,
         FaultKind::QuickRestart,
+        FaultKind::ClockSkew,
+        FaultKind::ClockJump,
+        FaultKind::DiskFull,
+        FaultKind::SlowDisk,
     ];
 
-    /// Parses a `--nemesis` name (`partition`, `kill`, `pause` select groups).
+    /// Parses a `--nemesis` list of names; `all`, `partition`, `kill`, `pause`,
+    /// `power-loss`, `corrupt`, `compound`, `clock` and `disk` select groups.
     pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
         let mut out = Vec::new();
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -87,6 +102,8 @@ impl FaultKind {
                 "power-loss" => &[FaultKind::PowerLoss],
                 "corrupt" => &[FaultKind::CorruptTail],
                 "compound" => &[FaultKind::PowerLossPartitioned, FaultKind::QuickRestart],
+                "clock" => &[FaultKind::ClockSkew, FaultKind::ClockJump],
+                "disk" => &[FaultKind::DiskFull, FaultKind::SlowDisk],
                 other => match FaultKind::ALL.iter().find(|k| k.name() == other) {
                     Some(k) => std::slice::from_ref(k),
                     None => return Err(format!("unknown nemesis {other:?}")),
@@ -121,6 +138,10 @@ impl FaultKind {
             FaultKind::PowerLossAll => "power-loss-all",
             FaultKind::PowerLossPartitioned => "power-loss-partitioned",
             FaultKind::QuickRestart => "quick-restart",
+            FaultKind::ClockSkew => "clock-skew",
+            FaultKind::ClockJump => "clock-jump",
+            FaultKind::DiskFull => "disk-full",
+            FaultKind::SlowDisk => "slow-disk",
         }
     }
 }
@@ -304,6 +325,15 @@ mod tests {
         assert_eq!(
             FaultKind::parse_list("compound").unwrap(),
             vec![FaultKind::PowerLossPartitioned, FaultKind::QuickRestart]
+        );
+        assert_eq!(
+            FaultKind::parse_list("clock,disk").unwrap(),
+            vec![
+                FaultKind::ClockSkew,
+                FaultKind::ClockJump,
+                FaultKind::DiskFull,
+                FaultKind::SlowDisk
+            ]
         );
         assert!(FaultKind::parse_list("gremlins").is_err());
         assert!(FaultKind::parse_list("").is_err());

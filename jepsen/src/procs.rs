@@ -12,6 +12,7 @@ use std::process::{Child, Command};
 
 use crate::hosts::Network;
 use crate::net::host_addr;
+use crate::node_env::{self, NodeDisk};
 use crate::JepsenError;
 
 /// Broker nodes (hosts 0..3).
@@ -90,6 +91,8 @@ struct Proc {
     program: PathBuf,
     args: Vec<String>,
     log: PathBuf,
+    /// Extra environment ([`crate::node_env::node_env`] for broker nodes).
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -113,6 +116,7 @@ impl Proc {
         }
         let child = cmd
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info,openraft=warn")
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -124,9 +128,18 @@ impl Proc {
 }
 
 /// The running cluster: name server and broker nodes. Every process is killed when
-/// it is dropped.
+/// it is dropped, and the nodes' file systems are released
+/// ([`NodeDisk::release`]).
 pub struct Cluster {
     procs: Vec<Proc>,
+    /// The run folder.
+    dir: PathBuf,
+    /// Each node's own file system; empty if they could not be made.
+    disks: Vec<NodeDisk>,
+    /// Why the nodes have no file systems of their own, if they have none.
+    disk_error: Option<String>,
+    /// The libfaketime the nodes run under, if it is installed.
+    faketime: Option<PathBuf>,
     /// Nodes that crashed or did not stop as asked, found while the nemesis
     /// stopped them; taken by [`Cluster::take_findings`].
     findings: Vec<String>,
@@ -134,9 +147,32 @@ pub struct Cluster {
 
 impl Cluster {
     /// Writes configurations and starts the name server and the three nodes under
-    /// `dir` (stores in `dir/nI`, logs in `dir/*.log`).
+    /// `dir` (stores in `dir/nI`, logs in `dir/*.log`). Each store root is a file
+    /// system of its own and each node runs under libfaketime if it can
+    /// ([`crate::node_env`]); if not, a warning says so and the faults that need
+    /// them fail when drawn.
     pub fn start(net: &Network, dir: &Path, flush: &str) -> Result<Self, JepsenError> {
         std::fs::create_dir_all(dir)?;
+        let faketime = node_env::libfaketime();
+        let mut disks = Vec::new();
+        let mut disk_error = None;
+        for i in 0..NODES {
+            match NodeDisk::create(&Self::store_root(dir, i)) {
+                Ok(d) => disks.push(d),
+                Err(e) => {
+                    disk_error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if let Some(e) = &disk_error {
+            for d in disks.drain(..) {
+                let _ = d.release();
+            }
+            eprintln!(
+                "jepsen: the nodes share the run folder's file system ({e}): disk-full cannot run"
+            );
+        }
         let ns_cfg = dir.join("namesrv.toml");
         std::fs::write(
             &ns_cfg,
@@ -150,9 +186,11 @@ impl Cluster {
             program: bin("mqnamesrv")?,
             args: vec!["-c".into(), ns_cfg.display().to_string()],
             log: dir.join("namesrv.log"),
+            env: Vec::new(),
             child: None,
         }];
         for i in 0..NODES {
+            node_env::set_clock_offset(dir, i, 0)?;
             let cfg = dir.join(format!("n{i}.toml"));
             std::fs::write(&cfg, broker_config(i, &Self::store_root(dir, i), flush))?;
             procs.push(Proc {
@@ -160,11 +198,16 @@ impl Cluster {
                 program: bin("mqbroker")?,
                 args: vec!["-c".into(), cfg.display().to_string()],
                 log: dir.join(format!("n{i}.log")),
+                env: node_env::node_env(dir, i, faketime.as_deref()),
                 child: None,
             });
         }
         let mut c = Self {
             procs,
+            dir: dir.to_path_buf(),
+            disks,
+            disk_error,
+            faketime,
             findings: Vec::new(),
         };
         for p in &mut c.procs {
@@ -176,6 +219,33 @@ impl Cluster {
     /// Node `i`'s store root.
     pub fn store_root(dir: &Path, i: usize) -> PathBuf {
         dir.join(format!("n{i}"))
+    }
+
+    /// The run folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Ok if each node's store root is a file system of its own; else why not.
+    pub fn own_disks(&self) -> Result<(), JepsenError> {
+        match &self.disk_error {
+            None => Ok(()),
+            Some(e) => Err(JepsenError::Host(format!(
+                "the nodes have no file systems of their own: {e}"
+            ))),
+        }
+    }
+
+    /// Ok if the nodes run under libfaketime (their clocks can be moved); else
+    /// what to install.
+    pub fn fake_clocks(&self) -> Result<(), JepsenError> {
+        match &self.faketime {
+            Some(_) => Ok(()),
+            None => Err(JepsenError::Host(format!(
+                "libfaketime is not installed (apt-get install libfaketime; looked for {:?}): the nodes' clocks cannot be moved",
+                node_env::LIBFAKETIME_PATHS
+            ))),
+        }
     }
 
     /// Whether node `i` runs (was not killed, or was restarted).
@@ -316,6 +386,11 @@ impl Drop for Cluster {
                     .status();
                 let _ = c.kill();
                 let _ = c.wait();
+            }
+        }
+        for d in self.disks.drain(..) {
+            if let Err(e) = d.release() {
+                eprintln!("jepsen: {e}");
             }
         }
     }

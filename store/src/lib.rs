@@ -8,6 +8,7 @@
 //! - [`index_file`]: hash index by key and message id.
 //! - [`checkpoint`], [`recovery`]: crash recovery; [`retention`], [`purge`]: deletion.
 //! - [`group_commit`]: one fsync for many appends under SYNC_FLUSH.
+//! - [`fault_hooks`]: a delay before every fsync, for the jepsen harness's slow disk.
 //! - [`canary`]: test-only switches that break a promise (debug builds only).
 //! - [`ack_mark`]: how far the CommitLog was acknowledged as durable, so a node
 //!   knows when recovery cut entries it had acknowledged.
@@ -22,6 +23,7 @@ pub mod commit_log;
 pub mod config;
 pub mod consume_queue;
 pub mod error;
+pub mod fault_hooks;
 pub mod fixed_log;
 pub mod group_commit;
 pub mod index_file;

@@ -54,6 +54,7 @@ pub fn list_segment_starts(dir: &Path) -> Result<Vec<u64>> {
 /// fsyncs a directory so that a file created, renamed or deleted in it survives a
 /// power loss.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
+    crate::fault_hooks::before_fsync();
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
@@ -219,6 +220,7 @@ impl MappedFile {
             return Ok(());
         }
         self.check(from, (to - from) as usize);
+        crate::fault_hooks::before_fsync();
         self.map
             .flush_range(from as usize, (to - from) as usize)
             .at(&self.path)
