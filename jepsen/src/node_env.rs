@@ -127,11 +127,16 @@ pub struct NodeDisk {
 
 impl NodeDisk {
     /// Makes an ext4 file system of [`NODE_DISK_BYTES`] in `<mount>.img` (no blocks
-    /// reserved for root: the nodes run as root) and mounts it at `mount`. Errors:
+    /// reserved for root: the nodes run as root) and mounts it at `mount`; this
+    /// process's id goes in `<mount>.owner` (see [`remove_orphan_disks`]). Errors:
     /// `Host` if `mkfs.ext4` or `mount` fail (no loop device free, not root).
     pub fn create(mount: &Path) -> Result<Self, JepsenError> {
         let image = mount.with_extension("img");
         std::fs::create_dir_all(mount)?;
+        std::fs::write(
+            mount.with_extension("owner"),
+            std::process::id().to_string(),
+        )?;
         std::fs::File::create(&image)?.set_len(NODE_DISK_BYTES)?;
         run(Command::new("mkfs.ext4")
             .args(["-q", "-F", "-m", "0"])
@@ -170,8 +175,37 @@ impl NodeDisk {
         std::fs::remove_dir(&self.mount)?;
         std::fs::rename(&copy, &self.mount)?;
         std::fs::remove_file(&self.image)?;
+        let _ = std::fs::remove_file(self.mount.with_extension("owner"));
         Ok(())
     }
+}
+
+/// Releases ([`NodeDisk::release`]) the node file systems of runs whose harness
+/// was killed before it could: mounts with an `.owner` file beside them naming a
+/// process that no longer runs. Returns the mount points released.
+pub fn remove_orphan_disks() -> Vec<PathBuf> {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut released = Vec::new();
+    for mount in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
+        let mount = PathBuf::from(mount);
+        let Ok(owner) = std::fs::read_to_string(mount.with_extension("owner")) else {
+            continue;
+        };
+        if Path::new("/proc").join(owner.trim()).exists() {
+            continue;
+        }
+        let disk = NodeDisk {
+            image: mount.with_extension("img"),
+            mount: mount.clone(),
+        };
+        match disk.release() {
+            Ok(()) => released.push(mount),
+            Err(e) => eprintln!("jepsen: releasing an orphaned node disk: {e}"),
+        }
+    }
+    released
 }
 
 /// Fills the file system of `root` with a ballast file until `leave_bytes` or

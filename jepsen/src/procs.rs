@@ -154,6 +154,12 @@ impl Cluster {
     pub fn start(net: &Network, dir: &Path, flush: &str) -> Result<Self, JepsenError> {
         std::fs::create_dir_all(dir)?;
         let faketime = node_env::libfaketime();
+        for m in node_env::remove_orphan_disks() {
+            eprintln!(
+                "jepsen: released {}, left mounted by a killed run",
+                m.display()
+            );
+        }
         let mut disks = Vec::new();
         let mut disk_error = None;
         for i in 0..NODES {
