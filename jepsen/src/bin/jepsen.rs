@@ -30,12 +30,14 @@ enum Cmd {
         /// follow.
         #[arg(long, default_value_t = 120)]
         time_limit: u64,
-        /// Faults, comma-separated: partition (= partition-halves, isolate-leader,
+        /// Faults, comma-separated kinds or groups (every kind is described in
+        /// docs/jepsen.md): partition (= partition-halves, isolate-leader,
         /// majorities-ring, one-way), kill (= kill-leader, kill-random), pause
         /// (= pause-leader), power-loss, corrupt (= corrupt-tail), compound
-        /// (= power-loss-partitioned, quick-restart), kill-majority,
+        /// (= power-loss-partitioned, quick-restart), clock (= clock-skew,
+        /// clock-jump), disk (= disk-full, slow-disk), kill-majority,
         /// sigterm-leader, power-loss-all (sync only; power-loss-partitioned is
-        /// sync only too), or all.
+        /// sync only too), any other kind by name, or all.
         #[arg(long, default_value = "all")]
         nemesis: String,
         /// Seed of the fault schedule and targets.
@@ -105,9 +107,12 @@ fn main() {
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
+    // Ctrl-C, apart from `stop`, which the runner also sets when the nemesis fails.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (s, i) = (stop.clone(), interrupted.clone());
     if let Err(e) = ctrlc::set_handler(move || {
         eprintln!("jepsen: interrupted; healing and removing the hosts");
+        i.store(true, Ordering::Relaxed);
         s.store(true, Ordering::Relaxed);
     }) {
         eprintln!("jepsen: cannot handle Ctrl-C: {e}");
@@ -240,7 +245,11 @@ fn main() {
         }
         Err(e) => {
             eprintln!("jepsen: {e}");
-            std::process::exit(if stop.load(Ordering::Relaxed) { 130 } else { 2 });
+            std::process::exit(if interrupted.load(Ordering::Relaxed) {
+                130
+            } else {
+                2
+            });
         }
     }
 }
