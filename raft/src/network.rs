@@ -42,17 +42,86 @@ pub const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 32 << 20;
 
 /// gRPC metadata key naming the sending node.
 pub const FROM_HEADER: &str = "x-ledgermq-from";
-/// Header of a forwarded write: the wall-clock time (ms since the Unix epoch) after
-/// which the forwarding node has given up on it, so the leader must not propose it
-/// (a request held up in the network, e.g. by TCP retransmission across a healed
-/// partition, must not commit after writes its producer made since). Assumes node
-/// clocks agree to well within a write timeout.
+/// Header of a forwarded write: the time its forwarding node has left for it, ms,
+/// measured on that node's monotonic clock when it sends the request (as gRPC's own
+/// `grpc-timeout`). The leader adds it to its own monotonic clock on arrival and
+/// does not propose the write after that deadline ([`forward_budget`]): a request
+/// held up in the network (e.g. by TCP retransmission across a healed partition)
+/// must not commit after writes its producer made since. Wall clocks play no part,
+/// so nodes whose clocks disagree (issue 14) still forward. The time in transit is
+/// not counted: the leader may still propose a write up to one network transit
+/// after its follower gave up. (The follower also cancels the call when it gives
+/// up; that cancellation travels behind the request on the same connection, and a
+/// leader that has not proposed the write when it arrives drops it.)
+pub const TIMEOUT_HEADER: &str = "x-ledgermq-timeout-ms";
+/// Header of a forwarded write from the previous release: the wall-clock time (ms
+/// since the Unix epoch) after which the forwarding node gives up on it. Still sent
+/// beside [`TIMEOUT_HEADER`] for a leader of the previous release, which reads only
+/// this one; read only when [`TIMEOUT_HEADER`] is absent (a follower of the
+/// previous release, during a rolling upgrade), and then it assumes the two nodes'
+/// wall clocks agree to well within a write timeout.
 pub const DEADLINE_HEADER: &str = "x-ledgermq-deadline-ms";
 
-/// The time left until the wall-clock deadline `deadline_ms`, if any is left.
-pub fn time_left(deadline_ms: i64) -> Option<Duration> {
-    let left = deadline_ms - ledgermq_store::store::now_ms();
+/// The time left until the wall-clock deadline `deadline_ms` (ms since the Unix
+/// epoch) as of the wall-clock time `now_ms`, if any is left.
+pub fn time_left(deadline_ms: i64, now_ms: i64) -> Option<Duration> {
+    let left = deadline_ms.saturating_sub(now_ms);
     (left > 0).then(|| Duration::from_millis(left as u64))
+}
+
+/// Until when the leader may propose a forwarded write, from its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardBudget {
+    /// No deadline given (a sender that sets neither header): the write is dropped
+    /// only if its caller goes away.
+    Unbounded,
+    /// Not to be proposed at or after this instant of the receiver's monotonic clock.
+    Until(tokio::time::Instant),
+    /// The sender had no time left: not to be proposed at all.
+    Expired,
+}
+
+/// Reads a forwarded write's deadline from its `headers`, as received at `now` on
+/// this node's monotonic clock and `now_ms` on its wall clock (ms since the Unix
+/// epoch): [`TIMEOUT_HEADER`] if present and valid, else the previous release's
+/// [`DEADLINE_HEADER`], else none. No I/O.
+pub fn forward_budget(
+    headers: &tonic::metadata::MetadataMap,
+    now: tokio::time::Instant,
+    now_ms: i64,
+) -> ForwardBudget {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let left = match header(TIMEOUT_HEADER).and_then(|v| v.parse::<u64>().ok()) {
+        Some(ms) => (ms > 0).then(|| Duration::from_millis(ms)),
+        None => match header(DEADLINE_HEADER).and_then(|v| v.parse::<i64>().ok()) {
+            Some(deadline_ms) => time_left(deadline_ms, now_ms),
+            None => return ForwardBudget::Unbounded,
+        },
+    };
+    match left {
+        // A budget past the clock's range (never sent: a sender has at most its
+        // write timeout) bounds nothing, rather than panicking.
+        Some(left) => now
+            .checked_add(left)
+            .map_or(ForwardBudget::Unbounded, ForwardBudget::Until),
+        None => ForwardBudget::Expired,
+    }
+}
+
+/// Sets a forwarded write's deadline headers on `request`: [`TIMEOUT_HEADER`] with
+/// the `left` the sender has (whole ms, rounded down), and [`DEADLINE_HEADER`] with
+/// the sender's wall-clock time `now_ms` plus `left`, for a leader of the previous
+/// release.
+pub fn set_forward_budget<T>(request: &mut tonic::Request<T>, left: Duration, now_ms: i64) {
+    let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+    let deadline_ms = now_ms.saturating_add(i64::try_from(left_ms).unwrap_or(i64::MAX));
+    let headers = request.metadata_mut();
+    for (name, value) in [
+        (TIMEOUT_HEADER, left_ms.to_string()),
+        (DEADLINE_HEADER, deadline_ms.to_string()),
+    ] {
+        headers.insert(name, value.parse().expect("a number is a valid header"));
+    }
 }
 
 /// Pairs `(from, to)` whose traffic is dropped, and links with a latency and a
@@ -337,6 +406,90 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> tonic::metadata::MetadataMap {
+        let mut m = tonic::metadata::MetadataMap::new();
+        for (k, v) in pairs {
+            m.insert(*k, v.parse().unwrap());
+        }
+        m
+    }
+
+    /// Wall-clock now on the leader, ms since the Unix epoch.
+    const WALL: i64 = 1_700_000_000_000;
+
+    #[test]
+    fn a_forwarded_writes_budget_is_counted_on_the_leaders_monotonic_clock() {
+        let now = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        // The follower's wall clock 10 s behind the leader's: its absolute deadline
+        // has long passed here, yet the write has the 2.5 s its follower had left.
+        let behind = headers(&[
+            (TIMEOUT_HEADER, "2500"),
+            (DEADLINE_HEADER, &(WALL - 7_500).to_string()),
+        ]);
+        assert_eq!(
+            forward_budget(&behind, now, WALL),
+            ForwardBudget::Until(now + ms(2500))
+        );
+        // 10 s ahead: not 12.5 s, still 2.5 s after the write arrived.
+        let ahead = headers(&[
+            (TIMEOUT_HEADER, "2500"),
+            (DEADLINE_HEADER, &(WALL + 12_500).to_string()),
+        ]);
+        assert_eq!(
+            forward_budget(&ahead, now, WALL),
+            ForwardBudget::Until(now + ms(2500))
+        );
+        let spent = headers(&[(TIMEOUT_HEADER, "0")]);
+        assert_eq!(forward_budget(&spent, now, WALL), ForwardBudget::Expired);
+        let huge = headers(&[(TIMEOUT_HEADER, &u64::MAX.to_string())]);
+        // A budget beyond reason neither panics nor refuses the write.
+        assert_ne!(forward_budget(&huge, now, WALL), ForwardBudget::Expired);
+    }
+
+    #[test]
+    fn a_follower_of_the_previous_release_is_read_by_its_wall_clock_deadline() {
+        let now = tokio::time::Instant::now();
+        let old = headers(&[(DEADLINE_HEADER, &(WALL + 2_000).to_string())]);
+        assert_eq!(
+            forward_budget(&old, now, WALL),
+            ForwardBudget::Until(now + Duration::from_millis(2000))
+        );
+        let late = headers(&[(DEADLINE_HEADER, &(WALL - 1).to_string())]);
+        assert_eq!(forward_budget(&late, now, WALL), ForwardBudget::Expired);
+        // A malformed new header falls back to the old one.
+        let bad = headers(&[
+            (TIMEOUT_HEADER, "soon"),
+            (DEADLINE_HEADER, &(WALL - 1).to_string()),
+        ]);
+        assert_eq!(forward_budget(&bad, now, WALL), ForwardBudget::Expired);
+        assert_eq!(
+            forward_budget(&headers(&[]), now, WALL),
+            ForwardBudget::Unbounded
+        );
+    }
+
+    #[test]
+    fn a_forward_carries_its_budget_and_the_previous_releases_deadline() {
+        let mut req = tonic::Request::new(());
+        set_forward_budget(&mut req, Duration::from_micros(1_234_999), WALL);
+        let get = |k| req.metadata().get(k).unwrap().to_str().unwrap().to_owned();
+        assert_eq!(get(TIMEOUT_HEADER), "1234");
+        assert_eq!(get(DEADLINE_HEADER), (WALL + 1234).to_string());
+        // Read back by a leader of this release, whatever its wall clock says.
+        let now = tokio::time::Instant::now();
+        assert_eq!(
+            forward_budget(req.metadata(), now, WALL + 60_000),
+            ForwardBudget::Until(now + Duration::from_millis(1234))
+        );
+        // And by one of the previous release, as it did (clocks agreeing).
+        let deadline_ms: i64 = get(DEADLINE_HEADER).parse().unwrap();
+        assert_eq!(
+            time_left(deadline_ms, WALL),
+            Some(Duration::from_millis(1234))
+        );
+    }
 
     #[test]
     fn an_unreachable_peer_is_retried_after_a_heartbeat_interval_not_half_a_second() {

@@ -16,7 +16,7 @@ use crate::meta::MetaDb;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
 use crate::network::pb::raft_peer_server::RaftPeerServer;
 use crate::network::{
-    decode, lazy_channel, peer_request, NetworkFilter, PeerNetworkFactory, DEADLINE_HEADER,
+    decode, lazy_channel, peer_request, set_forward_budget, NetworkFilter, PeerNetworkFactory,
 };
 use crate::server::PeerService;
 use crate::state_machine::{SharedMeta, StateMachine};
@@ -419,13 +419,13 @@ impl RaftNode {
         // another node instead of waiting out the timeout.
         self.check_in_contact()?;
         let timeout_ms = self.write_timeout.as_millis() as u64;
-        let deadline_ms = ledgermq_store::store::now_ms() + timeout_ms as i64;
+        let deadline = tokio::time::Instant::now() + self.write_timeout;
         let attempt = async {
             loop {
                 if self.is_leader() {
                     return self.writer.write_local(request).await;
                 }
-                match self.forward(&request, deadline_ms).await {
+                match self.forward(&request, deadline).await {
                     Err(RaftNodeError::NoLeader | RaftNodeError::Forward { sent: false, .. }) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -438,12 +438,15 @@ impl RaftNode {
             .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
     }
 
-    /// Forwards `request` to the leader, which will not propose it after the
-    /// wall-clock `deadline_ms` (when this node has given up on it).
+    /// Forwards `request` to the leader with the time left until `deadline` (when
+    /// this node gives up on it, on its monotonic clock): the leader does not
+    /// propose it after that time has passed on its own monotonic clock, counted
+    /// from the request's arrival (so up to one network transit after this node
+    /// gave up; wall clocks play no part: [`crate::network::TIMEOUT_HEADER`]).
     async fn forward(
         &self,
         request: &Request,
-        deadline_ms: i64,
+        deadline: tokio::time::Instant,
     ) -> Result<Response, RaftNodeError> {
         let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
         if leader == self.id {
@@ -464,32 +467,28 @@ impl RaftNode {
             sent: true,
         };
         let channel = self.channel(&addr).map_err(unsent)?;
-        let mut req = peer_request(self.id, request, self.write_timeout)
-            .map_err(|s| unsent(s.to_string()))?;
-        req.metadata_mut().insert(
-            DEADLINE_HEADER,
-            deadline_ms
-                .to_string()
-                .parse()
-                .expect("a number is a valid header"),
-        );
-        let reply = tokio::time::timeout(
-            self.write_timeout,
-            RaftPeerClient::new(channel).forward(req),
-        )
-        .await
-        .map_err(|_| RaftNodeError::Timeout {
-            timeout_ms: self.write_timeout.as_millis() as u64,
-        })?
-        .map_err(|s| {
-            // Only a failed connection proves the request never left; UNAVAILABLE
-            // also covers connections lost after sending (keep-alive timeouts).
-            if s.code() == tonic::Code::Unavailable && is_connect_error(&s) {
-                unsent(s.to_string())
-            } else {
-                sent(s.to_string())
-            }
-        })?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(RaftNodeError::Timeout {
+                timeout_ms: self.write_timeout.as_millis() as u64,
+            });
+        }
+        let mut req = peer_request(self.id, request, left).map_err(|s| unsent(s.to_string()))?;
+        set_forward_budget(&mut req, left, ledgermq_store::store::now_ms());
+        let reply = tokio::time::timeout_at(deadline, RaftPeerClient::new(channel).forward(req))
+            .await
+            .map_err(|_| RaftNodeError::Timeout {
+                timeout_ms: self.write_timeout.as_millis() as u64,
+            })?
+            .map_err(|s| {
+                // Only a failed connection proves the request never left; UNAVAILABLE
+                // also covers connections lost after sending (keep-alive timeouts).
+                if s.code() == tonic::Code::Unavailable && is_connect_error(&s) {
+                    unsent(s.to_string())
+                } else {
+                    sent(s.to_string())
+                }
+            })?;
         let result: Result<Response, String> =
             decode(reply.get_ref()).map_err(|s| sent(s.to_string()))?;
         result.map_err(|reason| {

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 use crate::error::RaftNodeError;
 use crate::network::pb::raft_peer_server::RaftPeer;
 use crate::network::pb::Payload;
-use crate::network::{decode, encode, time_left, NetworkFilter, DEADLINE_HEADER, FROM_HEADER};
+use crate::network::{decode, encode, forward_budget, ForwardBudget, NetworkFilter, FROM_HEADER};
 use crate::types::Response as WriteResponse;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::writer::Writer;
@@ -116,21 +116,17 @@ impl RaftPeer for PeerService {
 
     async fn forward(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
-        let deadline = match req
-            .metadata()
-            .get(DEADLINE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<i64>().ok())
-        {
-            Some(ms) => match time_left(ms) {
-                Some(left) => Some(tokio::time::Instant::now() + left),
-                None => {
-                    let res: Result<WriteResponse, String> =
-                        Err(RaftNodeError::Expired.to_string());
-                    return Ok(Response::new(encode(&res)?));
-                }
-            },
-            None => None,
+        let deadline = match forward_budget(
+            req.metadata(),
+            tokio::time::Instant::now(),
+            ledgermq_store::store::now_ms(),
+        ) {
+            ForwardBudget::Unbounded => None,
+            ForwardBudget::Until(deadline) => Some(deadline),
+            ForwardBudget::Expired => {
+                let res: Result<WriteResponse, String> = Err(RaftNodeError::Expired.to_string());
+                return Ok(Response::new(encode(&res)?));
+            }
         };
         let request = decode(req.get_ref())?;
         let res = self

@@ -63,6 +63,8 @@ pub struct BrokerProc {
     pub log: PathBuf,
     /// Store directory given with `--store-dir`, if any.
     pub store_dir: Option<PathBuf>,
+    /// Extra environment of its process (kept for a restart).
+    pub env: Vec<(String, String)>,
     netns: Option<String>,
     child: Option<Child>,
 }
@@ -94,6 +96,7 @@ impl BrokerProc {
         }
         let child = cmd
             .env("RUST_LOG", "info,openraft=warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
@@ -143,6 +146,9 @@ pub struct ClusterOptions {
     /// Written as `client_endpoint` into every node's configuration: the `host:port`
     /// routes advertise instead of each node's own client address.
     pub client_endpoint: Option<String>,
+    /// Extra environment of node `i` of every group at index `i` (e.g. libfaketime
+    /// for a skewed wall clock); nodes past the end get none.
+    pub node_env: Vec<Vec<(String, String)>>,
 }
 
 impl Default for ClusterOptions {
@@ -156,6 +162,7 @@ impl Default for ClusterOptions {
             netns: None,
             node_per_address: false,
             client_endpoint: None,
+            node_env: Vec::new(),
         }
     }
 }
@@ -240,6 +247,7 @@ impl LocalCluster {
                     config,
                     log: dir.join(format!("{name}.log")),
                     store_dir: None,
+                    env: opts.node_env.get(i).cloned().unwrap_or_default(),
                     netns: opts.netns.clone(),
                     child: None,
                 };
@@ -318,6 +326,7 @@ impl LocalCluster {
                 config: config.clone(),
                 log: dir.join(format!("n{i}.log")),
                 store_dir: Some(dir.join(format!("n{i}"))),
+                env: Vec::new(),
                 netns: None,
                 child: None,
             };
