@@ -6,10 +6,18 @@
 //! page cache: a process crash loses nothing, but a power loss can lose the entries
 //! written since the last background flush (500 ms by default) on that node, and an
 //! entry acknowledged by a majority can be lost if a majority loses power at once.
+//!
+//! A full disk: an entry the store has no room for (ENOSPC, or a new CommitLog
+//! segment that would take the room kept for metadata, see `ledgermq_store::room`)
+//! is appended again every second until it fits, instead of failing, which would
+//! stop the node for good (openraft treats every storage error as fatal). Raft on
+//! this node waits meanwhile: it falls behind and the rest of the group serves.
 
 use std::fmt::Debug;
 use std::ops::RangeBounds;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ledgermq_store::{FlushMode, MessageStore};
 use openraft::storage::{LogFlushed, RaftLogStorage};
@@ -28,6 +36,8 @@ pub struct LogStore {
     node_id: NodeId,
     /// Most entry bytes one AppendEntries carries (at least one entry is sent).
     max_replication_bytes: usize,
+    /// Set when the node stops: an append waiting for disk space gives up.
+    stopping: Arc<AtomicBool>,
 }
 
 use crate::error::any_err as io_err;
@@ -47,6 +57,49 @@ impl LogStore {
             meta,
             node_id,
             max_replication_bytes,
+            stopping: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The flag that makes an append waiting for disk space give up (with a
+    /// storage error, which stops Raft): set it before shutting Raft down, or the
+    /// shutdown waits for space.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stopping.clone()
+    }
+
+    /// Appends one entry, waiting for disk space as long as there is none (see the
+    /// module docs): 100 ms, then doubling up to 1 s between attempts. A failed
+    /// append changed nothing, so it is simply made again.
+    async fn append_when_room(
+        &self,
+        id: LogId,
+        records: &[ledgermq_store::MessageRecord],
+    ) -> Result<ledgermq_store::EntryLocation, StorageError> {
+        let mut wait = Duration::from_millis(100);
+        let mut waited = false;
+        loop {
+            match self
+                .store
+                .append_entry(id.leader_id.term, id.index, records)
+            {
+                Err(e) if e.is_no_space() && !self.stopping.load(Ordering::Acquire) => {
+                    if !waited {
+                        tracing::error!(index = id.index, error = %e, "no disk space to append a Raft entry: waiting for space (this node falls behind); free space");
+                        waited = true;
+                    }
+                    keep_room_for_metadata(&self.store);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+                Ok(loc) => {
+                    if waited {
+                        tracing::warn!(index = id.index, "the disk has room again: appending");
+                    }
+                    return Ok(loc);
+                }
+                Err(e) => return Err(StorageIOError::write_log_entry(id, io_err(e)).into()),
+            }
         }
     }
 
@@ -147,10 +200,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         // Durable before returning: sled's flush writes and fsyncs (off the async
         // runtime's threads).
-        let (meta, vote) = (self.meta.clone(), *vote);
-        blocking(move || MetaDb::put(&meta.raft, "vote", &vote).and_then(|_| meta.flush()))
-            .await
-            .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
+        // A full disk gives the reserve up first: sled stops for good after one
+        // failed write.
+        let (meta, vote, store) = (self.meta.clone(), *vote, self.store.clone());
+        blocking(move || {
+            keep_room_for_metadata(&store);
+            MetaDb::put(&meta.raft, "vote", &vote).and_then(|_| meta.flush())
+        })
+        .await
+        .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
@@ -190,17 +248,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut end = None;
+        let (mut end, mut last) = (None, None);
         for entry in entries {
             let id = entry.log_id;
 
             let records = entry_to_records(entry)
                 .map_err(|e| StorageIOError::write_log_entry(id, io_err(e)))?;
-            let loc = self
-                .store
-                .append_entry(id.leader_id.term, id.index, &records)
-                .map_err(|e| StorageIOError::write_log_entry(id, io_err(e)))?;
+            let loc = self.append_when_room(id, &records).await?;
             end = Some(loc.end_offset());
+            last = Some(id.index);
+        }
+        if let Some(index) = last {
+            // Does nothing unless the dispatch-before-apply canary is on (debug
+            // builds, tests only).
+            self.store
+                .dispatch_appended_through(index)
+                .map_err(|e| StorageIOError::write_logs(io_err(e)))?;
         }
         match (self.store.flush_mode(), end) {
             (FlushMode::Sync, Some(end)) => self.store.when_durable(
@@ -233,6 +296,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             // Record the purge point durably before deleting anything.
             // The flush also makes the boundary snapshot at the purge point durable
             // (the one a lagging follower will be sent).
+            keep_room_for_metadata(&store);
             MetaDb::put(&meta.raft, "last_purged", &Some(log_id)).and_then(|_| meta.flush())?;
             let next = store.commit_log().next_log_index();
             if log_id.index + 1 >= next {
@@ -246,6 +310,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         })
         .await
         .map_err(|e| StorageIOError::write_logs(io_err(e)).into())
+    }
+}
+
+/// Gives the disk reserve up if the disk is nearly full
+/// (`MessageStore::keep_room_for_metadata`); a failure to measure is logged, the
+/// caller goes on.
+pub(crate) fn keep_room_for_metadata(store: &MessageStore) {
+    if let Err(e) = store.keep_room_for_metadata() {
+        tracing::warn!(error = %e, "measuring the disk failed");
     }
 }
 

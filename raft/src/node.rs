@@ -23,6 +23,7 @@ use crate::state_machine::{SharedMeta, StateMachine};
 use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
 use crate::writer::{BatchConfig, Writer};
 
+mod disk;
 mod upkeep;
 use upkeep::{probe_peers, rejoin_elections_when_caught_up, retention_loop};
 
@@ -100,6 +101,9 @@ pub struct RaftNode {
     purging: tokio::sync::Mutex<()>,
     /// Which peers were heard from lately.
     contacts: crate::contact::Contacts,
+    /// Set when the node stops: a Raft append waiting for disk space gives up
+    /// (`LogStore::stop_flag`).
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RaftNode {
@@ -134,6 +138,7 @@ impl RaftNode {
             cfg.node_id,
             cfg.batch.max_replication_bytes,
         );
+        let stopping = log_store.stop_flag();
         let sm = StateMachine::open(store.clone(), meta.clone())?;
         let shared = sm.shared();
         let snapshot_target = sm.snapshot_target();
@@ -234,6 +239,7 @@ impl RaftNode {
             snapshot_target,
             purging: tokio::sync::Mutex::new(()),
             contacts,
+            stopping,
         });
         // A crash between a snapshot build and its purge: finish the purge, so the
         // snapshot sits where the log begins.
@@ -250,6 +256,10 @@ impl RaftNode {
             Arc::downgrade(&node),
             cfg.members.clone(),
             Duration::from_millis(cfg.timing.heartbeat_interval_ms),
+        ));
+        tokio::spawn(disk::watch_disk(
+            Arc::downgrade(&node),
+            Duration::from_millis(100),
         ));
         if cfg.retention_interval_ms > 0 {
             tokio::spawn(retention_loop(
@@ -351,7 +361,8 @@ impl RaftNode {
     /// leadership with the write in its hands (not committed), `Forward` if the
     /// leader got it and failed or its answer was lost (it may have committed),
     /// `CutOff` at once when this node has not heard from a majority of its group
-    /// for an election timeout (not written).
+    /// for an election timeout (not written), `DiskFull` when the leader's disk is
+    /// full (through a follower: `Forward` saying so).
     pub async fn write_messages(
         &self,
         messages: Vec<MessageRecord>,
@@ -364,8 +375,9 @@ impl RaftNode {
         // Before it is forwarded: the leader would refuse it too.
         self.writer
             .check_request_bytes(messages.len(), encoded_bytes)?;
-        // A node whose own disk is full refuses at once (the leader checks its own).
-        self.store.check_room_for_writes()?;
+        // This node's own disk does not matter here: the leader checks its own
+        // (`Writer`) and the entry commits on a majority, so a follower whose disk
+        // is full forwards (it falls behind and catches up once it has room).
         match self.write(Request::Messages(messages)).await? {
             Response::Messages(p) => Ok(p),
             Response::Applied | Response::StaleTerm { .. } => Err(RaftNodeError::Raft(
@@ -611,6 +623,9 @@ impl RaftNode {
     /// next start needs no recovery scan. Without it the files are left as a crash
     /// would leave them (the page cache still holds what was written).
     pub async fn stop(&self, clean: bool) -> Result<(), RaftNodeError> {
+        // An append waiting for disk space would hold the shutdown up.
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Release);
         let _ = self.raft.shutdown().await;
         // Close the listener and every open connection (peers then reconnect to
         // whatever serves this address next).

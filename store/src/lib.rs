@@ -35,6 +35,7 @@ pub mod record;
 pub mod recovery;
 pub mod reserve;
 pub mod retention;
+pub mod room;
 pub mod store;
 
 pub use commit_log::{CommitLog, CommitLogConfig, StoredEntry};

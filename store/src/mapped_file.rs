@@ -285,6 +285,8 @@ pub struct MappedFileQueue {
     dir: PathBuf,
     segment_bytes: u64,
     files: RwLock<Vec<Arc<MappedFile>>>,
+    /// Bytes of the disk a new segment must leave free ([`crate::room`]); 0: none.
+    keep_free_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl MappedFileQueue {
@@ -314,7 +316,16 @@ impl MappedFileQueue {
             dir: dir.to_path_buf(),
             segment_bytes,
             files: RwLock::new(files),
+            keep_free_bytes: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// From now on a new segment is made only if `bytes` of the disk stay free after
+    /// it; otherwise [`Self::find_or_create`] fails with ENOSPC ([`crate::room`]).
+    /// 0 (the default) leaves it to the file system.
+    pub fn keep_free(&self, bytes: u64) {
+        self.keep_free_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The directory holding the segments.
@@ -370,6 +381,15 @@ impl MappedFileQueue {
                 )))
             }
             _ => {}
+        }
+        let keep = self
+            .keep_free_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if keep > 0 {
+            let available = crate::room::available_bytes(&self.dir)?;
+            if !crate::room::may_make_file(available, self.segment_bytes, keep) {
+                return Err(crate::room::no_space(&self.dir));
+            }
         }
         let f = Arc::new(MappedFile::create(&self.dir, start, self.segment_bytes)?);
         files.push(f.clone());

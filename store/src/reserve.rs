@@ -1,9 +1,11 @@
 //! A reserve of disk space (`<store root>/reserve`, an allocated file of
-//! `retention.disk_reserve_bytes`), given up when a committed entry cannot be
-//! applied for want of space: new messages are refused long before (see
-//! `MessageStore::check_room_for_writes`), but entries already committed must still
-//! be applied on every replica, and a replica that cannot apply them stalls. The
-//! reserve is made again once the disk has room (each retention run asks).
+//! `retention.disk_reserve_bytes`), given up as soon as less than half of it is
+//! free ([`crate::room`]: the metadata database must always find room) or when a
+//! committed entry cannot be applied for want of space: new messages are refused
+//! long before (see `MessageStore::check_room_for_writes`), but entries already
+//! committed must still be applied on every replica, and a replica that cannot
+//! apply them stalls. The reserve is made again once the disk has room (each
+//! retention run asks).
 
 use crate::error::{IoContext, Result};
 use crate::store::MessageStore;
@@ -47,7 +49,7 @@ impl MessageStore {
         let path = self.reserve_path();
         match std::fs::remove_file(&path) {
             Ok(()) => {
-                tracing::error!(path = %path.display(), "the disk is full: released the reserve to apply committed entries; free space");
+                tracing::error!(path = %path.display(), "the disk is full: released the reserve (room for metadata and committed entries); free space");
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

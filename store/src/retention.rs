@@ -25,8 +25,10 @@ pub struct RetentionConfig {
     /// ([`crate::StoreError::DiskFull`]) while reads go on (0.90; 1.0 or more turns
     /// the check off).
     pub disk_space_warning_ratio: f64,
-    /// Bytes of the disk reserve ([`crate::reserve`]), given up when a committed
-    /// entry cannot be applied for want of space (64 MiB; 0: none).
+    /// Bytes of the disk reserve ([`crate::reserve`]), given up once less than half
+    /// of it is free, or when a committed entry cannot be applied for want of
+    /// space; no CommitLog segment is made that would leave less than that half
+    /// free ([`crate::room`]) (64 MiB; 0: none, and no such floor).
     pub disk_reserve_bytes: u64,
 }
 

@@ -211,6 +211,12 @@ impl MessageStore {
         if let Err(e) = store.ensure_disk_reserve() {
             tracing::warn!(error = %e, "no disk reserve: committed entries will find no spare room if the disk fills");
         }
+        // The CommitLog never takes the room kept for metadata on a full disk
+        // (`crate::room`); a start on a full disk gives the reserve up at once.
+        store.log.segments().keep_free(store.metadata_floor_bytes());
+        if let Err(e) = store.keep_room_for_metadata() {
+            tracing::warn!(error = %e, "measuring the disk failed");
+        }
         store.checkpoint_file.create_abort()?;
         store.start_ticker();
         store.start_warmer();

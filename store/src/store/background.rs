@@ -71,6 +71,8 @@ impl MessageStore {
                                         let step_to = (warmed.max(log.wrote_offset()) + WARM_STEP_BYTES) - log.wrote_offset();
                     match log.warm_ahead(warmed, step_to.min(ahead)) {
                         Ok(w) => warmed = w,
+                        // A full disk: the append that needs the segment reports it.
+                        Err(e) if e.is_no_space() => {}
                         Err(e) => tracing::warn!(error = %e, "preparing the CommitLog ahead of the writer failed"),
                     }
                 }
