@@ -1,4 +1,5 @@
-//! Storage faults on a stopped node's files: a power loss and a damaged tail.
+//! Storage faults on a stopped node's files: a power loss, a damaged tail, and
+//! damage beyond the tail ([`corrupt`]).
 //!
 //! **Power loss.** A process crash loses nothing that was written (the page cache
 //! survives it); a power loss loses what the kernel had not yet written back. The
@@ -40,7 +41,9 @@ use std::path::{Path, PathBuf};
 use rand::Rng;
 use serde::Serialize;
 
+mod corrupt;
 mod device;
+pub use corrupt::{corrupt, written_span, Part};
 pub use device::Device;
 
 /// Width of a CommitLog segment name (RocketMQ: 20-digit zero-padded start offset).
@@ -60,7 +63,7 @@ pub struct DiskFault {
 }
 
 /// The CommitLog segments under `commitlog_dir`: (start offset, path), sorted.
-fn segments(commitlog_dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+pub fn segments(commitlog_dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(commitlog_dir)? {
         let e = e?;

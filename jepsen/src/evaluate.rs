@@ -106,14 +106,27 @@ pub struct RunResults {
     /// acknowledged) where no fault damaged stored bytes, a promised fsync not
     /// done; and node logs that could not be read for this check.
     pub sync_reverts: Vec<String>,
+    /// After a name-server partition healed, its route did not name the actual
+    /// leader again within [`crate::routes::ROUTE_BOUND`] (one line each).
+    pub route_findings: Vec<String>,
     /// The run was interrupted (Ctrl-C): results are partial.
     pub interrupted: bool,
     /// Every check passed: nothing lost or unexpected, nothing sent once stored
     /// twice, order kept (FIFO included), replicas agree, no node exited by itself,
     /// (SYNC_FLUSH) no follower's log reverted without damaged bytes, the
-    /// availability promise held for every fault kind it covers, and the drain
-    /// consumed every queue to its end.
+    /// availability promise held for every fault kind it covers, the drain
+    /// consumed every queue to its end, and the name server's routes named the
+    /// leader again after each of its partitions.
     pub valid: bool,
+}
+
+impl RunResults {
+    /// Adds the findings of the route check ([`crate::routes::route_check`]): any
+    /// makes the run invalid.
+    pub fn add_route_findings(&mut self, findings: Vec<String>) {
+        self.valid &= findings.is_empty();
+        self.route_findings.extend(findings);
+    }
 }
 
 /// Per fault kind: acknowledged throughput from 2 s into its faults (all of that
@@ -225,6 +238,7 @@ pub fn evaluate(
         drain,
         unexpected_exits,
         sync_reverts,
+        route_findings: Vec::new(),
         interrupted,
         valid,
     }
@@ -308,6 +322,12 @@ pub fn verdict(r: &RunResults) -> String {
         None => why.push("consumer progress could not be read after the drain".into()),
         _ => {}
     }
+    if !r.route_findings.is_empty() {
+        why.push(format!(
+            "the name server's route named a stale leader after {} partition(s) healed",
+            r.route_findings.len()
+        ));
+    }
     if !r.unexpected_exits.is_empty() {
         why.push(format!(
             "{} node(s) exited by themselves",
@@ -372,7 +392,7 @@ mod tests {
             reached: true,
             ..Default::default()
         };
-        assert!(run(Some(reached)).0);
+        assert!(run(Some(reached.clone())).0);
         let short = DrainOutcome {
             reached: false,
             short_queues: vec!["G on T#1: consumer offset 9, queue end 10".into()],
@@ -387,6 +407,23 @@ mod tests {
         assert!(
             !valid && v.contains("consumer progress could not be read"),
             "{v}"
+        );
+        let mut r = evaluate(
+            &opts,
+            &[],
+            vec![],
+            (Some(audit.clone()), None),
+            (vec![], vec![]),
+            Some(reached.clone()),
+            false,
+        );
+        r.add_route_findings(vec![]);
+        assert!(r.valid);
+        r.add_route_findings(vec!["stale".into()]);
+        assert!(
+            !r.valid && verdict(&r).contains("stale leader"),
+            "{}",
+            verdict(&r)
         );
     }
 }

@@ -1,5 +1,6 @@
 //! The nemesis's hands: injecting each [`FaultKind`] into the running cluster and
-//! the test network, and undoing it at the heal.
+//! the test network, and undoing it at the heal. A grudge may name the name
+//! server's and the clients' hosts as well as the nodes ([`crate::procs`]).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,9 +13,11 @@ use rand::Rng;
 
 use crate::disk;
 use crate::hosts::Network;
-use crate::nemesis::{halves, isolate, lone_node, majorities_ring, one_way, FaultKind, Grudge};
+use crate::nemesis::{
+    halves, isolate, lone_node, majorities_ring, one_way, split, FaultKind, Grudge,
+};
 use crate::node_env;
-use crate::procs::{Cluster, NODES};
+use crate::procs::{Cluster, CLIENT_HOST, NAMESRV_HOST, NODES};
 use crate::JepsenError;
 
 /// How long a node may take to stop after SIGTERM (hand over leadership, flush,
@@ -51,8 +54,14 @@ pub struct ClockJumps {
 /// hit (if it hit one).
 pub type Injected = (Undo, String, Option<usize>);
 
-/// The current leader (the highest term's claim), if the name server knows one.
+/// The current leader as the nodes themselves say ([`crate::routes::nodes_leader`]:
+/// the highest term's claim among the nodes the clients reach), else as the name
+/// server says (its view goes stale while it is cut off, and it expires every
+/// node then), if either knows one.
 pub fn leader(c: &Cluster, net: &Network) -> Option<usize> {
+    if let Some((l, _)) = crate::routes::nodes_leader(net) {
+        return Some(l);
+    }
     c.leaders(net)
         .ok()?
         .into_iter()
@@ -223,16 +232,115 @@ pub fn inject(
                 Some(n),
             )
         }
-        FaultKind::ClockSkew | FaultKind::ClockJump | FaultKind::DiskFull | FaultKind::SlowDisk => {
-            let role = if leader(c, net) == Some(random) {
-                "leader"
+        FaultKind::QuickRestartLagging => {
+            let l = leader_or_random(c);
+            quick_restart_lagging(l, other(l), rng, c, net, dir)?
+        }
+        FaultKind::PartitionClientLeader => {
+            let l = leader_or_random(c);
+            grudge(
+                split(&[CLIENT_HOST], &[l]),
+                format!("clients cut from node {l} (leader) both ways; the nodes see each other"),
+                Some(l),
+            )?
+        }
+        FaultKind::PartitionNamesrv => {
+            // From `pick`'s high bits.
+            let clients_too = (pick >> 32) & 1 == 1;
+            let mut cut: Vec<usize> = (0..NODES).collect();
+            if clients_too {
+                cut.push(CLIENT_HOST);
+            }
+            let whom = if clients_too {
+                "every node and the clients"
             } else {
-                "follower"
+                "every node"
             };
+            grudge(
+                split(&[NAMESRV_HOST], &cut),
+                format!("name server cut from {whom}"),
+                None,
+            )?
+        }
+        FaultKind::Retention => {
+            c.own_disks()?;
+            let l = leader_or_random(c);
+            let f = other(l);
+            let what = crate::retention::force(c, net, l, f)?;
+            (Undo::Restart(f), what, Some(f))
+        }
+        FaultKind::CorruptMidLog
+        | FaultKind::CorruptIndex
+        | FaultKind::CorruptConsumeQueue
+        | FaultKind::CorruptCheckpoint
+        | FaultKind::CorruptMetadata => {
+            let part = match kind {
+                FaultKind::CorruptMidLog => disk::Part::MidLog,
+                FaultKind::CorruptIndex => disk::Part::RaftIndex,
+                FaultKind::CorruptConsumeQueue => disk::Part::ConsumeQueue,
+                FaultKind::CorruptCheckpoint => disk::Part::Checkpoint,
+                _ => disk::Part::Metadata,
+            };
+            let role = role_of(c, net, random);
+            c.kill(random);
+            let what = match disk::corrupt(&Cluster::store_root(dir, random), part, rng)? {
+                Some(f) => f.what,
+                None => format!("nothing of {part:?} to damage; left intact"),
+            };
+            (
+                Undo::Restart(random),
+                format!("node {random} ({role}) killed, {what}"),
+                Some(random),
+            )
+        }
+        FaultKind::ClockSkew | FaultKind::ClockJump | FaultKind::DiskFull | FaultKind::SlowDisk => {
+            let role = role_of(c, net, random);
             let (u, what) = node_fault(kind, rng, random, c)?;
             (u, format!("node {random} ({role}): {what}"), Some(random))
         }
     })
+}
+
+/// `leader` if node `n` leads now, else `follower`.
+fn role_of(c: &Cluster, net: &Network, n: usize) -> &'static str {
+    if leader(c, net) == Some(n) {
+        "leader"
+    } else {
+        "follower"
+    }
+}
+
+/// How long [`FaultKind::QuickRestartLagging`] cuts a follower off before the
+/// leader's restart, ms: longer than the leader's damaged tail (what it wrote
+/// after its last checkpoint, at most a flush interval of 500 ms) takes to write.
+pub const LAG_MS: u64 = 2_000;
+
+/// [`FaultKind::QuickRestartLagging`]: follower `lagging` is cut off for
+/// [`LAG_MS`] while leader `l` and the third node commit without it; then `l` is
+/// killed, its tail damaged, the third node cut off instead and `l` restarted at
+/// once. The heal reconnects the third node.
+fn quick_restart_lagging(
+    l: usize,
+    lagging: usize,
+    rng: &mut StdRng,
+    c: &mut Cluster,
+    net: &Network,
+    dir: &Path,
+) -> Result<Injected, JepsenError> {
+    let ahead = (0..NODES)
+        .find(|&n| n != l && n != lagging)
+        .expect("a group of three");
+    net.apply(&isolate(NODES, lagging))?;
+    std::thread::sleep(Duration::from_millis(LAG_MS));
+    c.kill(l);
+    let what = damage(dir, l, rng)?;
+    net.apply(&isolate(NODES, ahead))?;
+    c.restart(net, l)?;
+    Ok((
+        Undo::Heal,
+        format!("node {lagging} cut off for {LAG_MS} ms, then node {l} (leader) killed, {what}, restarted at once while node {ahead} is cut off"),
+        None,
+    ))
 }
 
 /// Node `n`'s clock, disk or fsync fault: how to undo it and what it did.

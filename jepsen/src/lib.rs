@@ -21,6 +21,8 @@
 //! - [`audit`]: the replica audit (committed prefix, ConsumeQueues vs commit).
 //! - [`reverts`]: under SYNC_FLUSH, a follower's log never reverts but after damage.
 //! - [`roles`]: each node's role and term over the run, sampled for the report.
+//! - [`routes`]: the leader as the nodes say, and the name server's route check.
+//! - [`retention`]: forcing retention on the leader while a follower is down.
 //! - [`report`]: per-second series and the HTML report.
 
 pub mod audit;
@@ -38,8 +40,10 @@ pub mod net;
 pub mod node_env;
 pub mod procs;
 pub mod report;
+pub mod retention;
 pub mod reverts;
 pub mod roles;
+pub mod routes;
 pub mod runner;
 pub mod workload;
 

@@ -59,11 +59,37 @@ pub enum FaultKind {
     DiskFull,
     /// One node's fsyncs are delayed (tens to hundreds of ms each).
     SlowDisk,
+    /// The clients' host cut from the current leader only (both ways); the nodes
+    /// still see each other, so clients must be served through the others.
+    PartitionClientLeader,
+    /// The name server cut from every node (for some seeds from the clients too);
+    /// after the heal its route must name the actual leader again.
+    PartitionNamesrv,
+    /// A follower killed while retention is forced on the leader (old segments
+    /// purged, only what every consumer group consumed); it must catch up by
+    /// snapshot when it restarts at the heal.
+    Retention,
+    /// A byte range in the middle of a stopped node's CommitLog damaged (before
+    /// its checkpoint), then restarted at the heal.
+    CorruptMidLog,
+    /// A byte range of a stopped node's Raft index damaged.
+    CorruptIndex,
+    /// A byte range of one of a stopped node's ConsumeQueue files damaged.
+    CorruptConsumeQueue,
+    /// Bytes of a stopped node's checkpoint file damaged.
+    CorruptCheckpoint,
+    /// A byte range of a stopped node's metadata store (sled) damaged.
+    CorruptMetadata,
+    /// A follower cut off for a while, then [`FaultKind::QuickRestart`] while the
+    /// other follower is cut off: the quorum is the restarted leader, which lost
+    /// its damaged tail, and the follower that never had it. Not in
+    /// [`FaultKind::ALL`] (neither `all` nor a group draws it): named only.
+    QuickRestartLagging,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 18] = [
+    pub const ALL: [FaultKind; 26] = [
         FaultKind::PartitionHalves,
         FaultKind::IsolateLeader,
         FaultKind::MajoritiesRing,
@@ -82,10 +108,20 @@ impl FaultKind {
         FaultKind::ClockJump,
         FaultKind::DiskFull,
         FaultKind::SlowDisk,
+        FaultKind::PartitionClientLeader,
+        FaultKind::PartitionNamesrv,
+        FaultKind::Retention,
+        FaultKind::CorruptMidLog,
+        FaultKind::CorruptIndex,
+        FaultKind::CorruptConsumeQueue,
+        FaultKind::CorruptCheckpoint,
+        FaultKind::CorruptMetadata,
     ];
 
     /// Parses a `--nemesis` list of names; `all`, `partition`, `kill`, `pause`,
-    /// `power-loss`, `corrupt`, `compound`, `clock` and `disk` select groups.
+    /// `power-loss`, `corrupt` (the tail and every stored file), `compound`,
+    /// `clock`, `disk` and `routing` (partitions of the clients and the name
+    /// server) select groups.
     pub fn parse_list(list: &str) -> Result<Vec<FaultKind>, String> {
         let mut out = Vec::new();
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -100,8 +136,20 @@ impl FaultKind {
                 "kill" => &[FaultKind::KillLeader, FaultKind::KillRandom],
                 "pause" => &[FaultKind::PauseLeader],
                 "power-loss" => &[FaultKind::PowerLoss],
-                "corrupt" => &[FaultKind::CorruptTail],
+                "corrupt" => &[
+                    FaultKind::CorruptTail,
+                    FaultKind::CorruptMidLog,
+                    FaultKind::CorruptIndex,
+                    FaultKind::CorruptConsumeQueue,
+                    FaultKind::CorruptCheckpoint,
+                    FaultKind::CorruptMetadata,
+                ],
+                "routing" => &[
+                    FaultKind::PartitionClientLeader,
+                    FaultKind::PartitionNamesrv,
+                ],
                 "compound" => &[FaultKind::PowerLossPartitioned, FaultKind::QuickRestart],
+                "quick-restart-lagging" => &[FaultKind::QuickRestartLagging],
                 "clock" => &[FaultKind::ClockSkew, FaultKind::ClockJump],
                 "disk" => &[FaultKind::DiskFull, FaultKind::SlowDisk],
                 other => match FaultKind::ALL.iter().find(|k| k.name() == other) {
@@ -142,6 +190,15 @@ impl FaultKind {
             FaultKind::ClockJump => "clock-jump",
             FaultKind::DiskFull => "disk-full",
             FaultKind::SlowDisk => "slow-disk",
+            FaultKind::PartitionClientLeader => "partition-client-leader",
+            FaultKind::PartitionNamesrv => "partition-namesrv",
+            FaultKind::Retention => "retention",
+            FaultKind::CorruptMidLog => "corrupt-mid-log",
+            FaultKind::CorruptIndex => "corrupt-index",
+            FaultKind::CorruptConsumeQueue => "corrupt-consume-queue",
+            FaultKind::CorruptCheckpoint => "corrupt-checkpoint",
+            FaultKind::CorruptMetadata => "corrupt-metadata",
+            FaultKind::QuickRestartLagging => "quick-restart-lagging",
         }
     }
 }
@@ -333,6 +390,15 @@ mod tests {
                 FaultKind::ClockJump,
                 FaultKind::DiskFull,
                 FaultKind::SlowDisk
+            ]
+        );
+        assert_eq!(FaultKind::parse_list("corrupt").unwrap().len(), 6);
+        assert_eq!(
+            FaultKind::parse_list("routing,retention").unwrap(),
+            vec![
+                FaultKind::PartitionClientLeader,
+                FaultKind::PartitionNamesrv,
+                FaultKind::Retention
             ]
         );
         assert!(FaultKind::parse_list("gremlins").is_err());

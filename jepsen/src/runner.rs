@@ -184,6 +184,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     let mut done: Vec<FaultRecord> = Vec::new();
     let mut nemesis_error = None;
     let mut unexpected_exits: Vec<String> = Vec::new();
+    let mut route_findings: Vec<String> = Vec::new();
     for f in &faults {
         if !sleep_until(&rec, f.start_ms, &stop) {
             break;
@@ -211,6 +212,18 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         }
         let end_ms = rec.now_ms();
         eprintln!("[{:>7.1}s] healed", end_ms as f64 / 1000.0);
+        let mut detail = detail;
+        if f.kind == FaultKind::PartitionNamesrv {
+            match crate::routes::route_check(&c, &net, crate::routes::ROUTE_BOUND) {
+                Ok(ms) => detail.push_str(&format!(
+                    "; its route named the actual leader again {ms} ms after the heal"
+                )),
+                Err(finding) => {
+                    eprintln!("[{:>7.1}s] {finding}", end_ms as f64 / 1000.0);
+                    route_findings.push(finding);
+                }
+            }
+        }
         for why in c.take_findings() {
             eprintln!("[{:>7.1}s] {why}", end_ms as f64 / 1000.0);
             unexpected_exits.push(why);
@@ -309,7 +322,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     } else {
         Vec::new()
     };
-    let results = evaluate(
+    let mut results = evaluate(
         opts,
         &history,
         done,
@@ -318,6 +331,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         drain,
         interrupted,
     );
+    results.add_route_findings(route_findings);
     write_outputs(&dir, &history, &results, &roles)?;
     Ok(RunOutcome { dir, results })
 }

@@ -12,9 +12,9 @@ use ledgermq_jepsen::procs::bin;
 /// Every kind, split between the two flush modes (ASYNC_FLUSH loses the unflushed
 /// tail of a node that loses power by design, so the power losses run under
 /// SYNC_FLUSH; a slow fsync delays acknowledgements only under SYNC_FLUSH).
-const SYNC_KINDS: &str = "partition-halves,isolate-leader,kill-leader,pause-leader,power-loss,power-loss-all,power-loss-partitioned,slow-disk,clock-skew";
+const SYNC_KINDS: &str = "partition-halves,isolate-leader,kill-leader,pause-leader,power-loss,power-loss-all,power-loss-partitioned,slow-disk,clock-skew,partition-client-leader,retention,corrupt-mid-log,corrupt-checkpoint";
 const ASYNC_KINDS: &str =
-    "majorities-ring,one-way,kill-random,corrupt-tail,kill-majority,sigterm-leader,quick-restart,disk-full,clock-jump";
+    "majorities-ring,one-way,kill-random,corrupt-tail,kill-majority,sigterm-leader,quick-restart,disk-full,clock-jump,partition-namesrv,corrupt-index,corrupt-consume-queue,corrupt-metadata";
 /// The runs' seeds (sync, async).
 const SEEDS: (u64, u64) = (2, 21);
 /// Each fault's length and the calm after it, ms: 8 faults fit in 90 s.
