@@ -267,9 +267,14 @@ impl Consumers {
     /// node while it leads (never forwarded); the state machine refuses them if
     /// they reach the log in a later term.
     async fn commit_leases(&self, term: u64, leases: Vec<FifoLease>) -> Result<(), BrokerError> {
-        self.node
-            .write_command_as_leader(Command::FifoLeasesOfTerm { term, leases })
-            .await?;
+        let command = Command::FifoLeasesOfTerm { term, leases };
+        if ledgermq_raft::canary::enabled(ledgermq_raft::canary::Canary::ForwardFifoLeases) {
+            // Broken on purpose (debug builds, tests only): forwarded like any
+            // command once this node is deposed.
+            self.node.write_command(command).await?;
+            return Ok(());
+        }
+        self.node.write_command_as_leader(command).await?;
         Ok(())
     }
 

@@ -48,7 +48,10 @@ fn strip_ansi(s: &str) -> String {
 
 /// Whether a fault kind damages bytes a node had fsynced.
 pub fn damages_stored_bytes(kind: FaultKind) -> bool {
-    matches!(kind, FaultKind::CorruptTail | FaultKind::QuickRestart)
+    matches!(
+        kind,
+        FaultKind::CorruptTail | FaultKind::QuickRestart | FaultKind::QuickRestartLagging
+    )
 }
 
 /// How long after a damaging fault's heal its node may still rejoin and be seen

@@ -194,7 +194,10 @@ impl RaftNode {
             store: store.clone(),
             contacts: contacts.clone(),
         };
-        if store.commit_log().lost_acknowledged() {
+        // The lost-entries-vote canary (debug builds, tests only) campaigns anyway.
+        if store.commit_log().lost_acknowledged()
+            && !crate::canary::enabled(crate::canary::Canary::LostEntriesVote)
+        {
             // Protocol-aware recovery: this node's log lost entries it had
             // acknowledged, which a majority may have counted on. Its log cannot
             // speak for them, so it neither campaigns nor votes (`PeerService::vote`)

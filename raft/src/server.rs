@@ -86,7 +86,10 @@ impl RaftPeer for PeerService {
         self.admit(&req)?;
         let rpc: VoteRequest<NodeId> = decode(req.get_ref())?;
         let log = self.store.commit_log();
-        if log.lost_acknowledged() && !may_vote(log.acked_log_id(), rpc.last_log_id) {
+        // The lost-entries-vote canary (debug builds, tests only) votes as if
+        // nothing was lost.
+        let canary = crate::canary::enabled(crate::canary::Canary::LostEntriesVote);
+        if !canary && log.lost_acknowledged() && !may_vote(log.acked_log_id(), rpc.last_log_id) {
             // This node lost entries it had acknowledged: its own log cannot show
             // whether the candidate has them, so it votes only for a candidate whose
             // log reaches at least as far as what it had acknowledged.
@@ -144,7 +147,9 @@ impl RaftPeer for PeerService {
 
     async fn timeout_now(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
-        if self.store.commit_log().lost_acknowledged() {
+        if self.store.commit_log().lost_acknowledged()
+            && !crate::canary::enabled(crate::canary::Canary::LostEntriesVote)
+        {
             let res: Result<(), String> =
                 Err("this node lost entries it had acknowledged; it does not campaign".into());
             return Ok(Response::new(encode(&res)?));

@@ -275,7 +275,10 @@ impl StateMachine {
                 self.apply_leases(meta, leases)?;
             }
             Command::FifoLeasesOfTerm { term, leases } => {
-                if term != entry_term {
+                // The forward-fifo-leases canary (debug builds, tests only) applies
+                // a lease from an entry of any term.
+                let canary = crate::canary::enabled(crate::canary::Canary::ForwardFifoLeases);
+                if term != entry_term && !canary {
                     return Ok(Response::StaleTerm {
                         proposed_term: term,
                         entry_term,

@@ -16,17 +16,38 @@ pub enum Canary {
     /// SYNC_FLUSH an entry is then acknowledged as durable while only the page
     /// cache holds it.
     SkipFsync,
+    /// `lost-entries-vote`: a node whose store lost entries it had acknowledged (a
+    /// damaged CommitLog tail cut by recovery) votes and campaigns as if it had
+    /// lost nothing, so it can elect a leader that lacks committed entries.
+    LostEntriesVote,
+    /// `dispatch-before-apply`: an entry's messages are placed in their
+    /// ConsumeQueues as soon as it is appended, before it commits; consumers of
+    /// the leader can be handed messages that a later leader never commits.
+    DispatchBeforeApply,
+    /// `forward-fifo-leases`: a FIFO delivery lease is proposed like any command
+    /// (forwarded to the leader once this node is deposed) and applied from an
+    /// entry of any term, as before issue 13.
+    ForwardFifoLeases,
 }
 
 impl Canary {
     /// Every canary.
-    pub const ALL: [Canary; 2] = [Canary::AckBeforeCommit, Canary::SkipFsync];
+    pub const ALL: [Canary; 5] = [
+        Canary::AckBeforeCommit,
+        Canary::SkipFsync,
+        Canary::LostEntriesVote,
+        Canary::DispatchBeforeApply,
+        Canary::ForwardFifoLeases,
+    ];
 
     /// The name in `LEDGERMQ_CANARY`.
     pub fn name(self) -> &'static str {
         match self {
             Canary::AckBeforeCommit => "ack-before-commit",
             Canary::SkipFsync => "skip-fsync",
+            Canary::LostEntriesVote => "lost-entries-vote",
+            Canary::DispatchBeforeApply => "dispatch-before-apply",
+            Canary::ForwardFifoLeases => "forward-fifo-leases",
         }
     }
 }

@@ -440,6 +440,12 @@ impl MessageStore {
         // First move the checkpoint back to the cut, so that a crash during or after
         // the truncation never finds a checkpoint vouching for erased entries.
         let cut = self.log.entry_location(log_index)?;
+        if crate::canary::enabled(crate::canary::Canary::DispatchBeforeApply) {
+            // The canary's early placements of the cut entries go with them.
+            for (_, cq) in self.cqs.all() {
+                cq.truncate_from_commit_log_offset(cut.physical_offset)?;
+            }
+        }
         let last_term = match log_index.checked_sub(1) {
             Some(prev) if prev >= self.log.first_log_index() => self.log.entry_location(prev)?.term,
             _ => 0,

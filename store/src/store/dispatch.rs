@@ -46,6 +46,26 @@ impl MessageStore {
     pub fn dispatch_through(&self, log_index: u64) -> Result<Vec<DispatchedMessage>> {
         self.check_open()?;
         let mut d = self.dispatched.lock().unwrap();
+        self.dispatch_from(&mut d, log_index)
+    }
+
+    /// The `dispatch-before-apply` canary (debug builds, tests only; see
+    /// [`crate::canary`]): places the messages of every appended entry through
+    /// `log_index` in their ConsumeQueues before it commits, while the dispatch
+    /// position stays where apply left it ([`Self::dispatch_through`] then reuses
+    /// these placements). Does nothing while the canary is off.
+    pub fn dispatch_appended_through(&self, log_index: u64) -> Result<()> {
+        if !crate::canary::enabled(crate::canary::Canary::DispatchBeforeApply) {
+            return Ok(());
+        }
+        self.check_open()?;
+        let d = self.dispatched.lock().unwrap();
+        let mut ahead = *d;
+        self.dispatch_from(&mut ahead, log_index).map(|_| ())
+    }
+
+    /// [`Self::dispatch_through`] from position `d` (its lock held), moving it.
+    fn dispatch_from(&self, d: &mut Dispatched, log_index: u64) -> Result<Vec<DispatchedMessage>> {
         let mut placed = Vec::new();
         while d.next_log_index <= log_index {
             let entry = self.log.read_entry(d.next_log_index)?;
