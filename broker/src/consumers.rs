@@ -6,11 +6,15 @@
 //! leaders is in the metadata), and dropped when the term changes. Offsets of
 //! clustering groups are committed through Raft by a background task every
 //! `commit_interval`; FIFO groups commit each ack before answering it.
+//!
+//! Invisible deadlines are judged on this node's monotonic clock; the wall clock
+//! only dates the replicated FIFO leases and reads an adopted lease's time left
+//! once ([`deadline_from_wall`], whose doc names the gap that leaves).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ledgermq_raft::{Command, FifoLease, OffsetCommit, RaftNode};
 use ledgermq_store::record::PROPERTY_TAGS;
@@ -24,7 +28,7 @@ use crate::error::{refuse, BrokerError};
 use crate::filter::TagFilter;
 use crate::message::{outgoing, DeliveryFields};
 use crate::pb::{self, Code};
-use crate::pop::{AckOutcome, Inflight, QueueState};
+use crate::pop::{deadline_from_wall, AckOutcome, Inflight, QueueState};
 use crate::receipt::ReceiptHandle;
 
 /// Entries read past per queue and call at most (filtered-out messages included).
@@ -121,7 +125,8 @@ impl Consumers {
 
     /// The state of `key` in `term`. A table of an older term is dropped; a call
     /// still working for an older term gets `HA_NOT_AVAILABLE`. A FIFO queue new to
-    /// this term takes over the previous leader's delivery in flight (its lease).
+    /// this term takes over the previous leader's delivery in flight (its lease),
+    /// for the time its wall-clock deadline has left by this node's wall clock.
     fn queue(
         &self,
         key: &QueueKey,
@@ -154,7 +159,11 @@ impl Consumers {
                         committed,
                         Inflight {
                             delivery_id: l.delivery_id,
-                            visible_at_ms: l.visible_at_ms,
+                            visible_at: deadline_from_wall(
+                                l.visible_at_ms,
+                                now_ms(),
+                                Instant::now(),
+                            ),
                             attempt: l.attempt,
                         },
                     );
@@ -252,9 +261,11 @@ impl Consumers {
                         queue_id: l.queue_id,
                     };
                     if let Ok(q) = self.queue(&key, term, true) {
-                        q.lock()
-                            .await
-                            .change_invisible(l.queue_offset, l.delivery_id, now_ms());
+                        q.lock().await.change_invisible(
+                            l.queue_offset,
+                            l.delivery_id,
+                            Instant::now(),
+                        );
                     }
                 }
                 return Err(e);
@@ -289,8 +300,10 @@ impl Consumers {
         let store = self.node.store();
         let (min, max) = store.queue_offsets(&req.topic, queue_id);
         st.clamp_to_min(min);
-        let now = now_ms();
-        let visible_at = now.saturating_add(req.invisible_ms as i64);
+        let now = Instant::now();
+        let visible_at = now + Duration::from_millis(req.invisible_ms);
+        // Only for the replicated lease: what a new leader would hold it until.
+        let lease_at_ms = now_ms().saturating_add(req.invisible_ms as i64);
         if req.fifo && st.fifo_blocked(now) {
             return Ok(());
         }
@@ -328,7 +341,7 @@ impl Consumers {
                 continue;
             }
             if req.fifo {
-                out.leases.push(lease(req, &handle, attempt, visible_at));
+                out.leases.push(lease(req, &handle, attempt, lease_at_ms));
             }
             out.messages
                 .push(delivered(&stored.view(), handle, req, attempt));
@@ -369,7 +382,7 @@ impl Consumers {
             let handle = self.new_handle(term, &req.topic, queue_id, offset);
             let attempt = st.deliver(offset, handle.delivery_id, visible_at);
             if req.fifo {
-                out.leases.push(lease(req, &handle, attempt, visible_at));
+                out.leases.push(lease(req, &handle, attempt, lease_at_ms));
             }
             out.messages.push(delivered(&view, handle, req, attempt));
         }
@@ -432,7 +445,8 @@ impl Consumers {
         self.check_held(handle)?;
         let q = self.handle_queue(consumer, handle, term, fifo)?;
         let mut st = q.lock().await;
-        let visible_at = now_ms().saturating_add(invisible_ms as i64);
+        let visible_at = Instant::now() + Duration::from_millis(invisible_ms);
+        let lease_at_ms = now_ms().saturating_add(invisible_ms as i64);
         let attempt = st.attempt_of(handle.queue_offset, handle.delivery_id);
         let Some(attempt) = attempt else {
             return Err(refuse(
@@ -451,7 +465,7 @@ impl Consumers {
                     queue_offset: handle.queue_offset,
                     delivery_id: handle.delivery_id,
                     attempt,
-                    visible_at_ms: visible_at,
+                    visible_at_ms: lease_at_ms,
                 }],
             )
             .await?;

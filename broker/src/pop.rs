@@ -15,8 +15,18 @@
 //! before it is answered, so a new leader continues after it. Acks may also name
 //! offsets this leader never delivered (a delivery by the previous leader): they
 //! are recorded, and those messages are skipped.
+//!
+//! Invisible deadlines are instants of this node's monotonic clock, so a jump of
+//! its wall clock (an NTP step, a VM resumed, an operator) neither makes every
+//! message in flight visible at once nor hides them longer than asked (issue 14).
+//! Only the FIFO lease committed through Raft carries a wall-clock time, because
+//! that format cannot change (issue 15); a new leader turns an adopted lease's
+//! wall-clock deadline into a monotonic one once, with [`deadline_from_wall`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::consume::INVISIBLE_RANGE_MS;
 
 /// Most messages in flight per queue and consumer group; more wait for acks.
 pub const MAX_IN_FLIGHT_PER_QUEUE: usize = 4096;
@@ -30,10 +40,27 @@ pub const MAX_WINDOW: u64 = 65_536;
 pub struct Inflight {
     /// Delivery id (with the term, it names the receipt handle).
     pub delivery_id: u64,
-    /// Wall-clock ms when it becomes visible again.
-    pub visible_at_ms: i64,
+    /// When it becomes visible again, on this node's monotonic clock.
+    pub visible_at: Instant,
     /// Delivery attempt, from 1.
     pub attempt: u32,
+}
+
+/// The monotonic deadline of a FIFO lease adopted from an earlier term: the time
+/// left until its wall-clock deadline `visible_at_ms` (ms since the Unix epoch, as
+/// the lease's leader wrote it), read off this node's wall clock `wall_now_ms` once,
+/// counted from `now`; `now` if the deadline has passed. At most the longest
+/// invisible duration a client may ask (12 h) is left, however far behind this
+/// node's wall clock is.
+///
+/// Known gap: the two leaders' wall clocks are trusted to agree here. A new leader
+/// whose wall clock is ahead of the old one's releases the adopted lease early (by
+/// the difference), one behind holds it longer; only the remaining time at
+/// adoption is judged by the wall clock, not every check after it. Closing it
+/// needs a lease carrying the time left (a replicated format change, issue 15).
+pub fn deadline_from_wall(visible_at_ms: i64, wall_now_ms: i64, now: Instant) -> Instant {
+    let left_ms = visible_at_ms.saturating_sub(wall_now_ms).max(0) as u64;
+    now + Duration::from_millis(left_ms.min(INVISIBLE_RANGE_MS.1))
 }
 
 /// What an ack did.
@@ -98,23 +125,24 @@ impl QueueState {
         self.advance();
     }
 
-    /// In-flight messages whose invisible time has ended at `now_ms`, lowest first:
-    /// (queue offset, its in-flight record).
-    pub fn expired(&self, now_ms: i64) -> Vec<(u64, Inflight)> {
+    /// In-flight messages whose invisible time has ended at `now` (monotonic),
+    /// lowest first: (queue offset, its in-flight record).
+    pub fn expired(&self, now: Instant) -> Vec<(u64, Inflight)> {
         self.inflight
             .iter()
-            .filter(|(_, i)| i.visible_at_ms <= now_ms)
+            .filter(|(_, i)| i.visible_at <= now)
             .map(|(o, i)| (*o, *i))
             .collect()
     }
 
-    /// True if a FIFO queue may deliver now: nothing in flight, or the one in
-    /// flight is visible again (it is then delivered again, before anything newer).
-    pub fn fifo_blocked(&self, now_ms: i64) -> bool {
+    /// False if a FIFO queue may deliver at `now` (monotonic): nothing in flight,
+    /// or the one in flight is visible again (it is then delivered again, before
+    /// anything newer).
+    pub fn fifo_blocked(&self, now: Instant) -> bool {
         self.inflight
             .values()
             .next()
-            .is_some_and(|i| i.visible_at_ms > now_ms)
+            .is_some_and(|i| i.visible_at > now)
     }
 
     /// The next offset to deliver for the first time (skipping offsets acked through
@@ -137,8 +165,9 @@ impl QueueState {
     }
 
     /// Records a delivery of `offset`: either the first (`offset == next_new()`) or
-    /// again (it is in flight and expired). Returns the attempt number.
-    pub fn deliver(&mut self, offset: u64, delivery_id: u64, visible_at_ms: i64) -> u32 {
+    /// again (it is in flight and expired), invisible until `visible_at`
+    /// (monotonic). Returns the attempt number.
+    pub fn deliver(&mut self, offset: u64, delivery_id: u64, visible_at: Instant) -> u32 {
         let attempt = match self.inflight.get(&offset) {
             Some(i) => i.attempt + 1,
             None => {
@@ -151,7 +180,7 @@ impl QueueState {
             offset,
             Inflight {
                 delivery_id,
-                visible_at_ms,
+                visible_at,
                 attempt,
             },
         );
@@ -208,12 +237,12 @@ impl QueueState {
             .map(|i| i.attempt)
     }
 
-    /// Moves the invisible deadline of the current delivery of `offset`. False if
-    /// `delivery_id` is not the current delivery.
-    pub fn change_invisible(&mut self, offset: u64, delivery_id: u64, visible_at_ms: i64) -> bool {
+    /// Moves the invisible deadline of the current delivery of `offset` to
+    /// `visible_at` (monotonic). False if `delivery_id` is not the current delivery.
+    pub fn change_invisible(&mut self, offset: u64, delivery_id: u64, visible_at: Instant) -> bool {
         match self.inflight.get_mut(&offset) {
             Some(i) if i.delivery_id == delivery_id => {
-                i.visible_at_ms = visible_at_ms;
+                i.visible_at = visible_at;
                 true
             }
             _ => false,
@@ -251,13 +280,20 @@ impl QueueState {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// `ms` after a fixed instant of the monotonic clock.
+    fn at(ms: u64) -> Instant {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        *BASE.get_or_init(Instant::now) + Duration::from_millis(ms)
+    }
 
     #[test]
     fn out_of_order_acks_move_the_base_only_past_a_contiguous_prefix() {
         let mut s = QueueState::new(10);
         for (id, o) in (10..14).enumerate() {
             assert_eq!(s.next_new(), Some(o));
-            assert_eq!(s.deliver(o, id as u64, 100), 1);
+            assert_eq!(s.deliver(o, id as u64, at(100)), 1);
         }
         assert_eq!(s.ack(12, Some(2)), AckOutcome::Acked);
         assert_eq!(s.base(), 10);
@@ -277,14 +313,14 @@ mod tests {
     fn expired_deliveries_come_back_with_the_next_attempt_and_old_handles_go_stale() {
         let mut s = QueueState::new(0);
         s.next_new();
-        s.deliver(0, 1, 100);
-        assert!(s.expired(99).is_empty());
-        assert_eq!(s.expired(100).len(), 1);
-        assert_eq!(s.deliver(0, 2, 200), 2);
+        s.deliver(0, 1, at(100));
+        assert!(s.expired(at(99)).is_empty());
+        assert_eq!(s.expired(at(100)).len(), 1);
+        assert_eq!(s.deliver(0, 2, at(200)), 2);
         assert_eq!(s.ack(0, Some(1)), AckOutcome::Stale);
-        assert!(!s.change_invisible(0, 1, 500));
-        assert!(s.change_invisible(0, 2, 500));
-        assert!(s.expired(300).is_empty());
+        assert!(!s.change_invisible(0, 1, at(500)));
+        assert!(s.change_invisible(0, 2, at(500)));
+        assert!(s.expired(at(300)).is_empty());
         assert_eq!(s.ack(0, Some(2)), AckOutcome::Acked);
         assert_eq!(s.base(), 1);
     }
@@ -292,13 +328,13 @@ mod tests {
     #[test]
     fn fifo_blocks_until_ack_or_expiry() {
         let mut s = QueueState::new(0);
-        assert!(!s.fifo_blocked(0));
+        assert!(!s.fifo_blocked(at(0)));
         s.next_new();
-        s.deliver(0, 1, 100);
-        assert!(s.fifo_blocked(50));
-        assert!(!s.fifo_blocked(100));
+        s.deliver(0, 1, at(100));
+        assert!(s.fifo_blocked(at(50)));
+        assert!(!s.fifo_blocked(at(100)));
         s.ack(0, Some(1));
-        assert!(!s.fifo_blocked(50));
+        assert!(!s.fifo_blocked(at(50)));
     }
 
     #[test]
@@ -311,9 +347,9 @@ mod tests {
         assert_eq!(s.ack(5, None), AckOutcome::Acked);
         assert_eq!(s.base(), 6);
         assert_eq!(s.next_new(), Some(6));
-        s.deliver(6, 1, 10);
+        s.deliver(6, 1, at(10));
         assert_eq!(s.next_new(), Some(8));
-        s.deliver(8, 2, 10);
+        s.deliver(8, 2, at(10));
         s.ack(6, Some(1));
         assert_eq!(s.base(), 8);
     }
@@ -321,14 +357,17 @@ mod tests {
     #[test]
     fn an_adopted_delivery_blocks_fifo_until_acked_with_its_handle() {
         let mut s = QueueState::new(4);
+        // The old leader's lease ends at wall-clock 5000 ms; this node's wall clock
+        // reads 4000 ms at adoption: 1000 ms left.
         let old = Inflight {
             delivery_id: 77,
-            visible_at_ms: 1000,
+            visible_at: deadline_from_wall(5000, 4000, at(0)),
             attempt: 2,
         };
         assert_eq!(s.next_new(), Some(4));
         s.adopt(4, old);
-        assert!(s.fifo_blocked(999));
+        assert!(s.fifo_blocked(at(999)));
+        assert!(!s.fifo_blocked(at(1000)));
         assert_eq!(s.ack(4, Some(78)), AckOutcome::Stale);
         assert_eq!(s.ack(4, Some(77)), AckOutcome::Acked);
         assert_eq!(s.base(), 5);
@@ -338,7 +377,7 @@ mod tests {
     fn a_message_held_unacked_stops_new_deliveries_past_the_window() {
         let mut s = QueueState::new(0);
         s.next_new();
-        s.deliver(0, 1, i64::MAX);
+        s.deliver(0, 1, at(u64::from(u32::MAX)));
         for o in 1..MAX_WINDOW {
             assert_eq!(s.next_new(), Some(o));
             s.skip(o);
@@ -356,7 +395,7 @@ mod tests {
         s.skip(0);
         assert_eq!(s.base(), 1);
         s.next_new();
-        s.deliver(1, 1, 10);
+        s.deliver(1, 1, at(10));
         s.next_new();
         s.skip(2);
         assert_eq!(s.base(), 1);
@@ -364,11 +403,22 @@ mod tests {
         assert_eq!((s.base(), s.next(), s.in_flight()), (5, 5, 0));
     }
 
+    #[test]
+    fn an_adopted_leases_wall_clock_deadline_becomes_the_time_left_from_now() {
+        assert_eq!(deadline_from_wall(10_000, 7_500, at(20)), at(2_520));
+        // Passed, or i64 extremes: visible at once.
+        assert_eq!(deadline_from_wall(7_000, 7_500, at(20)), at(20));
+        assert_eq!(deadline_from_wall(i64::MIN, i64::MAX, at(20)), at(20));
+        // A wall clock far behind: at most the longest invisible duration.
+        let longest = INVISIBLE_RANGE_MS.1;
+        assert_eq!(deadline_from_wall(i64::MAX, 0, at(20)), at(20 + longest));
+    }
+
     proptest! {
         /// Against a model: every offset below `next` is acked or in flight exactly
         /// once; base is the lowest offset not acked.
         #[test]
-        fn state_matches_a_model(ops in proptest::collection::vec((0u8..4, 0u64..20, 0i64..50), 1..200)) {
+        fn state_matches_a_model(ops in proptest::collection::vec((0u8..4, 0u64..20, 0u64..50), 1..200)) {
             let mut s = QueueState::new(0);
             let mut acked = BTreeSet::new();
             let mut ids: BTreeMap<u64, u64> = BTreeMap::new();
@@ -377,12 +427,12 @@ mod tests {
                 match op {
                     0 => if let Some(o) = s.next_new() {
                         id += 1;
-                        s.deliver(o, id, now + 10);
+                        s.deliver(o, id, at(now + 10));
                         ids.insert(o, id);
                     },
-                    1 => if let Some(&(o, _)) = s.expired(now).first() {
+                    1 => if let Some(&(o, _)) = s.expired(at(now)).first() {
                         id += 1;
-                        s.deliver(o, id, now + 10);
+                        s.deliver(o, id, at(now + 10));
                         ids.insert(o, id);
                     },
                     2 => {

@@ -1,0 +1,325 @@
+//! Messages in flight while the leader's wall clock jumps (issue 14, found while
+//! testing clock faults): a received message stays invisible for the invisible
+//! duration asked, counted on the leader's monotonic clock, whatever its wall
+//! clock does. Forward, a FIFO queue must neither deliver its next message nor
+//! deliver the one in flight again, and a normal queue must not deliver its
+//! message in flight again; back, a message must come back once its invisible
+//! time has passed. Real `mqbroker` processes under libfaketime (`LD_PRELOAD`, an
+//! offset file per node, monotonic clocks untouched: `ledgermq_jepsen::node_env`),
+//! as `tests/tests/clock_skew.rs`; skipped when libfaketime is not installed.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
+use ledgermq_broker::pb::{
+    receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, Message,
+    MessageType, Resource, SendMessageRequest, SystemProperties,
+};
+use ledgermq_jepsen::node_env::{self, libfaketime, set_clock_offset};
+use ledgermq_jepsen::workload::receive_request;
+use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
+use tonic::transport::Channel;
+
+/// How far the leader's wall clock jumps, s: four times the invisible duration.
+const JUMP_S: i64 = 120;
+
+/// Invisible duration of the deliveries that must stay invisible, s: longer than
+/// the whole test takes after them.
+const LONG_INVISIBLE_S: i64 = 30;
+
+/// Invisible duration of the delivery that must come back after the jump back, s.
+const SHORT_INVISIBLE_S: i64 = 2;
+
+/// How long the leader is watched for a delivery it must not make, per check.
+const WATCH: Duration = Duration::from_secs(5);
+
+const FIFO_TOPIC: &str = "JumpFifo";
+const FIFO_GROUP: &str = "JumpFifoGroup";
+const TOPIC: &str = "JumpNormal";
+const GROUP: &str = "JumpNormalGroup";
+const CLIENT_ID: &str = "clock-jump-test@1";
+
+fn res(name: &str) -> Option<Resource> {
+    Some(Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
+}
+
+/// A message with body `body`; FIFO of message group `g` if `group` is given.
+fn message(topic: &str, body: &str, group: Option<&str>) -> Message {
+    Message {
+        topic: res(topic),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: format!("id-{body}"),
+            message_type: if group.is_some() {
+                MessageType::Fifo as i32
+            } else {
+                MessageType::Normal as i32
+            },
+            message_group: group.map(str::to_owned),
+            ..Default::default()
+        }),
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+fn request<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut()
+        .insert("x-mq-client-id", CLIENT_ID.parse().unwrap());
+    req.set_timeout(Duration::from_secs(30));
+    req
+}
+
+async fn send(c: &mut MessagingServiceClient<Channel>, m: Message) {
+    let r = c
+        .send_message(request(SendMessageRequest { messages: vec![m] }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status.unwrap().code, Code::Ok as i32, "send");
+}
+
+/// One delivery: body, receipt handle, delivery attempt.
+#[derive(Debug, Clone)]
+struct Delivery {
+    body: String,
+    handle: String,
+    attempt: i32,
+}
+
+/// One receive of up to one message, long-polling up to 1 s: what it delivered.
+async fn receive(
+    c: &mut MessagingServiceClient<Channel>,
+    group: &str,
+    topic: &str,
+    invisible_s: i64,
+) -> Vec<Delivery> {
+    let mut req = receive_request(group, topic, invisible_s, 1);
+    req.batch_size = 1;
+    let mut s = c.receive_message(request(req)).await.unwrap().into_inner();
+    let mut got = Vec::new();
+    while let Some(item) = s.message().await.unwrap() {
+        match item.content.expect("every item has content") {
+            Content::Status(st) => assert!(
+                st.code == Code::Ok as i32 || st.code == Code::MessageNotFound as i32,
+                "receive answered {st:?}"
+            ),
+            Content::Message(m) => {
+                let sp = m.system_properties.unwrap();
+                got.push(Delivery {
+                    body: String::from_utf8_lossy(&m.body).into_owned(),
+                    handle: sp.receipt_handle.unwrap(),
+                    attempt: sp.delivery_attempt.unwrap_or(0),
+                });
+            }
+            Content::DeliveryTimestamp(_) => {}
+        }
+    }
+    got
+}
+
+/// Receives for `how_long`; everything delivered meanwhile.
+async fn watch(
+    c: &mut MessagingServiceClient<Channel>,
+    group: &str,
+    topic: &str,
+    how_long: Duration,
+) -> Vec<Delivery> {
+    let until = Instant::now() + how_long;
+    let mut got = Vec::new();
+    while Instant::now() < until {
+        got.extend(receive(c, group, topic, LONG_INVISIBLE_S).await);
+    }
+    got
+}
+
+/// Receives until a delivery comes or `how_long` passed.
+async fn first_delivery(
+    c: &mut MessagingServiceClient<Channel>,
+    group: &str,
+    topic: &str,
+    invisible_s: i64,
+    how_long: Duration,
+) -> Option<Delivery> {
+    let until = Instant::now() + how_long;
+    while Instant::now() < until {
+        if let Some(d) = receive(c, group, topic, invisible_s).await.pop() {
+            return Some(d);
+        }
+    }
+    None
+}
+
+async fn ack(c: &mut MessagingServiceClient<Channel>, group: &str, topic: &str, handle: &str) {
+    let r = c
+        .ack_message(request(AckMessageRequest {
+            group: res(group),
+            topic: res(topic),
+            entries: vec![AckMessageEntry {
+                message_id: String::new(),
+                receipt_handle: handle.to_owned(),
+            }],
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status.unwrap().code, Code::Ok as i32, "ack {handle}");
+}
+
+/// Node `i`'s wall clock as the node sees it (`date +%s` under its environment)
+/// minus the real one, s.
+fn clock_offset_seen(env: &[(String, String)]) -> i64 {
+    let out = std::process::Command::new("date")
+        .arg("+%s")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let seen: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    seen - real
+}
+
+/// Sets node `i`'s wall clock `offset_s` off the real one and waits until it shows
+/// (libfaketime re-reads the file at most every second).
+async fn set_clock(dir: &Path, env: &[(String, String)], i: usize, offset_s: i64) {
+    set_clock_offset(dir, i, offset_s).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let seen = clock_offset_seen(env);
+    assert!(
+        (seen - offset_s).abs() <= 1,
+        "node {i}'s clock is {seen} s off, not {offset_s} s: libfaketime did not take"
+    );
+}
+
+fn bodies(ds: &[Delivery]) -> Vec<(String, i32)> {
+    ds.iter().map(|d| (d.body.clone(), d.attempt)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_in_flight_stay_invisible_when_the_leaders_wall_clock_jumps() {
+    let Some(lib) = libfaketime() else {
+        println!(
+            "SKIPPED: libfaketime is not installed (looked for {:?}; apt-get install libfaketime)",
+            node_env::LIBFAKETIME_PATHS
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let clocks = dir.path().join("clocks");
+    std::fs::create_dir_all(&clocks).unwrap();
+    let env: Vec<Vec<(String, String)>> = (0..3)
+        .map(|i| {
+            set_clock_offset(&clocks, i, 0).unwrap();
+            node_env::node_env(&clocks, i, Some(&lib))
+        })
+        .collect();
+    let opts = ClusterOptions {
+        node_env: env.clone(),
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(&dir.path().join("cluster"), &opts)
+        .await
+        .unwrap();
+    let leader = cluster
+        .prepare(
+            "broker-a",
+            &[
+                &["updateTopic", "-t", FIFO_TOPIC, "-q", "2", "--fifo"],
+                &["updateSubGroup", "-g", FIFO_GROUP, "--fifo"],
+                &["updateTopic", "-t", TOPIC, "-q", "1"],
+                &["updateSubGroup", "-g", GROUP],
+            ],
+        )
+        .await
+        .unwrap();
+    let addr = &cluster.nodes[leader].client_addr;
+    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    for body in ["f1", "f2"] {
+        send(&mut c, message(FIFO_TOPIC, body, Some("g"))).await;
+    }
+    send(&mut c, message(TOPIC, "n1", None)).await;
+
+    let wait = Duration::from_secs(10);
+    let f1 = first_delivery(&mut c, FIFO_GROUP, FIFO_TOPIC, LONG_INVISIBLE_S, wait)
+        .await
+        .expect("the first FIFO message is delivered");
+    assert_eq!((f1.body.as_str(), f1.attempt), ("f1", 1));
+    let n1 = first_delivery(&mut c, GROUP, TOPIC, LONG_INVISIBLE_S, wait)
+        .await
+        .expect("the normal message is delivered");
+    assert_eq!((n1.body.as_str(), n1.attempt), ("n1", 1));
+    let received = Instant::now();
+
+    // Every failed promise, reported together at the end.
+    let mut broken = Vec::new();
+
+    // Forward: both stay in flight for their 30 s, counted from their delivery.
+    set_clock(&clocks, &env[leader], leader, JUMP_S).await;
+    let fifo = watch(&mut c, FIFO_GROUP, FIFO_TOPIC, WATCH).await;
+    let normal = watch(&mut c, GROUP, TOPIC, WATCH).await;
+    assert!(
+        received.elapsed() < Duration::from_secs(LONG_INVISIBLE_S as u64),
+        "the checks took longer than the invisible duration"
+    );
+    if !fifo.is_empty() {
+        broken.push(format!(
+            "FIFO: delivered while f1 was in flight (its 30 s not over) after the leader's \
+             clock jumped {JUMP_S} s forward: (body, attempt) {:?}",
+            bodies(&fifo)
+        ));
+    }
+    if !normal.is_empty() {
+        broken.push(format!(
+            "normal: n1 delivered again within its 30 s after the leader's clock jumped \
+             {JUMP_S} s forward: (body, attempt) {:?}",
+            bodies(&normal)
+        ));
+    }
+
+    // The FIFO queue goes on once f1 (its latest delivery) is acked.
+    let latest = fifo.iter().rev().find(|d| d.body == "f1").unwrap_or(&f1);
+    ack(&mut c, FIFO_GROUP, FIFO_TOPIC, &latest.handle).await;
+    let next = first_delivery(&mut c, FIFO_GROUP, FIFO_TOPIC, LONG_INVISIBLE_S, wait).await;
+    assert_eq!(
+        next.as_ref().map(|d| d.body.as_str()),
+        Some("f2"),
+        "after f1's ack the FIFO queue delivers f2"
+    );
+
+    // Back: a message received for 2 s comes back after about 2 s, not 2 s plus
+    // the jump.
+    send(&mut c, message(TOPIC, "n2", None)).await;
+    let n2 = first_delivery(&mut c, GROUP, TOPIC, SHORT_INVISIBLE_S, wait)
+        .await
+        .expect("n2 is delivered");
+    assert_eq!((n2.body.as_str(), n2.attempt), ("n2", 1));
+    let n2_received = Instant::now();
+    set_clock(&clocks, &env[leader], leader, 0).await;
+    let again = first_delivery(&mut c, GROUP, TOPIC, LONG_INVISIBLE_S, WATCH).await;
+    match again {
+        Some(d) if d.body == "n2" => assert_eq!(d.attempt, 2),
+        other => broken.push(format!(
+            "normal: n2, received for {SHORT_INVISIBLE_S} s, not delivered again within \
+             {:?} of that delivery, the leader's clock having jumped {JUMP_S} s back \
+             meanwhile (got {:?})",
+            n2_received.elapsed(),
+            other.map(|d| (d.body, d.attempt))
+        )),
+    }
+
+    assert_eq!(
+        cluster.leader("broker-a").await,
+        Some(leader),
+        "the leader changed: the test judged the wrong node"
+    );
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
