@@ -118,12 +118,13 @@ fn calls_to_others(
 pub const PROMISED_RATIO: f64 = 0.8;
 
 /// Whether the promise covers `kind`: faults that partition or stop one node
-/// while the other two keep a quorum, the clients cut from the leader alone
-/// included (the followers pass their calls on to it). Not covered: a paused leader (its
-/// connections stay open, so every client waits out its call timeout on it),
-/// faults that take a quorum away (kill-majority, power-loss-all) or hit two
-/// nodes (majorities-ring, power-loss-partitioned). Kinds this list does not
-/// name are not covered.
+/// while the other two keep a quorum. Not covered: a paused leader and the
+/// clients cut from the leader (either way the clients' calls to it are neither
+/// answered nor refused, so each waits out its call timeout there: the other
+/// nodes serve every call they get, which `others_calls` shows), faults that
+/// take a quorum away (kill-majority, power-loss-all) or hit two nodes
+/// (majorities-ring, power-loss-partitioned), clock, disk and corruption faults.
+/// Kinds this list does not name are not covered.
 pub fn promise_covers(kind: crate::nemesis::FaultKind) -> bool {
     use crate::nemesis::FaultKind as K;
     matches!(
@@ -137,7 +138,6 @@ pub fn promise_covers(kind: crate::nemesis::FaultKind) -> bool {
             | K::CorruptTail
             | K::TerminateLeader
             | K::QuickRestart
-            | K::PartitionClientLeader
     )
 }
 

@@ -216,10 +216,13 @@ fn main() {
             for s in &r.availability_shortfalls {
                 println!("availability: {s}");
             }
-            for f in r.faults.iter().filter(|f| f.kind == FaultKind::PauseLeader) {
+            // Faults whose target's calls hang (neither answered nor refused).
+            let hangs = [FaultKind::PauseLeader, FaultKind::PartitionClientLeader];
+            for f in r.faults.iter().filter(|f| hangs.contains(&f.kind)) {
                 if let Some(c) = f.others_calls {
                     println!(
-                        "pause-leader at {:.0} s: calls to the other nodes from 2 s in: {} of {} acknowledged, p50 {:?} ms p99 {:?} ms",
+                        "{} at {:.0} s: calls to the other nodes from 2 s in: {} of {} acknowledged, p50 {:?} ms p99 {:?} ms",
+                        f.kind.name(),
                         f.start_ms as f64 / 1000.0,
                         c.acked,
                         c.calls,
