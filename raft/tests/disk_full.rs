@@ -85,7 +85,6 @@ async fn started(
         cfg.store.root = root.join(format!("n{}", cfg.node_id));
         cfg.store.retention.disk_space_warning_ratio = warning_ratio;
         cfg.store.retention.disk_reserve_bytes = reserve_bytes;
-        cfg.store.retention.disk_space_warning_ratio = 0.90;
     })
     .await;
     let leader = c.wait_leader(T).await;
