@@ -3,8 +3,12 @@
 //! CommitLog segments whose newest message is older than `file_reserved_time_hours`
 //! are deleted at the `delete_when_hour` o'clock, or at any time once disk usage passes
 //! `disk_max_used_space_ratio`. Past `disk_force_clean_ratio` the oldest segments go
-//! even if they have not expired. At most `delete_files_batch_max` segments go per
-//! run, and never the segment being written.
+//! even if they have not expired; that is off by default (RocketMQ: 0.85): each
+//! node runs retention on its own disk, so a node whose disk alone filled up
+//! would delete messages the rest of its group retains, and a failover to it
+//! would lose them (the jepsen disk-full runs found it). At most
+//! `delete_files_batch_max` segments go per run, and never the segment being
+//! written.
 
 /// Retention settings with RocketMQ's names and defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +21,8 @@ pub struct RetentionConfig {
     /// any hour (0.75).
     pub disk_max_used_space_ratio: f64,
     /// `diskSpaceCleanForciblyRatio`: above it, the oldest segments are deleted even if
-    /// not expired (0.85).
+    /// not expired (1.0: never; RocketMQ's 0.85 deletes, on a node whose disk alone
+    /// fills up, messages the rest of the group retains: see the module docs).
     pub disk_force_clean_ratio: f64,
     /// `deleteCommitLogFilesBatchMax`-like cap per run (10).
     pub delete_files_batch_max: usize,
@@ -38,7 +43,7 @@ impl Default for RetentionConfig {
             file_reserved_time_hours: 72,
             delete_when_hour: 4,
             disk_max_used_space_ratio: 0.75,
-            disk_force_clean_ratio: 0.85,
+            disk_force_clean_ratio: 1.0,
             delete_files_batch_max: 10,
             disk_space_warning_ratio: 0.90,
             disk_reserve_bytes: 64 << 20,
@@ -101,7 +106,10 @@ mod tests {
 
     #[test]
     fn expired_segments_go_only_at_delete_hour_or_when_disk_is_full() {
-        let cfg = RetentionConfig::default();
+        let cfg = RetentionConfig {
+            disk_force_clean_ratio: 0.85,
+            ..Default::default()
+        };
         let now = 1000 * H;
         let segs = ages(&[
             Some(now - 100 * H),
@@ -119,6 +127,26 @@ mod tests {
         assert_eq!(segments_to_delete(&cfg, &segs, at(3, 0.8)), 2);
         // Forced: everything but the segment being written.
         assert_eq!(segments_to_delete(&cfg, &segs, at(3, 0.9)), 3);
+    }
+
+    #[test]
+    fn a_full_disk_deletes_no_unexpired_segment_unless_forcing_is_turned_on() {
+        // One node's disk fills (jepsen disk-full): its copy of messages the rest
+        // of the group retains must stay, or a failover to it loses them.
+        let now = 1000 * H;
+        let segs = ages(&[Some(now - H), Some(now - H), None]);
+        let full = RetentionClock {
+            now_ms: now,
+            local_hour: 3,
+            disk_used_ratio: 1.0,
+        };
+        let cfg = RetentionConfig::default();
+        assert_eq!(segments_to_delete(&cfg, &segs, full), 0);
+        let forcing = RetentionConfig {
+            disk_force_clean_ratio: 0.85,
+            ..cfg
+        };
+        assert_eq!(segments_to_delete(&forcing, &segs, full), 2);
     }
 
     #[test]

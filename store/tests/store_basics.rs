@@ -203,7 +203,9 @@ fn bad_input_gets_typed_errors() {
 fn retention_deletes_expired_segments_at_the_delete_hour_or_under_disk_pressure() {
     use ledgermq_store::retention::RetentionClock;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = small_config(dir.path(), 4 * 1024);
+    let mut cfg = small_config(dir.path(), 4 * 1024);
+    // Forced cleaning is off by default; RocketMQ's ratio turns it on.
+    cfg.retention.disk_force_clean_ratio = 0.85;
     let store = MessageStore::open(cfg).unwrap();
     const HOUR_MS: i64 = 3_600_000;
     let now = 1_800_000_000_000i64;
