@@ -40,6 +40,7 @@ pub enum FaultKind {
     /// SIGKILL the leader and one follower (no quorum), restart both at the heal.
     KillMajority,
     /// SIGTERM the leader under load (graceful stop), restart it at the heal.
+    #[serde(rename = "sigterm-leader")]
     TerminateLeader,
     /// Every node loses what it had not fsynced at once, then restarts (SYNC_FLUSH
     /// only: ASYNC_FLUSH loses its unflushed tail by design).
@@ -82,14 +83,14 @@ pub enum FaultKind {
     CorruptMetadata,
     /// A follower cut off for a while, then [`FaultKind::QuickRestart`] while the
     /// other follower is cut off: the quorum is the restarted leader, which lost
-    /// its damaged tail, and the follower that never had it. Not in
-    /// [`FaultKind::ALL`] (neither `all` nor a group draws it): named only.
+    /// its damaged tail, and the follower that never had it (the group must wait
+    /// for the third node instead of electing the leader that lost entries).
     QuickRestartLagging,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 26] = [
+    pub const ALL: [FaultKind; 27] = [
         FaultKind::PartitionHalves,
         FaultKind::IsolateLeader,
         FaultKind::MajoritiesRing,
@@ -116,6 +117,7 @@ impl FaultKind {
         FaultKind::CorruptConsumeQueue,
         FaultKind::CorruptCheckpoint,
         FaultKind::CorruptMetadata,
+        FaultKind::QuickRestartLagging,
     ];
 
     /// Parses a `--nemesis` list of names; `all`, `partition`, `kill`, `pause`,
