@@ -1,7 +1,7 @@
 //! The CI runs of the `jepsen` binary: four short runs with fixed seeds, two under
-//! SYNC_FLUSH and two under ASYNC_FLUSH (about 100 s each), of 6 faults each, one
-//! of every kind in the run's list (the plan draws kinds from a shuffled bag, so a
-//! list of 6 kinds comes up whole in 6 faults). Together the lists name every
+//! SYNC_FLUSH and two under ASYNC_FLUSH (about 100 s each), of 6 faults each, at
+//! least one of every kind in the run's list (the plan draws kinds from a shuffled
+//! bag, so a list of up to 6 kinds comes up whole in 6 faults). Together the lists name every
 //! fault kind but those in [`NOT_IN_CI`], whose runs fail today on a product bug
 //! they found (docs/jepsen.md). Each run must exit 0 (every check passed) and
 //! leave a complete run folder. Needs root, iproute2, nftables, e2fsprogs, loop
@@ -32,14 +32,14 @@ const RUNS: [(&str, &str, u64); 4] = [
     ),
     (
         "async",
-        "quick-restart,disk-full,clock-jump,partition-namesrv,corrupt-consume-queue,corrupt-metadata",
+        "quick-restart,disk-full,clock-jump,partition-namesrv,corrupt-metadata",
         22,
     ),
 ];
 
 /// Kinds no CI run draws, each with the product bug that makes its runs invalid
 /// today (found by the harness; the harness is right to fail them).
-const NOT_IN_CI: [(&str, &str); 3] = [
+const NOT_IN_CI: [(&str, &str); 4] = [
     (
         "corrupt-mid-log",
         "a damaged CommitLog entry before the checkpoint stops the node at every start (raft read of the entry fails its CRC); it never refetches the entry from its peers",
@@ -47,6 +47,10 @@ const NOT_IN_CI: [(&str, &str); 3] = [
     (
         "corrupt-index",
         "a damaged Raft index entry stops the node at every start, though the index could be rebuilt from the CommitLog",
+    ),
+    (
+        "corrupt-consume-queue",
+        "a damaged ConsumeQueue entry before the checkpoint is neither found at start nor rebuilt from the CommitLog: reading it fails ('corrupted data in .../consumequeue/JNormal/0/... at file offset 47040', seed 22)",
     ),
     (
         "retention",
@@ -86,7 +90,7 @@ fn each_short_run_draws_every_kind_of_its_list_once() {
     use ledgermq_jepsen::nemesis::{plan, FaultKind};
     for (_, list, seed) in RUNS {
         let kinds = FaultKind::parse_list(list).unwrap();
-        assert_eq!(kinds.len(), FAULTS, "{list}");
+        assert!(kinds.len() <= FAULTS, "{list}");
         let p = plan(seed, &kinds, TIME_LIMIT_MS, WARMUP_MS, FAULT_MS, GAP_MS);
         assert_eq!(p.len(), FAULTS, "{list}");
         for k in &kinds {
