@@ -30,22 +30,26 @@ pub struct DrainOutcome {
     pub applied_index: Option<u64>,
 }
 
-/// The queues of `progress` whose consumer offset is short of the queue's end, in
-/// words (`group` names the consumer group).
+/// The queues of `progress` whose committed consumer offset is not at the queue's
+/// end, in words (`group` names the consumer group): short of it (messages never
+/// consumed) or past it (an offset pointing past the recovered log, which would
+/// skip the messages stored there next).
 pub fn short_queues(group: &str, progress: &[QueueProgress]) -> Vec<String> {
     progress
         .iter()
         .filter_map(|q| {
             let consumed = q.consumer_offset.unwrap_or(q.min_offset);
-            (consumed < q.broker_offset).then(|| {
-                format!(
-                    "{group} on {}#{}: consumer offset {consumed}, queue end {} ({} never consumed)",
-                    q.topic,
-                    q.queue_id,
-                    q.broker_offset,
-                    q.broker_offset - consumed
-                )
-            })
+            let (topic, id, end) = (&q.topic, q.queue_id, q.broker_offset);
+            match consumed.cmp(&end) {
+                std::cmp::Ordering::Less => Some(format!(
+                    "{group} on {topic}#{id}: consumer offset {consumed}, queue end {end} ({} never consumed)",
+                    end - consumed
+                )),
+                std::cmp::Ordering::Greater => Some(format!(
+                    "{group} on {topic}#{id}: consumer offset {consumed} past the queue end {end}"
+                )),
+                std::cmp::Ordering::Equal => None,
+            }
         })
         .collect()
 }
@@ -147,5 +151,11 @@ mod tests {
         assert!(s[0].starts_with("G on T#1: consumer offset 9, queue end 10"));
         assert!(s[1].starts_with("G on T#3: consumer offset 4, queue end 6"));
         assert!(short_queues("G", &p[..1]).is_empty());
+        // An offset past the end (pointing past the recovered log) is a finding too.
+        let s = short_queues("G", &[q(4, 0, 10, Some(12))]);
+        assert_eq!(
+            s,
+            vec!["G on T#4: consumer offset 12 past the queue end 10"]
+        );
     }
 }

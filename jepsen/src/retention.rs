@@ -1,8 +1,15 @@
 //! The retention fault: old CommitLog segments purged on the leader while a
 //! follower is down, so the follower must catch up by snapshot when it returns.
 //!
+//! **Today this forces nothing**: forced cleaning is off by default (the store's
+//! `disk_force_clean_ratio` is 1.0 since it crash-looped a node whose disk alone
+//! filled: docs/jepsen.md) and the broker's config does not expose it, so the
+//! fault kills a follower and fills the leader's disk for a moment, and reports
+//! that no retention run deleted anything. What follows is the design it keeps
+//! for when forcing can be turned on per node.
+//!
 //! The broker offers no admin call to run retention and its config exposes no
-//! reserve time; what it does offer is RocketMQ's forced clean: once the store's
+//! reserve time; what it can offer is RocketMQ's forced clean: once the store's
 //! disk is fuller than `diskSpaceCleanForciblyRatio` (0.85), each retention run
 //! (every 10 s from the node's start) deletes the oldest segments (up to 10)
 //! whether expired or not, never the one being written. The harness forces it

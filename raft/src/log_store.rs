@@ -9,7 +9,8 @@
 //!
 //! A full disk: an entry the store has no room for (ENOSPC, or a new CommitLog
 //! segment that would take the room kept for metadata, see `ledgermq_store::room`)
-//! is appended again every second until it fits, instead of failing, which would
+//! is appended again after 100 ms, then at doubling waits up to every second, until
+//! it fits, instead of failing, which would
 //! stop the node for good (openraft treats every storage error as fatal). Raft on
 //! this node waits meanwhile: it falls behind and the rest of the group serves.
 

@@ -57,7 +57,7 @@ pub const TIMEOUT_HEADER: &str = "x-ledgermq-timeout-ms";
 /// Header of a forwarded write from the previous release: the wall-clock time (ms
 /// since the Unix epoch) after which the forwarding node gives up on it. Still sent
 /// beside [`TIMEOUT_HEADER`] for a leader of the previous release, which reads only
-/// this one; read only when [`TIMEOUT_HEADER`] is absent (a follower of the
+/// this one; read only when [`TIMEOUT_HEADER`] is absent or malformed (a follower of the
 /// previous release, during a rolling upgrade), and then it assumes the two nodes'
 /// wall clocks agree to well within a write timeout.
 pub const DEADLINE_HEADER: &str = "x-ledgermq-deadline-ms";

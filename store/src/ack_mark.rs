@@ -120,6 +120,7 @@ impl AckMark {
     fn write(&self, m: Option<AckedId>, sync: bool) -> Result<()> {
         self.file.write_all_at(&encode(m), 0).at(&self.path)?;
         if sync {
+            crate::fault_hooks::before_fsync();
             self.file.sync_data().at(&self.path)?;
         }
         Ok(())

@@ -8,7 +8,8 @@
 //!
 //! - the disk reserve ([`crate::reserve`]) is given up as soon as less than half
 //!   its size is free ([`should_release_reserve`]), before sled's next write can
-//!   find no room (the node's upkeep checks every 100 ms, and before every append);
+//!   find no room (the node's upkeep checks every 100 ms, and the log store again
+//!   after an append that found no space);
 //! - a new CommitLog segment is made only if that floor stays free after it
 //!   ([`may_make_file`]), so the log never takes the room the reserve gave back.
 //!   An append that would need one fails with ENOSPC and changes nothing: the Raft

@@ -21,6 +21,10 @@ pub const FULL_FOR_BEFORE_HANDOVER: Duration = Duration::from_millis(500);
 /// node's disk is full, leadership moves at this pace, not at every measurement.
 pub const MIN_HANDOVER_INTERVAL: Duration = Duration::from_secs(30);
 
+/// How soon a leader whose handover failed (no follower caught up in time) tries
+/// again: a failed handover moved nothing, so the 30 s pace does not apply.
+pub const RETRY_AFTER_FAILED_HANDOVER: Duration = Duration::from_secs(2);
+
 /// Whether a node hands its leadership over now: it leads, its disk has been full
 /// for `full_for` (`None`: not full) and its last handover for a full disk was
 /// `since_last` ago (`None`: never). No I/O.
@@ -71,7 +75,11 @@ pub(super) async fn watch_disk(node: std::sync::Weak<RaftNode>, every: Duration)
         match node.transfer_leadership(None, Duration::from_secs(5)).await {
             Ok(to) => tracing::warn!(to, "the disk is full: leadership handed over"),
             Err(e) => {
-                tracing::warn!(error = %e, "the disk is full: handing leadership over failed")
+                tracing::warn!(error = %e, "the disk is full: handing leadership over failed");
+                // Counted as a handover made MIN_HANDOVER_INTERVAL - RETRY ago, so
+                // the next try comes RETRY_AFTER_FAILED_HANDOVER from now.
+                last_handover =
+                    now.checked_sub(MIN_HANDOVER_INTERVAL - RETRY_AFTER_FAILED_HANDOVER);
             }
         }
     }
