@@ -46,7 +46,10 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
 /// Deadline of one node's answer.
 const SAMPLE_TIMEOUT: Duration = Duration::from_millis(400);
 
-async fn sample_one(addr: String) -> Option<(Role, u64)> {
+/// One node's own view, from its LogDigest answer with no entries: (its node id,
+/// the leader it knows, its current term); None when it did not answer within
+/// `timeout` or answered an error. Call from inside the clients' namespace.
+pub async fn self_view(addr: String, timeout: Duration) -> Option<(u64, Option<u64>, u64)> {
     let call = async {
         let mut c = BrokerAdminClient::connect(format!("http://{addr}"))
             .await
@@ -59,17 +62,21 @@ async fn sample_one(addr: String) -> Option<(Role, u64)> {
             .await
             .ok()?
             .into_inner();
-        if !r.error.is_empty() {
-            return None;
-        }
-        let role = match r.leader_id {
-            Some(l) if l == r.node_id => Role::Leader,
-            Some(_) => Role::Follower,
-            None => Role::NoLeader,
-        };
-        Some((role, r.current_term))
+        r.error
+            .is_empty()
+            .then_some((r.node_id, r.leader_id, r.current_term))
     };
-    tokio::time::timeout(SAMPLE_TIMEOUT, call).await.ok()?
+    tokio::time::timeout(timeout, call).await.ok()?
+}
+
+async fn sample_one(addr: String) -> Option<(Role, u64)> {
+    let (node_id, leader, term) = self_view(addr, SAMPLE_TIMEOUT).await?;
+    let role = match leader {
+        Some(l) if l == node_id => Role::Leader,
+        Some(_) => Role::Follower,
+        None => Role::NoLeader,
+    };
+    Some((role, term))
 }
 
 /// Samples every node every [`SAMPLE_INTERVAL`] until `done` is set; returns the

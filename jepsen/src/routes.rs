@@ -9,9 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::LogDigestRequest;
-
 use crate::hosts::Network;
 use crate::procs::{client_addr, Cluster, CLIENT_HOST, NODES};
 use crate::workload::in_namespace;
@@ -29,24 +26,8 @@ pub const ROUTE_TOPIC: &str = "JNormal";
 /// One node's own view: (the leader it knows, its current term); None when it
 /// did not answer within [`CALL_TIMEOUT`] or knows no leader.
 async fn view(addr: String) -> Option<(u64, u64)> {
-    let call = async {
-        let mut c = BrokerAdminClient::connect(format!("http://{addr}"))
-            .await
-            .ok()?;
-        let r = c
-            .log_digest(LogDigestRequest {
-                from_index: u64::MAX,
-                max_entries: 1,
-            })
-            .await
-            .ok()?
-            .into_inner();
-        if !r.error.is_empty() {
-            return None;
-        }
-        Some((r.leader_id?, r.current_term))
-    };
-    tokio::time::timeout(CALL_TIMEOUT, call).await.ok()?
+    let (_, leader, term) = crate::roles::self_view(addr, CALL_TIMEOUT).await?;
+    Some((leader?, term))
 }
 
 /// The leader named with the highest term among `views` (node id, term), if
