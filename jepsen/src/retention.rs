@@ -199,29 +199,7 @@ const STARTED_MARKER: &str = "mqbroker started";
 /// possibly in ANSI colour codes).
 pub fn last_logged_ms(log: &str, marker: &str) -> Option<i64> {
     let line = log.lines().rev().find(|l| l.contains(marker))?;
-    let stamp = strip_ansi(line);
-    let first = stamp.split_whitespace().next()?;
-    chrono::DateTime::parse_from_rfc3339(first)
-        .ok()
-        .map(|t| t.timestamp_millis())
-}
-
-/// `s` without ANSI escape sequences (`ESC [ ... letter`).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::reverts::line_time_ms(line)
 }
 
 /// The first retention run of a node started at `started_ms` that comes at or
@@ -321,7 +299,7 @@ pub fn force(
     Ok(match outcome {
         Some(line) => format!(
             "{killed} (its log ending near CommitLog offset {missed_from}); retention forced on node {leader} (leader, oldest segment {first}) with a ballast leaving {leave} bytes while every group had consumed up to the segment being written; it logged: {}{}",
-            strip_ansi(&line),
+            crate::reverts::strip_ansi(&line),
             if tries.is_empty() { String::new() } else { format!(" (earlier: {})", tries.join("; ")) }
         ),
         None => format!(

@@ -18,18 +18,22 @@ pub const REVERT_MARKER: &str = "follower log is reverted from";
 pub fn revert_times(log: &str) -> Vec<Option<i64>> {
     log.lines()
         .filter(|l| l.contains(REVERT_MARKER))
-        .map(|l| {
-            let plain = strip_ansi(l);
-            let stamp = plain.split_whitespace().next()?;
-            chrono::DateTime::parse_from_rfc3339(stamp)
-                .ok()
-                .map(|t| t.timestamp_millis())
-        })
+        .map(line_time_ms)
         .collect()
 }
 
+/// The time of one tracing log line (its leading RFC 3339 timestamp, possibly
+/// wrapped in ANSI colour codes), ms since the Unix epoch; None if it has none.
+pub fn line_time_ms(line: &str) -> Option<i64> {
+    let plain = strip_ansi(line);
+    let stamp = plain.split_whitespace().next()?;
+    chrono::DateTime::parse_from_rfc3339(stamp)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
 /// `s` without ANSI escape sequences (`ESC [ ... letter`).
-fn strip_ansi(s: &str) -> String {
+pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
