@@ -198,7 +198,8 @@ pub fn evaluate(
     let others_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.others_ratio);
     let spread_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.spread_ratio);
     let pinned_ratio_by_kind = time_weighted_by_kind(&faults, |f| f.pinned_ratio);
-    let availability_shortfalls = shortfalls(&spread_ratio_by_kind, opts.availability_bound);
+    let availability_shortfalls =
+        shortfalls(&spread_ratio_by_kind, opts.availability_bound, &faults);
     let mut rtos: Vec<u64> = availability.rto_ms.iter().flatten().copied().collect();
     rtos.sort_unstable();
     let total_queue = total_queue(history);
@@ -245,15 +246,32 @@ pub fn evaluate(
 }
 
 /// The kinds the promise covers whose ratio is below `bound`, in words.
+///
+/// A covered kind with a fault that lasted past [`crate::availability::SETTLE_MS`]
+/// but no ratio (no fault-free acknowledgement to compare with) is a shortfall
+/// too: a run that never served outside its faults does not pass by default.
 pub fn shortfalls(
     ratio_by_kind: &std::collections::BTreeMap<String, f64>,
     bound: f64,
+    faults: &[FaultRecord],
 ) -> Vec<String> {
+    let measurable = |k: FaultKind| {
+        faults.iter().any(|f| {
+            f.kind == k && f.end_ms.saturating_sub(f.start_ms) > crate::availability::SETTLE_MS
+        })
+    };
     FaultKind::ALL
         .iter()
         .filter(|k| crate::availability::promise_covers(**k))
         .filter_map(|k| {
-            let r = *ratio_by_kind.get(k.name())?;
+            let Some(&r) = ratio_by_kind.get(k.name()) else {
+                return measurable(*k).then(|| {
+                    format!(
+                        "{}: not measured (no fault-free acknowledgement to compare with)",
+                        k.name()
+                    )
+                });
+            };
             (r < bound).then(|| {
                 format!(
                     "{}: the spread producers got {:.0} % of their fault-free throughput from {} ms into it, below {:.0} %",
@@ -353,10 +371,30 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-        let s = shortfalls(&ratios, 0.8);
+        let s = shortfalls(&ratios, 0.8, &[]);
         assert_eq!(s.len(), 1, "{s:?}");
         assert!(s[0].starts_with("isolate-leader: "), "{s:?}");
-        assert!(shortfalls(&ratios, 0.7).is_empty());
+        assert!(shortfalls(&ratios, 0.7, &[]).is_empty());
+        // A covered kind that ran long enough but has no ratio fails too; one
+        // whose faults were too short to measure does not.
+        let fault = |kind, end_ms| FaultRecord {
+            kind,
+            began_ms: 0,
+            start_ms: 0,
+            end_ms,
+            detail: String::new(),
+            target: None,
+            rto_ms: None,
+            acks_per_s_settled: None,
+            others_ratio: None,
+            others_calls: None,
+            spread_ratio: None,
+            pinned_ratio: None,
+        };
+        let s = shortfalls(&ratios, 0.7, &[fault(FaultKind::KillRandom, 6_000)]);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert!(s[0].starts_with("kill-random: not measured"), "{s:?}");
+        assert!(shortfalls(&ratios, 0.7, &[fault(FaultKind::KillRandom, 1_500)]).is_empty());
     }
 
     #[test]

@@ -81,6 +81,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // NaN or a bound of 0 or less would turn the check off.
+    if !(availability_bound > 0.0 && availability_bound <= 1.0) {
+        eprintln!("jepsen: --availability-bound must be in (0, 1], not {availability_bound}");
+        std::process::exit(2);
+    }
     if !matches!(flush.as_str(), "sync" | "async") {
         eprintln!("jepsen: --flush must be sync or async, not {flush:?}");
         std::process::exit(2);
