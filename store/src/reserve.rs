@@ -1,6 +1,6 @@
 //! A reserve of disk space (`<store root>/reserve`, an allocated file of
 //! `retention.disk_reserve_bytes`), given up as soon as less than half of it is
-//! free ([`crate::room`]: the metadata database must always find room) or when a
+//! free ([`crate::room`]: the metadata database must keep room) or when a
 //! committed entry cannot be applied for want of space: new messages are refused
 //! long before (see `MessageStore::check_room_for_writes`), but entries already
 //! committed must still be applied on every replica, and a replica that cannot
@@ -15,9 +15,11 @@ impl MessageStore {
         self.config().root.join("reserve")
     }
 
-    /// Makes the reserve file if it is missing (or short) and the disk is below
-    /// `disk_space_warning_ratio`; no error if there is no room for it (it is made
-    /// on a later call). Errors: `Io` other than a full disk (e.g. a file system
+    /// Makes the reserve file if it is missing (or short), the disk is below
+    /// `disk_space_warning_ratio` and the metadata floor stays free after it
+    /// ([`crate::room::may_make_file`]: on a small disk a reserve made here would
+    /// otherwise be given up again at the next measurement); no error if there is
+    /// no room for it (it is made on a later call). Errors: `Io` other than a full disk (e.g. a file system
     /// without fallocate); callers log them and go on, the reserve being optional.
     pub fn ensure_disk_reserve(&self) -> Result<()> {
         let bytes = self.config().retention.disk_reserve_bytes;
@@ -29,6 +31,10 @@ impl MessageStore {
             return Ok(());
         }
         if self.disk_used_ratio()? > self.config().retention.disk_space_warning_ratio {
+            return Ok(());
+        }
+        let available = crate::room::available_bytes(&self.config().root)?;
+        if !crate::room::may_make_file(available, bytes, self.metadata_floor_bytes()) {
             return Ok(());
         }
         let file = std::fs::File::create(&path).at(&path)?;
