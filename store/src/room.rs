@@ -13,7 +13,10 @@
 //! - a new CommitLog segment is made only if that floor stays free after it
 //!   ([`may_make_file`]), so the log never takes the room the reserve gave back.
 //!   An append that would need one fails with ENOSPC and changes nothing: the Raft
-//!   layer waits and appends it again once space is freed.
+//!   layer waits and appends it again once space is freed. ConsumeQueue and Raft
+//!   index files are not held to the floor (they grow by tens of bytes per
+//!   message): a follower that keeps applying on a full disk can still take the
+//!   room from them.
 //!
 //! The decisions here are plain functions; [`MessageStore::keep_room_for_metadata`]
 //! measures the disk and acts.
@@ -74,7 +77,9 @@ impl MessageStore {
     }
 
     /// Gives up the disk reserve if fewer than [`Self::metadata_floor_bytes`] are
-    /// free, so the metadata database always finds room for its writes. Returns
+    /// free, so the metadata database has room for its writes (the CommitLog never
+    /// takes that room; ConsumeQueue and Raft index files, 20 and a few bytes per
+    /// entry, are not held to the floor and can eat into it). Returns
     /// whether it did. Cheap (one `statvfs`); call it often. Errors: `Io`.
     pub fn keep_room_for_metadata(&self) -> Result<bool> {
         let floor = self.metadata_floor_bytes();

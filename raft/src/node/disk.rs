@@ -1,6 +1,6 @@
 //! A node whose own disk fills up (issue 14). Every 100 ms it measures the disk:
 //! below the metadata floor the disk reserve is given up, so the metadata database
-//! always has room (`ledgermq_store::room`); and a leader whose disk has been full
+//! keeps room (`ledgermq_store::room`, which says what the floor does not cover); and a leader whose disk has been full
 //! (new messages refused, `MessageStore::check_room_for_writes`) for half a second
 //! hands its leadership to a caught-up follower, so the group goes on taking
 //! writes instead of refusing every one of them for as long as the disk is full. A
