@@ -1,7 +1,9 @@
 //! Workspace-level integration tests live in `tests/tests/`; they start the project's
 //! real binaries as separate processes. This library holds what they share with the
-//! demo programs: [`cluster`], a local cluster of real processes, and [`netns`], a
-//! network namespace with its own hosts file.
+//! demo programs: [`cluster`], a local cluster of real processes, [`clocks`], one
+//! whose node clocks a test can move, and [`netns`], a network namespace with its
+//! own hosts file.
 
+pub mod clocks;
 pub mod cluster;
 pub mod netns;

@@ -8,7 +8,6 @@
 //! offset file per node, monotonic clocks untouched: `ledgermq_jepsen::node_env`),
 //! as `tests/tests/clock_skew.rs`; skipped when libfaketime is not installed.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
@@ -16,9 +15,8 @@ use ledgermq_broker::pb::{
     receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, Message,
     MessageType, Resource, SendMessageRequest, SystemProperties,
 };
-use ledgermq_jepsen::node_env::{self, libfaketime, set_clock_offset};
 use ledgermq_jepsen::workload::receive_request;
-use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
+use ledgermq_tests::clocks::SkewableCluster;
 use tonic::transport::Channel;
 
 /// How far the leader's wall clock jumps, s: four times the invisible duration.
@@ -170,63 +168,16 @@ async fn ack(c: &mut MessagingServiceClient<Channel>, group: &str, topic: &str, 
     assert_eq!(r.status.unwrap().code, Code::Ok as i32, "ack {handle}");
 }
 
-/// Node `i`'s wall clock as the node sees it (`date +%s` under its environment)
-/// minus the real one, s.
-fn clock_offset_seen(env: &[(String, String)]) -> i64 {
-    let out = std::process::Command::new("date")
-        .arg("+%s")
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .unwrap();
-    let seen: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    let real = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    seen - real
-}
-
-/// Sets node `i`'s wall clock `offset_s` off the real one and waits until it shows
-/// (libfaketime re-reads the file at most every second).
-async fn set_clock(dir: &Path, env: &[(String, String)], i: usize, offset_s: i64) {
-    set_clock_offset(dir, i, offset_s).unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let seen = clock_offset_seen(env);
-    assert!(
-        (seen - offset_s).abs() <= 1,
-        "node {i}'s clock is {seen} s off, not {offset_s} s: libfaketime did not take"
-    );
-}
-
 fn bodies(ds: &[Delivery]) -> Vec<(String, i32)> {
     ds.iter().map(|d| (d.body.clone(), d.attempt)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_in_flight_stay_invisible_when_the_leaders_wall_clock_jumps() {
-    let Some(lib) = libfaketime() else {
-        println!(
-            "SKIPPED: libfaketime is not installed (looked for {:?}; apt-get install libfaketime)",
-            node_env::LIBFAKETIME_PATHS
-        );
+    let Some(sc) = SkewableCluster::start().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let clocks = dir.path().join("clocks");
-    std::fs::create_dir_all(&clocks).unwrap();
-    let env: Vec<Vec<(String, String)>> = (0..3)
-        .map(|i| {
-            set_clock_offset(&clocks, i, 0).unwrap();
-            node_env::node_env(&clocks, i, Some(&lib))
-        })
-        .collect();
-    let opts = ClusterOptions {
-        node_env: env.clone(),
-        ..ClusterOptions::default()
-    };
-    let cluster = LocalCluster::start(&dir.path().join("cluster"), &opts)
-        .await
-        .unwrap();
+    let cluster = &sc.cluster;
     let leader = cluster
         .prepare(
             "broker-a",
@@ -263,7 +214,7 @@ async fn messages_in_flight_stay_invisible_when_the_leaders_wall_clock_jumps() {
     let mut broken = Vec::new();
 
     // Forward: both stay in flight for their 30 s, counted from their delivery.
-    set_clock(&clocks, &env[leader], leader, JUMP_S).await;
+    sc.set_clock(leader, JUMP_S).await;
     let fifo = watch(&mut c, FIFO_GROUP, FIFO_TOPIC, WATCH).await;
     let normal = watch(&mut c, GROUP, TOPIC, WATCH).await;
     assert!(
@@ -303,7 +254,7 @@ async fn messages_in_flight_stay_invisible_when_the_leaders_wall_clock_jumps() {
         .expect("n2 is delivered");
     assert_eq!((n2.body.as_str(), n2.attempt), ("n2", 1));
     let n2_received = Instant::now();
-    set_clock(&clocks, &env[leader], leader, 0).await;
+    sc.set_clock(leader, 0).await;
     let again = first_delivery(&mut c, GROUP, TOPIC, LONG_INVISIBLE_S, WATCH).await;
     match again {
         Some(d) if d.body == "n2" => assert_eq!(d.attempt, 2),
