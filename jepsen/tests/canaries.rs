@@ -37,23 +37,33 @@ fn run_with(canary: &str, nemesis: &str, seed: &str) -> (Option<i32>, String, St
 
 #[test]
 fn acking_before_commit_is_caught_as_lost_messages() {
-    if !cfg!(debug_assertions) {
-        eprintln!("SKIPPED: canaries exist in debug builds only");
+    let Some((verdict, stdout)) = invalid_run("ack-before-commit", "isolate-leader", "5") else {
         return;
-    }
-    let (code, stdout, stderr) = run_with("ack-before-commit", "isolate-leader", "5");
-    let verdict = stdout.lines().last().unwrap_or_default();
-    assert_eq!(
-        code,
-        Some(1),
-        "the run must be invalid:\n{stdout}\n{stderr}"
-    );
+    };
     assert!(
         verdict.starts_with("INVALID:")
             && verdict.contains(" lost,")
             && !verdict.contains(" 0 lost,"),
         "total-queue must report lost messages: {verdict}\n{stdout}"
     );
+}
+
+/// Runs the harness with `canary` on (see [`run_with`]) and asserts it exited 1
+/// (invalid); returns its verdict line and stdout. None (after a SKIPPED line) in
+/// a release build, which has no canaries.
+fn invalid_run(canary: &str, nemesis: &str, seed: &str) -> Option<(String, String)> {
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPED: canaries exist in debug builds only");
+        return None;
+    }
+    let (code, stdout, stderr) = run_with(canary, nemesis, seed);
+    assert_eq!(
+        code,
+        Some(1),
+        "the run must be invalid:\n{stdout}\n{stderr}"
+    );
+    let verdict = stdout.lines().last().unwrap_or_default().to_owned();
+    Some((verdict, stdout))
 }
 
 /// The number before `what` in a verdict (`"INVALID: 24 lost, ..."`).
@@ -66,65 +76,43 @@ fn count_before(verdict: &str, what: &str) -> Option<u64> {
 
 #[test]
 fn skipping_the_fsync_is_caught_as_lost_messages_after_every_node_loses_power() {
-    if !cfg!(debug_assertions) {
-        eprintln!("SKIPPED: canaries exist in debug builds only");
-        return;
-    }
     // SYNC_FLUSH (the default): every acknowledged send was promised fsynced on a
     // majority; with the fsyncs skipped, all three nodes lose it at once.
-    let (code, stdout, stderr) = run_with("skip-fsync", "power-loss-all", "3");
-    let verdict = stdout.lines().last().unwrap_or_default();
-    assert_eq!(
-        code,
-        Some(1),
-        "the run must be invalid:\n{stdout}\n{stderr}"
-    );
+    let Some((verdict, stdout)) = invalid_run("skip-fsync", "power-loss-all", "3") else {
+        return;
+    };
     assert!(
-        verdict.starts_with("INVALID:") && count_before(verdict, " lost,") > Some(0),
+        verdict.starts_with("INVALID:") && count_before(&verdict, " lost,") > Some(0),
         "total-queue must report lost messages: {verdict}\n{stdout}"
     );
 }
 
 #[test]
 fn voting_after_losing_acknowledged_entries_is_caught_as_lost_messages() {
-    if !cfg!(debug_assertions) {
-        eprintln!("SKIPPED: canaries exist in debug builds only");
-        return;
-    }
     // quick-restart-lagging: a follower misses 2 s of committed entries, then the
     // leader comes back at once without its damaged tail while the other follower
     // is cut off. With the canary the two elect a leader without the entries the
     // leader lost (seeds 1-4 lost 7, 2, 6 and 3 acknowledged messages); without
     // it no leader is elected until the heal.
-    let (code, stdout, stderr) = run_with("lost-entries-vote", "quick-restart-lagging", "3");
-    let verdict = stdout.lines().last().unwrap_or_default();
-    assert_eq!(
-        code,
-        Some(1),
-        "the run must be invalid:\n{stdout}\n{stderr}"
-    );
+    let Some((verdict, stdout)) = invalid_run("lost-entries-vote", "quick-restart-lagging", "3")
+    else {
+        return;
+    };
     assert!(
-        verdict.starts_with("INVALID:") && count_before(verdict, " lost,") > Some(0),
+        verdict.starts_with("INVALID:") && count_before(&verdict, " lost,") > Some(0),
         "total-queue must report lost messages: {verdict}\n{stdout}"
     );
 }
 
 #[test]
 fn dispatching_before_apply_is_caught_as_two_messages_at_one_queue_offset() {
-    if !cfg!(debug_assertions) {
-        eprintln!("SKIPPED: canaries exist in debug builds only");
-        return;
-    }
     // The isolated leader's consumers are handed messages it appended but never
     // commits; after the heal its tail is cut and the new leader's messages take
     // those queue offsets (seeds 1-3 and 5: 5, 3, 3 and 2 inconsistent offsets).
-    let (code, stdout, stderr) = run_with("dispatch-before-apply", "isolate-leader", "1");
-    let verdict = stdout.lines().last().unwrap_or_default();
-    assert_eq!(
-        code,
-        Some(1),
-        "the run must be invalid:\n{stdout}\n{stderr}"
-    );
+    let Some((verdict, stdout)) = invalid_run("dispatch-before-apply", "isolate-leader", "1")
+    else {
+        return;
+    };
     let order = stdout
         .lines()
         .find(|l| l.starts_with("order: inconsistent offsets "))
