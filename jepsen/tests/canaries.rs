@@ -75,15 +75,21 @@ fn count_before(verdict: &str, what: &str) -> Option<u64> {
 }
 
 #[test]
-fn skipping_the_fsync_is_caught_as_lost_messages_after_every_node_loses_power() {
+fn skipping_the_fsync_is_caught_after_every_node_loses_power() {
     // SYNC_FLUSH (the default): every acknowledged send was promised fsynced on a
-    // majority; with the fsyncs skipped, all three nodes lose it at once.
+    // majority; with the fsyncs skipped, all three nodes lose it at once. The
+    // checkpoint (really fsynced) then points past the surviving CommitLog, so the
+    // nodes refuse to start, and the acknowledged messages not yet consumed are
+    // lost. Which of the two checkers fires first depends on how far the consumers
+    // had got (a full test run saw 0 lost with 6 exits); either fails the run.
     let Some((verdict, stdout)) = invalid_run("skip-fsync", "power-loss-all", "3") else {
         return;
     };
+    let lost = count_before(&verdict, " lost,");
+    let exited = count_before(&verdict, " node(s) exited by themselves");
     assert!(
-        verdict.starts_with("INVALID:") && count_before(&verdict, " lost,") > Some(0),
-        "total-queue must report lost messages: {verdict}\n{stdout}"
+        verdict.starts_with("INVALID:") && (lost > Some(0) || exited > Some(0)),
+        "total-queue must report lost messages or nodes must fail to restart: {verdict}\n{stdout}"
     );
 }
 
