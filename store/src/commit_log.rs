@@ -21,7 +21,7 @@ use crate::mapped_file::MappedFileQueue;
 use crate::raft_index::{EntryLocation, RaftIndex};
 use crate::record::{
     encode_into, encode_properties, encoded_len, parse_header, Header, MessageRecord, Placement,
-    RecordView, BLANK_MIN_BYTES, MAGIC_BLANK,
+    RecordKind, RecordView, BLANK_MIN_BYTES, MAGIC_BLANK,
 };
 
 /// RocketMQ's default CommitLog segment size: 1 GiB.
@@ -240,6 +240,13 @@ impl CommitLog {
     /// (see [`crate::ack_mark`]).
     pub fn acked_log_id(&self) -> Option<AckedId> {
         self.ack_mark.get()
+    }
+
+    /// Records that the entries through `id` are acknowledged though only written
+    /// (ASYNC_FLUSH), before the acknowledgement is sent: the mark is written, not
+    /// fsynced ([`crate::ack_mark::AckMark::raise_written`]). Errors: `Io`.
+    pub fn acknowledge_written(&self, id: AckedId) -> Result<()> {
+        self.ack_mark.raise_written(id)
     }
 
     /// True while the log's last entry is below the acknowledged mark (by term,
@@ -691,13 +698,33 @@ impl CommitLog {
         }))
     }
 
-    /// Store timestamp of the first record of the segment starting at `segment_start`,
-    /// if it starts with one (used by time-based retention).
-    pub fn first_store_timestamp_ms(&self, segment_start: u64) -> Result<Option<i64>> {
-        Ok(self.first_record_of_segment(segment_start)?.map(|b| {
-            RecordView::parse_checked_before(&b)
-                .expect("checked by read_record")
-                .store_timestamp_ms()
-        }))
+    /// The store timestamp (ms) of the first message record in the entries from the
+    /// one that begins segment `segment_start` on, reading at most `max_entries`
+    /// entries; None if there is none among them (Raft system entries carry no
+    /// time: they are stored with store timestamp 0) or the segment holds no entry.
+    /// Errors: `Io`, `Corrupted`.
+    pub fn first_message_timestamp_ms(
+        &self,
+        segment_start: u64,
+        max_entries: u64,
+    ) -> Result<Option<i64>> {
+        let Some(first) = self.first_log_index_at(segment_start)? else {
+            return Ok(None);
+        };
+        let end = self.next_log_index().min(first.saturating_add(max_entries));
+        for index in first..end {
+            let entry = self.read_entry(index)?;
+            let first = match entry.records().next() {
+                Some(Ok(r)) => (r.kind() == RecordKind::Message).then(|| r.store_timestamp_ms()),
+                Some(Err(reason)) => {
+                    return Err(self.corrupted(entry.location.physical_offset, reason))
+                }
+                None => None,
+            };
+            if first.is_some() {
+                return Ok(first);
+            }
+        }
+        Ok(None)
     }
 }

@@ -1,7 +1,24 @@
 //! Deleting old data: retention by age and disk usage, and Raft log purges.
 
+use crate::error::IoContext;
 use crate::error::Result;
-use crate::retention::{segments_to_delete, RetentionClock, SegmentAge};
+use crate::retention::{cleaning_due, segments_to_delete, RetentionClock, SegmentAge};
+
+/// Entries read after a segment to find the first message, which dates it (Raft
+/// system entries carry no time); past them the segment file's modification time
+/// dates it (RocketMQ dates every segment that way).
+const AGE_SCAN_ENTRIES: u64 = 1024;
+
+/// A file's modification time, ms since the Unix epoch. Errors: `Io`.
+fn modified_ms(path: &std::path::Path) -> Result<i64> {
+    let t = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .at(path)?;
+    Ok(match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i64,
+        Err(_) => 0,
+    })
+}
 use crate::store::MessageStore;
 
 /// What one retention run did.
@@ -28,20 +45,32 @@ impl MessageStore {
 
     /// The CommitLog offset below which retention would delete segments now (the
     /// oldest offset if nothing is due). The Raft layer turns it into a log purge.
+    /// A segment's age is that of the first message after it: Raft system entries
+    /// are stored with store timestamp 0 and never make a segment look expired.
     pub fn retention_offset(&self, clock: RetentionClock) -> Result<u64> {
         let log = self.commit_log();
+        let cfg = &self.config().retention;
+        if !cleaning_due(cfg, clock) {
+            return Ok(log.min_offset());
+        }
         let segments = log.segments().segments();
-        let mut ages = Vec::with_capacity(segments.len());
-        for (i, _) in segments.iter().enumerate() {
+        let looked_at = segments.len().min(cfg.delete_files_batch_max);
+        let mut ages = Vec::with_capacity(looked_at);
+        for (i, segment) in segments.iter().take(looked_at).enumerate() {
             let newest = match segments.get(i + 1) {
-                Some(next) => log.first_store_timestamp_ms(next.start_offset())?,
+                Some(next) => {
+                    match log.first_message_timestamp_ms(next.start_offset(), AGE_SCAN_ENTRIES)? {
+                        Some(ts) => Some(ts),
+                        None => Some(modified_ms(segment.path())?),
+                    }
+                }
                 None => None,
             };
             ages.push(SegmentAge {
                 newest_store_timestamp_ms: newest,
             });
         }
-        let n = segments_to_delete(&self.config().retention, &ages, clock);
+        let n = segments_to_delete(cfg, &ages, clock);
         Ok(segments
             .get(n)
             .map_or(log.min_offset(), |s| s.start_offset()))

@@ -54,8 +54,10 @@ impl Default for RetentionConfig {
 /// What retention knows of one segment, oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentAge {
-    /// Store timestamp (ms) that no message of the segment exceeds: the first store
-    /// timestamp of the next segment. `None` for the segment being written.
+    /// Store timestamp (ms) that no message of the segment exceeds: that of the
+    /// first message after it (Raft system entries carry no time), or, when none is
+    /// found close after it, the segment file's modification time. `None` for the
+    /// segment being written.
     pub newest_store_timestamp_ms: Option<i64>,
 }
 
@@ -70,7 +72,16 @@ pub struct RetentionClock {
     pub disk_used_ratio: f64,
 }
 
-/// How many of the oldest `segments` to delete now.
+/// True when a retention run may delete anything at all: at the delete hour, or
+/// under disk pressure (expired segments), or past the forced-clean ratio.
+pub fn cleaning_due(cfg: &RetentionConfig, clock: RetentionClock) -> bool {
+    clock.local_hour == cfg.delete_when_hour
+        || clock.disk_used_ratio > cfg.disk_max_used_space_ratio
+        || clock.disk_used_ratio > cfg.disk_force_clean_ratio
+}
+
+/// How many of the oldest `segments` to delete now (only the first
+/// `delete_files_batch_max` are looked at).
 pub fn segments_to_delete(
     cfg: &RetentionConfig,
     segments: &[SegmentAge],

@@ -371,3 +371,60 @@ fn the_index_file_survives_a_crash_after_its_first_records_were_purged() {
         assert_eq!(hits.len(), 1, "key-{n} lost from the IndexFile");
     }
 }
+
+/// Raft system entries (offset commits, FIFO leases, blank and membership entries)
+/// are stored with store timestamp 0. Retention judged a segment's age by the first
+/// record of the next segment, so a young segment followed by one that began with a
+/// system entry looked 56 years old: deleted at the delete hour, or on a node whose
+/// disk alone filled up (jepsen disk-full: "node 2: JFifo#0 starts at queue offset
+/// 18, node 0 (leader) still holds it from 0").
+#[test]
+fn retention_never_takes_a_system_entry_for_an_expired_message() {
+    use ledgermq_store::retention::RetentionClock;
+    use ledgermq_store::MessageRecord;
+    let now = 1_800_000_000_000i64;
+    // Young messages, each after a system entry; with 0 or 1 system entries first,
+    // so that the second segment begins with a system entry.
+    for lead in 0..2u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MessageStore::open(small_config(dir.path(), 4 * 1024)).unwrap();
+        let mut messages = Vec::new();
+        let mut idx = 0u64;
+        for i in 0..(40 + lead) {
+            if i >= lead {
+                let mut m = message(i, 400);
+                m.store_timestamp_ms = now;
+                store.append_entry(1, idx, &[m]).unwrap();
+                messages.push(idx);
+                idx += 1;
+            }
+            store
+                .append_entry(1, idx, &[MessageRecord::system(vec![7; 300], 0)])
+                .unwrap();
+            idx += 1;
+        }
+        store.dispatch_through(idx - 1).unwrap();
+        store.commit_log().flush().unwrap();
+        let log = store.commit_log();
+        let second = log.segments().segments()[1].start_offset();
+        let first_of_second = log.last_entry_ending_by(second).unwrap().unwrap().log_index + 1;
+        if messages.contains(&first_of_second) {
+            continue;
+        }
+        for ratio in [0.1, 0.8] {
+            let r = store
+                .run_retention(
+                    RetentionClock {
+                        now_ms: now,
+                        local_hour: 4,
+                        disk_used_ratio: ratio,
+                    },
+                    u64::MAX,
+                )
+                .unwrap();
+            assert_eq!(r.segments_deleted, 0, "young messages were deleted: {r:?}");
+        }
+        return;
+    }
+    panic!("no layout put a system entry at the start of the second segment");
+}
