@@ -74,6 +74,7 @@ pub fn leader(c: &Cluster, net: &Network) -> Option<usize> {
 /// what was erased, per kind of file.
 fn lose_power(dir: &Path, n: usize) -> Result<String, JepsenError> {
     let lost = disk::power_loss(&Cluster::store_root(dir, n))?;
+    node_env::reboot(dir, n)?;
     Ok(format!("node {n} lost power: {}", lost.describe()))
 }
 

@@ -43,7 +43,7 @@ pub enum FaultKind {
     #[serde(rename = "sigterm-leader")]
     TerminateLeader,
     /// Every node loses what it had not fsynced at once, then restarts (SYNC_FLUSH
-    /// only: ASYNC_FLUSH loses its unflushed tail by design).
+    /// only: under ASYNC_FLUSH the group then waits for an operator, by design).
     PowerLossAll,
     /// One node loses power and restarts at once while another is isolated.
     PowerLossPartitioned,

@@ -11,6 +11,9 @@
 //!   (`CLOCK_MONOTONIC`, so tokio's and openraft's timers) are left alone.
 //! - fsync: the store sleeps before each fsync for the delay in a file
 //!   (`ledgermq_store::fault_hooks`, [`set_fsync_delay`]).
+//! - Boot: the store reads the machine's boot id from a file ([`reboot`] writes a
+//!   new one when the node loses power), so that a simulated power loss is a
+//!   reboot to it, as a real one is.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +34,10 @@ pub const NODE_DISK_BYTES: u64 = 8 << 30;
 /// The environment variable naming a node's fsync delay file
 /// (`ledgermq_store::fault_hooks::FSYNC_DELAY_FILE_ENV`).
 pub const FSYNC_DELAY_FILE_ENV: &str = "LEDGERMQ_FSYNC_DELAY_FILE";
+
+/// The environment variable naming a node's boot id file
+/// (`ledgermq_store::fault_hooks::BOOT_ID_FILE_ENV`).
+pub const BOOT_ID_FILE_ENV: &str = "LEDGERMQ_BOOT_ID_FILE";
 
 /// The name of the file that fills a node's disk, in its store root.
 pub const BALLAST: &str = "jepsen-ballast";
@@ -53,13 +60,34 @@ pub fn fsync_delay_file(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("n{i}.fsync-delay"))
 }
 
-/// Environment of broker node `i`'s process: the fsync delay file, and the clock
-/// offset file with libfaketime preloaded if `faketime` is given.
+/// The file holding node `i`'s boot id.
+pub fn boot_id_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("n{i}.boot-id"))
+}
+
+/// Node `i` boots anew: a new boot id (its first boot too). Errors: `Io`.
+pub fn reboot(dir: &Path, i: usize) -> Result<(), JepsenError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    replace_file(&boot_id_file(dir, i), &format!("jepsen-n{i}-{nanos}\n"))?;
+    Ok(())
+}
+
+/// Environment of broker node `i`'s process: the fsync delay file, the boot id
+/// file, and the clock offset file with libfaketime preloaded if `faketime` is
+/// given.
 pub fn node_env(dir: &Path, i: usize, faketime: Option<&Path>) -> Vec<(String, String)> {
-    let mut env = vec![(
-        FSYNC_DELAY_FILE_ENV.to_owned(),
-        fsync_delay_file(dir, i).display().to_string(),
-    )];
+    let mut env = vec![
+        (
+            FSYNC_DELAY_FILE_ENV.to_owned(),
+            fsync_delay_file(dir, i).display().to_string(),
+        ),
+        (
+            BOOT_ID_FILE_ENV.to_owned(),
+            boot_id_file(dir, i).display().to_string(),
+        ),
+    ];
     if let Some(lib) = faketime {
         for (k, v) in [
             ("LD_PRELOAD", lib.display().to_string()),
@@ -274,13 +302,26 @@ mod tests {
             ledgermq_store::fault_hooks::FSYNC_DELAY_FILE_ENV
         );
         let dir = Path::new("/tmp/run");
+        assert_eq!(
+            (FSYNC_DELAY_FILE_ENV, BOOT_ID_FILE_ENV),
+            (
+                ledgermq_store::fault_hooks::FSYNC_DELAY_FILE_ENV,
+                ledgermq_store::fault_hooks::BOOT_ID_FILE_ENV
+            )
+        );
         let env = node_env(dir, 2, None);
         assert_eq!(
             env,
-            vec![(
-                "LEDGERMQ_FSYNC_DELAY_FILE".to_owned(),
-                "/tmp/run/n2.fsync-delay".to_owned()
-            )]
+            vec![
+                (
+                    "LEDGERMQ_FSYNC_DELAY_FILE".to_owned(),
+                    "/tmp/run/n2.fsync-delay".to_owned()
+                ),
+                (
+                    "LEDGERMQ_BOOT_ID_FILE".to_owned(),
+                    "/tmp/run/n2.boot-id".to_owned()
+                )
+            ]
         );
         let env = node_env(dir, 1, Some(Path::new("/lib/libfaketime.so.1")));
         assert!(env.contains(&("LD_PRELOAD".into(), "/lib/libfaketime.so.1".into())));

@@ -199,6 +199,7 @@ impl Cluster {
         }];
         for i in 0..NODES {
             node_env::set_clock_offset(dir, i, 0)?;
+            node_env::reboot(dir, i)?;
             let cfg = dir.join(format!("n{i}.toml"));
             std::fs::write(&cfg, broker_config(i, &Self::store_root(dir, i), flush))?;
             procs.push(Proc {

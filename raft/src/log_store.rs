@@ -3,9 +3,11 @@
 //!
 //! Durability: under SYNC_FLUSH the append callback runs only after the group-commit
 //! fsync covered the entries. Under ASYNC_FLUSH it runs once they are written to the
-//! page cache: a process crash loses nothing, but a power loss can lose the entries
-//! written since the last background flush (500 ms by default) on that node, and an
-//! entry acknowledged by a majority can be lost if a majority loses power at once.
+//! page cache and the acknowledged mark records them: a process crash loses
+//! nothing, but a power loss can lose the entries written since the last background
+//! flush (500 ms by default) on that node; the durable bound written ahead of the
+//! mark (`ledgermq_store::ack_bound`) then keeps the node out of elections until it
+//! has them again.
 //!
 //! A full disk: an entry the store has no room for (ENOSPC, or a new CommitLog
 //! segment that would take the room kept for metadata, see `ledgermq_store::room`)
@@ -257,9 +259,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .map_err(|e| StorageIOError::write_log_entry(id, io_err(e)))?;
             let loc = self.append_when_room(id, &records).await?;
             end = Some(loc.end_offset());
-            last = Some(id.index);
+            last = Some(id);
         }
-        if let Some(index) = last {
+        if let Some(index) = last.map(|id| id.index) {
             // Does nothing unless the dispatch-before-apply canary is on (debug
             // builds, tests only).
             self.store
@@ -273,7 +275,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     callback.log_io_completed(r.map(|_| ()).map_err(std::io::Error::other));
                 }),
             ),
-            // ASYNC_FLUSH: "persisted" means written (see the module docs).
+            // ASYNC_FLUSH: "persisted" means written (see the module docs). The
+            // acknowledged mark records it first, so that recovery cutting these
+            // entries after a crash of the process is known to have lost them.
+            (FlushMode::Async, Some(_)) => {
+                let marked = last.map_or(Ok(()), |id| {
+                    self.store
+                        .commit_log()
+                        .acknowledge_written(ledgermq_store::ack_mark::AckedId {
+                            term: id.leader_id.term,
+                            index: id.index,
+                        })
+                });
+                callback.log_io_completed(marked.map_err(std::io::Error::other));
+            }
             _ => callback.log_io_completed(Ok(())),
         }
         Ok(())

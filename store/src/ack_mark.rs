@@ -1,6 +1,11 @@
 //! The acknowledged mark: the log id (term, log index) of the last entry this
-//! node has told others is durable. Raised (written and fdatasync'd) after every
-//! CommitLog fsync and before anyone is told it completed; lowered only by Raft
+//! node has told others is durable. Under SYNC_FLUSH it is raised (written and
+//! fdatasync'd) after every CommitLog fsync and before anyone is told it completed.
+//! Under ASYNC_FLUSH an entry is acknowledged once written, so the mark is written
+//! (not fsynced) before that acknowledgement ([`AckMark::raise_written`]): it
+//! survives a crash of the process, as the written entries do, and is fsynced with
+//! the next CommitLog fsync; a power loss that takes it is covered by the durable
+//! bound written ahead of it ([`crate::ack_bound`]). It is lowered only by Raft
 //! truncation and reset, never by crash recovery. So when recovery cuts a damaged
 //! tail below the mark, the node knows it lost entries it had acknowledged, and the
 //! Raft layer keeps it out of elections until its log is back past the mark (in the
@@ -17,6 +22,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::ack_bound::AckBound;
 use crate::error::{IoContext, Result};
 
 /// Bytes of the mark file.
@@ -35,7 +41,17 @@ pub struct AckedId {
 pub struct AckMark {
     path: PathBuf,
     file: File,
-    mark: Mutex<Option<AckedId>>,
+    mark: Mutex<Marks>,
+    /// Locked after `mark` when both are.
+    bound: Mutex<AckBound>,
+}
+
+/// The mark as written (what the file holds, in the page cache at least) and as
+/// fdatasync'd.
+#[derive(Debug, Clone, Copy, Default)]
+struct Marks {
+    written: Option<AckedId>,
+    durable: Option<AckedId>,
 }
 
 fn encode(m: Option<AckedId>) -> [u8; ACK_MARK_BYTES] {
@@ -82,25 +98,49 @@ impl AckMark {
         Ok(Self {
             path,
             file,
-            mark: Mutex::new(mark),
+            mark: Mutex::new(Marks {
+                written: mark,
+                durable: mark,
+            }),
+            bound: Mutex::new(AckBound::open(root)?),
         })
     }
 
     /// The mark: the entry with this log id and every one before it were
-    /// acknowledged as durable.
+    /// acknowledged.
     pub fn get(&self) -> Option<AckedId> {
-        *self.mark.lock().unwrap()
+        self.mark.lock().unwrap().written
     }
 
-    /// Moves the mark up to `id` (durably) if it is higher. Errors: `Io`.
+    /// Makes the mark durable at `id` or higher (after a CommitLog fsync that
+    /// covered `id`): if `id` is above the durable mark, writes the higher of `id`
+    /// and the written mark and fdatasyncs it. Errors: `Io`.
     pub fn raise(&self, id: AckedId) -> Result<()> {
         let mut cur = self.mark.lock().unwrap();
-        if Some(id) > *cur {
+        if Some(id) > cur.durable {
+            let m = cur.written.max(Some(id));
             // The skip-fsync canary (debug builds, tests only) leaves the raised
             // mark in the page cache.
             let skip = crate::canary::enabled(crate::canary::Canary::SkipFsync);
-            self.write(Some(id), !skip)?;
-            *cur = Some(id);
+            self.write(m, !skip)?;
+            *cur = Marks {
+                written: m,
+                durable: m,
+            };
+        }
+        Ok(())
+    }
+
+    /// Moves the written mark up to `id` if it is higher, without fsync (ASYNC_FLUSH,
+    /// before entries only written are acknowledged): it then survives a crash of
+    /// the process, not a loss of power. Errors: `Io`.
+    /// The durable bound ([`crate::ack_bound`]) is moved past `id` first if needed.
+    pub fn raise_written(&self, id: AckedId) -> Result<()> {
+        let mut cur = self.mark.lock().unwrap();
+        if Some(id) > cur.written {
+            self.bound.lock().unwrap().cover(id)?;
+            self.write(Some(id), false)?;
+            cur.written = Some(id);
         }
         Ok(())
     }
@@ -109,11 +149,50 @@ impl AckMark {
     /// were truncated or reset away by Raft, not lost. Errors: `Io`.
     pub fn lower(&self, id: Option<AckedId>) -> Result<()> {
         let mut cur = self.mark.lock().unwrap();
-        if id < *cur {
+        if id < cur.written {
             self.write(id, true)?;
-            *cur = id;
+            *cur = Marks {
+                written: id,
+                durable: id,
+            };
+        }
+        let mut bound = self.bound.lock().unwrap();
+        if bound.get() > id {
+            bound.set(id)?;
         }
         Ok(())
+    }
+
+    /// Sets the mark to `id` and the bound to it as well, durably, whatever they
+    /// were (an operator's decision to forget lost entries). Errors: `Io`.
+    pub fn reset_to(&self, id: Option<AckedId>) -> Result<()> {
+        let mut cur = self.mark.lock().unwrap();
+        self.write(id, true)?;
+        *cur = Marks {
+            written: id,
+            durable: id,
+        };
+        self.bound.lock().unwrap().set(id)
+    }
+
+    /// After an unclean stop: if the machine restarted since the durable bound was
+    /// written ([`crate::ack_bound`], ASYNC_FLUSH), the page cache that held the
+    /// mark and the last entries is gone, so the bound becomes the mark (durably)
+    /// when it is higher. Returns the adopted mark. Errors: `Io`.
+    pub fn adopt_bound_after_reboot(&self) -> Result<Option<AckedId>> {
+        let mut cur = self.mark.lock().unwrap();
+        let Some(b) = self.bound.lock().unwrap().left_by_another_boot() else {
+            return Ok(None);
+        };
+        if Some(b) <= cur.written {
+            return Ok(None);
+        }
+        self.write(Some(b), true)?;
+        *cur = Marks {
+            written: Some(b),
+            durable: Some(b),
+        };
+        Ok(Some(b))
     }
 
     /// Writes `m`, then fdatasyncs it if `sync`.
@@ -160,5 +239,26 @@ mod tests {
         b[3] ^= 1;
         std::fs::write(&p, b).unwrap();
         assert_eq!(AckMark::open(dir.path()).unwrap().get(), None);
+    }
+
+    #[test]
+    fn a_written_mark_is_read_back_and_made_durable_at_or_above_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = AckMark::open(dir.path()).unwrap();
+        m.raise(id(1, 5)).unwrap();
+        m.raise_written(id(1, 9)).unwrap();
+        m.raise_written(id(1, 7)).unwrap();
+        assert_eq!(m.get(), Some(id(1, 9)));
+        // A process crash keeps what was written (the page cache holds it).
+        assert_eq!(AckMark::open(dir.path()).unwrap().get(), Some(id(1, 9)));
+        // A flush that covered less than was acknowledged never lowers the mark.
+        m.raise(id(1, 8)).unwrap();
+        assert_eq!(m.get(), Some(id(1, 9)));
+        assert_eq!(AckMark::open(dir.path()).unwrap().get(), Some(id(1, 9)));
+        // Truncation below the durable mark lowers both.
+        m.lower(Some(id(1, 6))).unwrap();
+        assert_eq!(m.get(), Some(id(1, 6)));
+        m.raise(id(1, 7)).unwrap();
+        assert_eq!(AckMark::open(dir.path()).unwrap().get(), Some(id(1, 7)));
     }
 }

@@ -242,6 +242,26 @@ impl CommitLog {
         self.ack_mark.get()
     }
 
+    /// After an unclean stop on a machine that restarted since (ASYNC_FLUSH's page
+    /// cache is gone): takes the durable bound as the acknowledged mark
+    /// ([`crate::ack_mark::AckMark::adopt_bound_after_reboot`]). Errors: `Io`.
+    pub fn adopt_ack_bound_after_reboot(&self) -> Result<Option<AckedId>> {
+        self.ack_mark.adopt_bound_after_reboot()
+    }
+
+    /// Sets the acknowledged mark to the log's last entry and clears the bound,
+    /// whatever they said (see `StoreConfig::forget_lost_acknowledged`). Returns
+    /// the mark it replaced. Errors: `Io`, `Corrupted`.
+    pub fn forget_lost_acknowledged(&self) -> Result<Option<AckedId>> {
+        let before = self.acked_log_id();
+        let last = self.last_entry()?.map(|l| AckedId {
+            term: l.term,
+            index: l.log_index,
+        });
+        self.ack_mark.reset_to(last)?;
+        Ok(before)
+    }
+
     /// Records that the entries through `id` are acknowledged though only written
     /// (ASYNC_FLUSH), before the acknowledgement is sent: the mark is written, not
     /// fsynced ([`crate::ack_mark::AckMark::raise_written`]). Errors: `Io`.

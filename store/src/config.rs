@@ -51,6 +51,13 @@ pub struct StoreConfig {
     pub flush_interval_ms: u64,
     /// Retention settings.
     pub retention: RetentionConfig,
+    /// Start accepting that acknowledged entries may be lost: the acknowledged
+    /// mark is set to the recovered log's end and the bound cleared
+    /// ([`crate::ack_mark`], [`crate::ack_bound`]), so the node takes part in
+    /// elections at once. Only for a group a majority of which lost power under
+    /// ASYNC_FLUSH, which otherwise waits without a leader (`mqbroker
+    /// --forget-lost-acknowledged`). Off by default.
+    pub forget_lost_acknowledged: bool,
 }
 
 impl StoreConfig {
@@ -65,6 +72,7 @@ impl StoreConfig {
             flush_mode: FlushMode::Sync,
             flush_interval_ms: 500,
             retention: RetentionConfig::default(),
+            forget_lost_acknowledged: false,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Fault-injection hooks for tests run from outside the process (the jepsen
-//! harness's slow disk): every fsync of the store's data first sleeps for a delay
-//! read from a file.
+//! harness's slow disk and power loss): every fsync of the store's data first
+//! sleeps for a delay read from a file; the machine's boot id can be read from a
+//! file, so that a simulated power loss is also a reboot ([`boot_id`]).
 //!
 //! Compiled into every build (the harness runs release binaries too) but inert
 //! unless the environment variable [`FSYNC_DELAY_FILE_ENV`] is set when the process
@@ -16,6 +17,23 @@ use std::time::{Duration, Instant};
 /// each fsync then sleeps a delay in `[MIN, MAX]`; one number `MS` means `MS MS`.
 /// A missing, empty or unreadable file means no delay.
 pub const FSYNC_DELAY_FILE_ENV: &str = "LEDGERMQ_FSYNC_DELAY_FILE";
+
+/// The environment variable naming a file that stands for the kernel's boot id
+/// (the jepsen harness writes a new one when a node "loses power").
+pub const BOOT_ID_FILE_ENV: &str = "LEDGERMQ_BOOT_ID_FILE";
+
+/// Where Linux tells the boot id, new at every boot.
+const KERNEL_BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This machine's boot id (trimmed text): the file named by [`BOOT_ID_FILE_ENV`]
+/// if set, else the kernel's. None when it cannot be read.
+pub fn boot_id() -> Option<String> {
+    let path = std::env::var_os(BOOT_ID_FILE_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(KERNEL_BOOT_ID));
+    let id = std::fs::read_to_string(path).ok()?.trim().to_owned();
+    (!id.is_empty()).then_some(id)
+}
 
 /// How often the delay file is read again, ms.
 pub const REREAD_MS: u64 = 100;

@@ -11,11 +11,13 @@
 //! - [`fault_hooks`]: a delay before every fsync, for the jepsen harness's slow disk.
 //! - [`canary`]: test-only switches that break a promise (debug builds only).
 //! - [`ack_mark`]: how far the CommitLog was acknowledged as durable, so a node
-//!   knows when recovery cut entries it had acknowledged.
+//!   knows when recovery cut entries it had acknowledged; [`ack_bound`]: the
+//!   durable bound written ahead of it under ASYNC_FLUSH, for a power loss.
 //!
 //! Knows nothing of Raft's rules or the network: the `raft` crate decides what is
 //! committed and calls `dispatch_through`.
 
+pub mod ack_bound;
 pub mod ack_mark;
 pub mod canary;
 pub mod checkpoint;

@@ -154,6 +154,20 @@ impl MessageStore {
             log.forget_purged_index_entries()?;
         } else {
             recover_log(&log, checkpoint, &mut report)?;
+            if cfg.forget_lost_acknowledged {
+                let forgot = log.forget_lost_acknowledged()?;
+                tracing::warn!(
+                    ?forgot,
+                    "told to forget lost acknowledged entries: this node takes part in elections though it may lack entries it acknowledged"
+                );
+            } else if crashed {
+                if let Some(bound) = log.adopt_ack_bound_after_reboot()? {
+                    tracing::warn!(
+                        ?bound,
+                        "the machine restarted since this node last acknowledged entries it had only written (ASYNC_FLUSH): they may be lost, so the bound written ahead of them stands for what it acknowledged"
+                    );
+                }
+            }
             if log.lost_acknowledged() {
                 tracing::warn!(
                     acked = ?log.acked_log_id(),

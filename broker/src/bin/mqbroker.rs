@@ -33,6 +33,13 @@ struct Args {
     /// Store root; overrides `store_root` of the file.
     #[arg(long)]
     store_dir: Option<std::path::PathBuf>,
+    /// Take part in elections at once even if this node may have lost entries it
+    /// had acknowledged (a damaged tail, or a power loss under ASYNC_FLUSH). Only
+    /// to restart a group a majority of which lost power under ASYNC_FLUSH, which
+    /// otherwise stays without a leader: messages acknowledged just before may be
+    /// lost.
+    #[arg(long)]
+    forget_lost_acknowledged: bool,
 }
 
 #[tokio::main]
@@ -58,7 +65,11 @@ async fn main() -> Result<()> {
             node_id: cfg.node_id,
             listen_addr: raft_addr.parse().context("peer address of this node")?,
             members,
-            store: cfg.store_config().map_err(anyhow::Error::msg)?,
+            store: {
+                let mut store = cfg.store_config().map_err(anyhow::Error::msg)?;
+                store.forget_lost_acknowledged = args.forget_lost_acknowledged;
+                store
+            },
             timing: RaftTiming {
                 heartbeat_interval_ms: cfg.raft_heartbeat_ms,
                 election_timeout_min_ms: cfg.raft_election_min_ms,
