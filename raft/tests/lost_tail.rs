@@ -48,7 +48,12 @@ enum Loss {
     Power,
 }
 
+/// The tests set the process's boot id variable: one at a time when several run
+/// in one process (`cargo test`; nextest runs each in its own).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn lost_tail_keeps_acknowledged_entries(flush: FlushMode, loss: Loss) {
+    let _one = ONE_AT_A_TIME.lock().await;
     // Every node reads its boot id from this file (the leader "reboots" below).
     let boot = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(boot.path(), "boot-1").unwrap();

@@ -12,8 +12,9 @@
 //! the page cache is gone: the bound then stands in for the mark (see
 //! [`crate::ack_mark::AckMark::adopt_bound_after_reboot`]). It over-estimates, so
 //! the node stays out of elections until its log passes the bound or holds an
-//! entry of a later term, which is safe and, under writes or after an election,
-//! short.
+//! entry of a later term. Once a flush has made every acknowledged entry durable,
+//! the bound is brought down to the mark ([`AckBound::settle`]): a node that lost
+//! power while idle adopts its exact mark and loses no time.
 //!
 //! File format (`<store root>/ack_bound`, 68 bytes): the boot id as 48 bytes of
 //! ASCII padded with zeros, term and log index as big-endian u64s, then the CRC32
@@ -125,7 +126,14 @@ impl AckBound {
     /// acknowledged and lost with the page cache.
     pub fn left_by_another_boot(&self) -> Option<AckedId> {
         let s = self.stored.as_ref()?;
-        (self.boot_id.as_deref() != Some(s.boot_id.as_str())).then_some(s.id)
+        (self.boot_id.is_none() || !self.same_boot(s)).then_some(s.id)
+    }
+
+    /// True if `s` was written in this boot (an unknown boot id is stored as
+    /// empty, and matches itself, so that the bound is not written at every
+    /// acknowledgement).
+    fn same_boot(&self, s: &StoredBound) -> bool {
+        self.boot_id.as_deref().unwrap_or_default() == s.boot_id
     }
 
     /// The stored bound's log id.
@@ -140,7 +148,7 @@ impl AckBound {
         let current = self
             .stored
             .as_ref()
-            .filter(|s| self.boot_id.as_deref() == Some(s.boot_id.as_str()))
+            .filter(|s| self.same_boot(s))
             .map(|s| s.id);
         if Some(id) <= current {
             return Ok(());
@@ -149,6 +157,16 @@ impl AckBound {
             term: id.term,
             index: id.index.saturating_add(BOUND_AHEAD_ENTRIES),
         }))
+    }
+
+    /// Once every acknowledged entry is durable (`acked` is the durable mark and
+    /// nothing was acknowledged past it): brings a bound of this boot down to it,
+    /// so that a power loss while idle costs a rebooted node no wait. Errors: `Io`.
+    pub fn settle(&mut self, acked: Option<AckedId>) -> Result<()> {
+        match &self.stored {
+            Some(s) if self.same_boot(s) && Some(s.id) > acked => self.set(acked),
+            _ => Ok(()),
+        }
     }
 
     /// Writes `id` (none: clears) as the bound, with this boot's id, and

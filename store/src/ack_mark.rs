@@ -115,18 +115,33 @@ impl AckMark {
     /// Makes the mark durable at `id` or higher (after a CommitLog fsync that
     /// covered `id`): if `id` is above the durable mark, writes the higher of `id`
     /// and the written mark and fdatasyncs it. Errors: `Io`.
+    /// The fdatasync runs without the lock held, so acknowledgements
+    /// ([`AckMark::raise_written`]) do not wait for it; once every acknowledged
+    /// entry is durable the bound is brought down to the mark.
     pub fn raise(&self, id: AckedId) -> Result<()> {
-        let mut cur = self.mark.lock().unwrap();
-        if Some(id) > cur.durable {
+        let m = {
+            let mut cur = self.mark.lock().unwrap();
+            if Some(id) <= cur.durable {
+                return Ok(());
+            }
             let m = cur.written.max(Some(id));
-            // The skip-fsync canary (debug builds, tests only) leaves the raised
-            // mark in the page cache.
-            let skip = crate::canary::enabled(crate::canary::Canary::SkipFsync);
-            self.write(m, !skip)?;
-            *cur = Marks {
-                written: m,
-                durable: m,
-            };
+            self.write(m, false)?;
+            cur.written = m;
+            m
+        };
+        // The skip-fsync canary (debug builds, tests only) leaves the raised mark
+        // in the page cache. Whatever the file holds now is at or above `m` (only
+        // a truncation lowers it, and it syncs what it writes).
+        if !crate::canary::enabled(crate::canary::Canary::SkipFsync) {
+            crate::fault_hooks::before_fsync();
+            self.file.sync_data().at(&self.path)?;
+        }
+        let mut cur = self.mark.lock().unwrap();
+        if m > cur.durable && m <= cur.written {
+            cur.durable = m;
+        }
+        if cur.durable == cur.written {
+            self.bound.lock().unwrap().settle(cur.durable)?;
         }
         Ok(())
     }
@@ -145,8 +160,9 @@ impl AckMark {
         Ok(())
     }
 
-    /// Moves the mark down to `id` (durably) if it is lower: the entries past it
-    /// were truncated or reset away by Raft, not lost. Errors: `Io`.
+    /// Moves the mark down to `id` (durably) if it is lower, and the bound too:
+    /// the entries past it were truncated or reset away by Raft, not lost.
+    /// Errors: `Io`.
     pub fn lower(&self, id: Option<AckedId>) -> Result<()> {
         let mut cur = self.mark.lock().unwrap();
         if id < cur.written {
@@ -163,7 +179,7 @@ impl AckMark {
         Ok(())
     }
 
-    /// Sets the mark to `id` and the bound to it as well, durably, whatever they
+    /// Sets the mark to `id` and the bound to `id` as well, durably, whatever they
     /// were (an operator's decision to forget lost entries). Errors: `Io`.
     pub fn reset_to(&self, id: Option<AckedId>) -> Result<()> {
         let mut cur = self.mark.lock().unwrap();
@@ -256,8 +272,16 @@ mod tests {
         assert_eq!(m.get(), Some(id(1, 9)));
         assert_eq!(AckMark::open(dir.path()).unwrap().get(), Some(id(1, 9)));
         // Truncation below the durable mark lowers both.
+        // Everything acknowledged is durable: the bound comes down to the mark.
+        assert_eq!(m.bound.lock().unwrap().get(), Some(id(1, 9)));
+        m.raise_written(id(1, 12)).unwrap();
+        assert_eq!(
+            m.bound.lock().unwrap().get(),
+            Some(id(1, 12 + crate::ack_bound::BOUND_AHEAD_ENTRIES))
+        );
         m.lower(Some(id(1, 6))).unwrap();
         assert_eq!(m.get(), Some(id(1, 6)));
+        assert_eq!(m.bound.lock().unwrap().get(), Some(id(1, 6)));
         m.raise(id(1, 7)).unwrap();
         assert_eq!(AckMark::open(dir.path()).unwrap().get(), Some(id(1, 7)));
     }

@@ -249,7 +249,7 @@ impl CommitLog {
         self.ack_mark.adopt_bound_after_reboot()
     }
 
-    /// Sets the acknowledged mark to the log's last entry and clears the bound,
+    /// Sets the acknowledged mark and the bound to the log's last entry,
     /// whatever they said (see `StoreConfig::forget_lost_acknowledged`). Returns
     /// the mark it replaced. Errors: `Io`, `Corrupted`.
     pub fn forget_lost_acknowledged(&self) -> Result<Option<AckedId>> {

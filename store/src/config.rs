@@ -52,7 +52,7 @@ pub struct StoreConfig {
     /// Retention settings.
     pub retention: RetentionConfig,
     /// Start accepting that acknowledged entries may be lost: the acknowledged
-    /// mark is set to the recovered log's end and the bound cleared
+    /// mark and the bound are set to the recovered log's end
     /// ([`crate::ack_mark`], [`crate::ack_bound`]), so the node takes part in
     /// elections at once. Only for a group a majority of which lost power under
     /// ASYNC_FLUSH, which otherwise waits without a leader (`mqbroker

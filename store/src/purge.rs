@@ -3,6 +3,7 @@
 use crate::error::IoContext;
 use crate::error::Result;
 use crate::retention::{cleaning_due, segments_to_delete, RetentionClock, SegmentAge};
+use crate::store::MessageStore;
 
 /// Entries read after a segment to find the first message, which dates it (Raft
 /// system entries carry no time); past them the segment file's modification time
@@ -19,7 +20,6 @@ fn modified_ms(path: &std::path::Path) -> Result<i64> {
         Err(_) => 0,
     })
 }
-use crate::store::MessageStore;
 
 /// What one retention run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,10 +58,18 @@ impl MessageStore {
         let mut ages = Vec::with_capacity(looked_at);
         for (i, segment) in segments.iter().take(looked_at).enumerate() {
             let newest = match segments.get(i + 1) {
+                // The next segment holds nothing yet (made ahead by the warm-up):
+                // this one is being written.
+                Some(next) if next.start_offset() >= log.wrote_offset() => None,
                 Some(next) => {
-                    match log.first_message_timestamp_ms(next.start_offset(), AGE_SCAN_ENTRIES)? {
-                        Some(ts) => Some(ts),
-                        None => Some(modified_ms(segment.path())?),
+                    match log.first_message_timestamp_ms(next.start_offset(), AGE_SCAN_ENTRIES) {
+                        Ok(Some(ts)) => Some(ts),
+                        Ok(None) => Some(modified_ms(segment.path())?),
+                        // A damaged record does not stop retention for good.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "dating a CommitLog segment by its file time");
+                            Some(modified_ms(segment.path())?)
+                        }
                     }
                 }
                 None => None,

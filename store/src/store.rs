@@ -154,13 +154,7 @@ impl MessageStore {
             log.forget_purged_index_entries()?;
         } else {
             recover_log(&log, checkpoint, &mut report)?;
-            if cfg.forget_lost_acknowledged {
-                let forgot = log.forget_lost_acknowledged()?;
-                tracing::warn!(
-                    ?forgot,
-                    "told to forget lost acknowledged entries: this node takes part in elections though it may lack entries it acknowledged"
-                );
-            } else if crashed {
+            if crashed && !cfg.forget_lost_acknowledged {
                 if let Some(bound) = log.adopt_ack_bound_after_reboot()? {
                     tracing::warn!(
                         ?bound,
@@ -191,6 +185,14 @@ impl MessageStore {
                 };
             }
             report.dispatched_next_log_index = dispatched.next_log_index;
+        }
+        if cfg.forget_lost_acknowledged {
+            // After a clean stop too: the mark adopted at an earlier start stays.
+            let forgot = log.forget_lost_acknowledged()?;
+            tracing::warn!(
+                ?forgot,
+                "told to forget lost acknowledged entries: this node takes part in elections though it may lack entries it acknowledged"
+            );
         }
         // ConsumeQueue entries past the dispatch position (written after the last
         // checkpoint, possibly torn) go; dispatch rebuilds them from the CommitLog.

@@ -424,6 +424,22 @@ fn retention_never_takes_a_system_entry_for_an_expired_message() {
                 .unwrap();
             assert_eq!(r.segments_deleted, 0, "young messages were deleted: {r:?}");
         }
+        // 100 hours later they have expired, system entries or not: they go, but
+        // never the segment being written.
+        let segments = store.commit_log().segments().segments().len();
+        let r = store
+            .run_retention(
+                RetentionClock {
+                    now_ms: now + 100 * 3_600_000,
+                    local_hour: 4,
+                    disk_used_ratio: 0.1,
+                },
+                u64::MAX,
+            )
+            .unwrap();
+        assert!(r.segments_deleted > 0, "{r:?}");
+        assert!(r.segments_deleted < segments, "{r:?}");
+        assert!(store.read_entry(idx - 1).is_ok());
         return;
     }
     panic!("no layout put a system entry at the start of the second segment");
