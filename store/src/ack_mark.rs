@@ -6,7 +6,7 @@
 //! survives a crash of the process, as the written entries do, and is fsynced with
 //! the next CommitLog fsync; a power loss that takes it is covered by the durable
 //! bound written ahead of it ([`crate::ack_bound`]). It is lowered only by Raft
-//! truncation and reset, never by crash recovery. So when recovery cuts a damaged
+//! truncation, never by crash recovery nor by a reset for a snapshot. So when recovery cuts a damaged
 //! tail below the mark, the node knows it lost entries it had acknowledged, and the
 //! Raft layer keeps it out of elections until its log is back past the mark (in the
 //! spirit of protocol-aware recovery, Alagappan et al., FAST 2018).
@@ -161,7 +161,7 @@ impl AckMark {
     }
 
     /// Moves the mark down to `id` (durably) if it is lower, and the bound too:
-    /// the entries past it were truncated or reset away by Raft, not lost.
+    /// the entries past it were truncated away by Raft, not lost.
     /// Errors: `Io`.
     pub fn lower(&self, id: Option<AckedId>) -> Result<()> {
         let mut cur = self.mark.lock().unwrap();

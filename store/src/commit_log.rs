@@ -211,6 +211,20 @@ impl CommitLog {
         self.raft_index.get(next - 1).map(Some)
     }
 
+    /// The log id of the last entry, or, when the log holds none since a reset for
+    /// a snapshot, of the entry the snapshot ends at (`None`: nothing ever).
+    /// Errors: `Io`, `Corrupted`.
+    pub fn last_log_id(&self) -> Result<Option<AckedId>> {
+        if let Some(l) = self.last_entry()? {
+            return Ok(Some(AckedId {
+                term: l.term,
+                index: l.log_index,
+            }));
+        }
+        let (_, next, term) = self.tail();
+        Ok(next.checked_sub(1).map(|index| AckedId { term, index }))
+    }
+
     /// `(wrote offset, next log index, last term)` read together.
     pub fn tail(&self) -> (u64, u64, u64) {
         let w = self.writer.lock().unwrap();
@@ -254,11 +268,7 @@ impl CommitLog {
     /// the mark it replaced. Errors: `Io`, `Corrupted`.
     pub fn forget_lost_acknowledged(&self) -> Result<Option<AckedId>> {
         let before = self.acked_log_id();
-        let last = self.last_entry()?.map(|l| AckedId {
-            term: l.term,
-            index: l.log_index,
-        });
-        self.ack_mark.reset_to(last)?;
+        self.ack_mark.reset_to(self.last_log_id()?)?;
         Ok(before)
     }
 
@@ -269,15 +279,16 @@ impl CommitLog {
         self.ack_mark.raise_written(id)
     }
 
-    /// True while the log's last entry is below the acknowledged mark (by term,
-    /// then index): crash recovery cut entries this node had acknowledged as durable
-    /// (damaged data), and the log has not moved past them since.
+    /// True while the log's last log id ([`CommitLog::last_log_id`]) is below the
+    /// acknowledged mark (by term, then index): crash recovery cut entries this node
+    /// had acknowledged (damaged data, or a power loss under ASYNC_FLUSH), and the
+    /// log has not moved past them since. A log that cannot be read counts as
+    /// having lost them.
     pub fn lost_acknowledged(&self) -> bool {
-        let last = self.last_entry().ok().flatten().map(|l| AckedId {
-            term: l.term,
-            index: l.log_index,
-        });
-        self.acked_log_id() > last
+        match self.last_log_id() {
+            Ok(last) => self.acked_log_id() > last,
+            Err(_) => true,
+        }
     }
 
     /// The location of the last entry that ends at or before CommitLog `offset`, if
@@ -586,11 +597,9 @@ impl CommitLog {
         self.raft_index.reset(next_log_index)?;
         self.wrote.store(fresh, Ordering::Release);
         self.flushed.store(fresh, Ordering::Release);
-        let last = next_log_index.checked_sub(1).map(|index| AckedId {
-            term: last_term,
-            index,
-        });
-        self.ack_mark.lower(last)?;
+        // The acknowledged mark stays: a snapshot below it does not hold the
+        // entries this node acknowledged past it, which it may have lost, and
+        // every entry it acknowledged below it is in the snapshot.
         self.min_offset.store(fresh, Ordering::Release);
         w.last_term = last_term;
         Ok(())

@@ -76,3 +76,28 @@ fn a_reboot_after_an_unclean_stop_counts_the_bound_as_acknowledged() {
     );
     assert!(!store.commit_log().lost_acknowledged());
 }
+
+/// A snapshot installed below entries this node acknowledged (and lost) does not
+/// hold them: the reset keeps the mark, so the node still knows; one at or past
+/// the mark holds every entry it acknowledged.
+#[test]
+fn a_reset_for_a_snapshot_keeps_what_was_acknowledged_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(&dir.path().join("store"), 64 * 1024);
+    let store = MessageStore::open(cfg).unwrap();
+    for i in 0..10u64 {
+        store.append_entry(2, i, &[message(i, 100)]).unwrap();
+    }
+    store.commit_log().flush().unwrap();
+    let acked = AckedId { term: 2, index: 9 };
+    assert_eq!(store.commit_log().acked_log_id(), Some(acked));
+    // A snapshot ending at index 5, term 2: entries 6-9 are not in it.
+    store.reset(6, 2).unwrap();
+    assert_eq!(store.commit_log().acked_log_id(), Some(acked));
+    assert!(store.commit_log().lost_acknowledged());
+    store.append_entry(2, 6, &[message(6, 100)]).unwrap();
+    assert!(store.commit_log().lost_acknowledged());
+    // One ending past the mark holds them.
+    store.reset(20, 3).unwrap();
+    assert!(!store.commit_log().lost_acknowledged());
+}
