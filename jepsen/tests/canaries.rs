@@ -115,18 +115,33 @@ fn dispatching_before_apply_is_caught_as_two_messages_at_one_queue_offset() {
     // The isolated leader's consumers are handed messages it appended but never
     // commits; after the heal its tail is cut and the new leader's messages take
     // those queue offsets (seeds 1-3 and 5: 5, 3, 3 and 2 inconsistent offsets).
-    let Some((verdict, stdout)) = invalid_run("dispatch-before-apply", "isolate-leader", "1")
-    else {
+    // Whether a consumer asks the isolated leader in time is up to timing: seed 1
+    // once showed no inconsistent offset (a valid run), so a second seed is tried
+    // before the canary is called missed.
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPED: canaries exist in debug builds only");
         return;
-    };
-    let order = stdout
-        .lines()
-        .find(|l| l.starts_with("order: inconsistent offsets "))
-        .unwrap_or_default();
-    assert!(
-        verdict.starts_with("INVALID:")
+    }
+    let mut outputs = Vec::new();
+    for seed in ["1", "2"] {
+        let (code, stdout, stderr) = run_with("dispatch-before-apply", "isolate-leader", seed);
+        let verdict = stdout.lines().last().unwrap_or_default().to_owned();
+        let order = stdout
+            .lines()
+            .find(|l| l.starts_with("order: inconsistent offsets "))
+            .unwrap_or_default()
+            .to_owned();
+        if code == Some(1)
+            && verdict.starts_with("INVALID:")
             && verdict.contains("order violated")
-            && count_before(order, " offset gaps") > Some(0),
-        "the order checker must report two messages at one queue offset: {verdict}\n{stdout}"
+            && count_before(&order, " offset gaps") > Some(0)
+        {
+            return;
+        }
+        outputs.push(format!("seed {seed}: exit {code:?}\n{stdout}\n{stderr}"));
+    }
+    panic!(
+        "the order checker must report two messages at one queue offset (not with seeds 1 and 2):\n{}",
+        outputs.join("\n")
     );
 }
