@@ -15,13 +15,16 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
+mod acked;
+mod segment_heads;
+
 use crate::ack_mark::AckedId;
 use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFileQueue;
 use crate::raft_index::{EntryLocation, RaftIndex};
 use crate::record::{
-    encode_into, encode_properties, encoded_len, parse_header, Header, MessageRecord, Placement,
-    RecordKind, RecordView, BLANK_MIN_BYTES, MAGIC_BLANK,
+    encode_into, encode_properties, encoded_len, MessageRecord, Placement, RecordView,
+    BLANK_MIN_BYTES, MAGIC_BLANK,
 };
 
 /// RocketMQ's default CommitLog segment size: 1 GiB.
@@ -211,20 +214,6 @@ impl CommitLog {
         self.raft_index.get(next - 1).map(Some)
     }
 
-    /// The log id of the last entry, or, when the log holds none since a reset for
-    /// a snapshot, of the entry the snapshot ends at (`None`: nothing ever).
-    /// Errors: `Io`, `Corrupted`.
-    pub fn last_log_id(&self) -> Result<Option<AckedId>> {
-        if let Some(l) = self.last_entry()? {
-            return Ok(Some(AckedId {
-                term: l.term,
-                index: l.log_index,
-            }));
-        }
-        let (_, next, term) = self.tail();
-        Ok(next.checked_sub(1).map(|index| AckedId { term, index }))
-    }
-
     /// `(wrote offset, next log index, last term)` read together.
     pub fn tail(&self) -> (u64, u64, u64) {
         let w = self.writer.lock().unwrap();
@@ -248,47 +237,6 @@ impl CommitLog {
             self.min_offset.store(end_offset, Ordering::Release);
         }
         Ok(())
-    }
-
-    /// The acknowledged mark: the log id of the last entry acknowledged as durable
-    /// (see [`crate::ack_mark`]).
-    pub fn acked_log_id(&self) -> Option<AckedId> {
-        self.ack_mark.get()
-    }
-
-    /// After an unclean stop on a machine that restarted since (ASYNC_FLUSH's page
-    /// cache is gone): takes the durable bound as the acknowledged mark
-    /// ([`crate::ack_mark::AckMark::adopt_bound_after_reboot`]). Errors: `Io`.
-    pub fn adopt_ack_bound_after_reboot(&self) -> Result<Option<AckedId>> {
-        self.ack_mark.adopt_bound_after_reboot()
-    }
-
-    /// Sets the acknowledged mark and the bound to the log's last entry,
-    /// whatever they said (see `StoreConfig::forget_lost_acknowledged`). Returns
-    /// the mark it replaced. Errors: `Io`, `Corrupted`.
-    pub fn forget_lost_acknowledged(&self) -> Result<Option<AckedId>> {
-        let before = self.acked_log_id();
-        self.ack_mark.reset_to(self.last_log_id()?)?;
-        Ok(before)
-    }
-
-    /// Records that the entries through `id` are acknowledged though only written
-    /// (ASYNC_FLUSH), before the acknowledgement is sent: the mark is written, not
-    /// fsynced ([`crate::ack_mark::AckMark::raise_written`]). Errors: `Io`.
-    pub fn acknowledge_written(&self, id: AckedId) -> Result<()> {
-        self.ack_mark.raise_written(id)
-    }
-
-    /// True while the log's last log id ([`CommitLog::last_log_id`]) is below the
-    /// acknowledged mark (by term, then index): crash recovery cut entries this node
-    /// had acknowledged (damaged data, or a power loss under ASYNC_FLUSH), and the
-    /// log has not moved past them since. A log that cannot be read counts as
-    /// having lost them.
-    pub fn lost_acknowledged(&self) -> bool {
-        match self.last_log_id() {
-            Ok(last) => self.acked_log_id() > last,
-            Err(_) => true,
-        }
     }
 
     /// The location of the last entry that ends at or before CommitLog `offset`, if
@@ -692,68 +640,5 @@ impl CommitLog {
             }
         }
         Ok(())
-    }
-
-    /// The first record of the segment starting at `segment_start`, CRC-checked, if
-    /// the segment starts with one below the written end.
-    fn first_record_of_segment(&self, segment_start: u64) -> Result<Option<Vec<u8>>> {
-        if segment_start >= self.wrote_offset() {
-            return Ok(None);
-        }
-        let Some(f) = self.segments.find(segment_start) else {
-            return Ok(None);
-        };
-        let head = {
-            let _guard = self.erase.read().unwrap();
-            let mut h = [0u8; 8];
-            h.copy_from_slice(f.slice(0, 8));
-            h
-        };
-        match parse_header(&head, f.size_bytes()) {
-            Ok(Header::Record { len, .. }) => {
-                self.read_record(segment_start, len as usize).map(Some)
-            }
-            Ok(_) => Ok(None),
-            Err(reason) => Err(self.corrupted(segment_start, reason)),
-        }
-    }
-
-    /// The log index of the record at the start of the segment beginning at `offset`.
-    fn first_log_index_at(&self, offset: u64) -> Result<Option<u64>> {
-        Ok(self.first_record_of_segment(offset)?.map(|b| {
-            RecordView::parse_checked_before(&b)
-                .expect("checked by read_record")
-                .log_index()
-        }))
-    }
-
-    /// The store timestamp (ms) of the first message record in the entries from the
-    /// one that begins segment `segment_start` on, reading at most `max_entries`
-    /// entries; None if there is none among them (Raft system entries carry no
-    /// time: they are stored with store timestamp 0) or the segment holds no entry.
-    /// Errors: `Io`, `Corrupted`.
-    pub fn first_message_timestamp_ms(
-        &self,
-        segment_start: u64,
-        max_entries: u64,
-    ) -> Result<Option<i64>> {
-        let Some(first) = self.first_log_index_at(segment_start)? else {
-            return Ok(None);
-        };
-        let end = self.next_log_index().min(first.saturating_add(max_entries));
-        for index in first..end {
-            let entry = self.read_entry(index)?;
-            let first = match entry.records().next() {
-                Some(Ok(r)) => (r.kind() == RecordKind::Message).then(|| r.store_timestamp_ms()),
-                Some(Err(reason)) => {
-                    return Err(self.corrupted(entry.location.physical_offset, reason))
-                }
-                None => None,
-            };
-            if first.is_some() {
-                return Ok(first);
-            }
-        }
-        Ok(None)
     }
 }
