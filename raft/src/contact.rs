@@ -45,6 +45,10 @@ pub struct Contacts {
     last_heard: Arc<Mutex<HashMap<NodeId, Instant>>>,
     /// When a leader's AppendEntries (entries or heartbeat) last arrived.
     last_leader: Arc<Mutex<Instant>>,
+    /// Peers whose answer to a call from this node did not come before its
+    /// deadline, and no call to them has been answered since: hearing from a peer
+    /// does not prove it hears this node (packets lost one way).
+    unanswered: Arc<Mutex<HashMap<NodeId, Instant>>>,
 }
 
 impl Contacts {
@@ -59,7 +63,28 @@ impl Contacts {
             window,
             last_heard: Arc::new(Mutex::new(last_heard)),
             last_leader: Arc::new(Mutex::new(now)),
+            unanswered: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Records that a call to `peer` got no answer before its deadline.
+    pub fn call_unanswered(&self, peer: NodeId) {
+        self.unanswered
+            .lock()
+            .unwrap()
+            .entry(peer)
+            .or_insert_with(Instant::now);
+    }
+
+    /// Records that `peer` answered a call from this node.
+    pub fn call_answered(&self, peer: NodeId) {
+        self.unanswered.lock().unwrap().remove(&peer);
+    }
+
+    /// True if `peer`'s answer to a call from this node did not come and no later
+    /// call was answered: a write passed to it would wait out its deadline.
+    pub fn unanswered(&self, peer: NodeId) -> bool {
+        self.unanswered.lock().unwrap().contains_key(&peer)
     }
 
     /// Records that `peer` was heard from just now.

@@ -344,9 +344,16 @@ impl RaftNode {
         if !self.contacts.in_contact_with_quorum() {
             return Err(RaftNodeError::CutOff { window_ms });
         }
-        // A follower forwards only to a leader it hears from.
-        if !self.is_leader() && !self.contacts.leader_heard_lately() {
-            return Err(RaftNodeError::LeaderUnreachable { window_ms });
+        // A follower forwards only to a leader it hears from, and that answers it
+        // (a leader that does not hear it, packets lost one way, would leave the
+        // write waiting for its deadline).
+        if !self.is_leader() {
+            let unanswered = self
+                .leader()
+                .is_some_and(|(l, _)| self.contacts.unanswered(l));
+            if unanswered || !self.contacts.leader_heard_lately() {
+                return Err(RaftNodeError::LeaderUnreachable { window_ms });
+            }
         }
         Ok(())
     }
@@ -489,21 +496,35 @@ impl RaftNode {
             });
         }
         let mut req = peer_request(self.id, request, left).map_err(|s| unsent(s.to_string()))?;
+        let request_bytes = req.get_ref().data.len();
         set_forward_budget(&mut req, left, ledgermq_store::store::now_ms());
-        let reply = tokio::time::timeout_at(deadline, RaftPeerClient::new(channel).forward(req))
-            .await
-            .map_err(|_| RaftNodeError::Timeout {
-                timeout_ms: self.write_timeout.as_millis() as u64,
-            })?
-            .map_err(|s| {
-                // Only a failed connection proves the request never left; UNAVAILABLE
-                // also covers connections lost after sending (keep-alive timeouts).
-                if s.code() == tonic::Code::Unavailable && is_connect_error(&s) {
-                    unsent(s.to_string())
-                } else {
-                    sent(s.to_string())
-                }
-            })?;
+        let (filter, from) = (&self.filter, self.id);
+        let call = async {
+            // The test network's latency, as the Raft calls get it.
+            tokio::time::sleep(filter.transfer_delay(from, leader, request_bytes)).await;
+            RaftPeerClient::new(channel).forward(req).await
+        };
+        let reply = match tokio::time::timeout_at(deadline, call).await {
+            Ok(r) => r,
+            Err(_) => {
+                // No answer in time: until the leader answers a call again (a
+                // ping, `upkeep::probe_peers`), writes here are refused at once.
+                self.contacts.call_unanswered(leader);
+                return Err(RaftNodeError::Timeout {
+                    timeout_ms: self.write_timeout.as_millis() as u64,
+                });
+            }
+        };
+        let reply = reply.map_err(|s| {
+            // Only a failed connection proves the request never left; UNAVAILABLE
+            // also covers connections lost after sending (keep-alive timeouts).
+            if s.code() == tonic::Code::Unavailable && is_connect_error(&s) {
+                unsent(s.to_string())
+            } else {
+                sent(s.to_string())
+            }
+        })?;
+        self.contacts.call_answered(leader);
         let result: Result<Response, String> =
             decode(reply.get_ref()).map_err(|s| sent(s.to_string()))?;
         result.map_err(|reason| {

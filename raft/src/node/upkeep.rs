@@ -93,7 +93,8 @@ impl RaftNode {
 
 /// Every `every`, pings each peer not heard from within two periods (followers do
 /// not otherwise talk to each other; a leader hears from them on every heartbeat),
-/// so [`RaftNode::in_contact_with_quorum`] knows whether this node is cut off.
+/// so [`RaftNode::in_contact_with_quorum`] knows whether this node is cut off; and
+/// each peer that left a call unanswered, so that an answer clears it.
 pub(super) async fn probe_peers(
     node: std::sync::Weak<RaftNode>,
     members: BTreeMap<NodeId, String>,
@@ -109,7 +110,7 @@ pub(super) async fn probe_peers(
         }
         for (&peer, addr) in &members {
             if peer == node.id
-                || node.contacts.heard_within(peer, every * 2)
+                || (node.contacts.heard_within(peer, every * 2) && !node.contacts.unanswered(peer))
                 || node.filter.is_blocked(node.id, peer)
             {
                 continue;
@@ -119,13 +120,22 @@ pub(super) async fn probe_peers(
             };
             let contacts = node.contacts.clone();
             let from = node.id;
+            let filter = node.filter.clone();
             tokio::spawn(async move {
                 let Ok(req) = peer_request(from, &(), every * 2) else {
                     return;
                 };
                 let mut client = RaftPeerClient::new(channel);
-                if let Ok(Ok(_)) = tokio::time::timeout(every * 2, client.ping(req)).await {
+                let ping = async {
+                    // The test network's latency, both ways.
+                    tokio::time::sleep(filter.transfer_delay(from, peer, 0)).await;
+                    let r = client.ping(req).await;
+                    tokio::time::sleep(filter.transfer_delay(peer, from, 0)).await;
+                    r
+                };
+                if let Ok(Ok(_)) = tokio::time::timeout(every * 2, ping).await {
                     contacts.heard_from(peer);
+                    contacts.call_answered(peer);
                 }
             });
         }
