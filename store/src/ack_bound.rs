@@ -95,20 +95,7 @@ pub struct AckBound {
 impl AckBound {
     /// Opens (creating, and fsyncing its directory) `<root>/ack_bound`. Errors: `Io`.
     pub fn open(root: &Path) -> Result<Self> {
-        let path = root.join("ack_bound");
-        let existed = path.exists();
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .at(&path)?;
-        if !existed {
-            file.sync_all().at(&path)?;
-            crate::mapped_file::fsync_dir(root)?;
-        }
-        let bytes = std::fs::read(&path).at(&path)?;
+        let (path, file, bytes) = crate::ack_mark::open_small_file(root, "ack_bound")?;
         let stored = decode(&bytes);
         if stored.is_none() && bytes.iter().any(|&b| b != 0) {
             tracing::warn!(path = %path.display(), "the acknowledged bound is damaged; ignoring it");

@@ -74,23 +74,31 @@ fn decode(b: &[u8]) -> Option<AckedId> {
     })
 }
 
+/// Opens `<root>/<name>` for reading and writing, creating it (and fsyncing it and
+/// its directory) if missing; returns its path, the file and its bytes. Errors:
+/// `Io`.
+pub(crate) fn open_small_file(root: &Path, name: &str) -> Result<(PathBuf, File, Vec<u8>)> {
+    let path = root.join(name);
+    let existed = path.exists();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .at(&path)?;
+    if !existed {
+        file.sync_all().at(&path)?;
+        crate::mapped_file::fsync_dir(root)?;
+    }
+    let bytes = std::fs::read(&path).at(&path)?;
+    Ok((path, file, bytes))
+}
+
 impl AckMark {
     /// Opens (creating, and fsyncing its directory) `<root>/ack_mark`. Errors: `Io`.
     pub fn open(root: &Path) -> Result<Self> {
-        let path = root.join("ack_mark");
-        let existed = path.exists();
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .at(&path)?;
-        if !existed {
-            file.sync_all().at(&path)?;
-            crate::mapped_file::fsync_dir(root)?;
-        }
-        let bytes = std::fs::read(&path).at(&path)?;
+        let (path, file, bytes) = open_small_file(root, "ack_mark")?;
         let mark = decode(&bytes);
         if mark.is_none() && bytes.iter().any(|&b| b != 0) {
             tracing::warn!(path = %path.display(), "the acknowledged mark is damaged; ignoring it");
