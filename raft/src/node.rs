@@ -442,12 +442,14 @@ impl RaftNode {
         self.check_in_contact()?;
         let timeout_ms = self.write_timeout.as_millis() as u64;
         let deadline = tokio::time::Instant::now() + self.write_timeout;
+        // The leader last forwarded to (u64::MAX: none).
+        let forwarded_to = std::sync::atomic::AtomicU64::new(u64::MAX);
         let attempt = async {
             loop {
                 if self.is_leader() {
                     return self.writer.write_local(request).await;
                 }
-                match self.forward(&request, deadline).await {
+                match self.forward(&request, deadline, &forwarded_to).await {
                     Err(RaftNodeError::NoLeader | RaftNodeError::Forward { sent: false, .. }) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -455,9 +457,18 @@ impl RaftNode {
                 }
             }
         };
-        tokio::time::timeout(self.write_timeout, attempt)
+        let result = tokio::time::timeout(self.write_timeout, attempt)
             .await
-            .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
+            .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }));
+        // The deadline passed while the leader was being asked (a call it never
+        // answered, or connections to it that never opened: packets lost one
+        // way): until it answers a call again (a ping, `upkeep::probe_peers`),
+        // writes here are refused at once.
+        let leader = forwarded_to.load(std::sync::atomic::Ordering::Relaxed);
+        if matches!(result, Err(RaftNodeError::Timeout { .. })) && leader != u64::MAX {
+            self.contacts.call_unanswered(leader);
+        }
+        result
     }
 
     /// Forwards `request` to the leader with the time left until `deadline` (when
@@ -469,12 +480,14 @@ impl RaftNode {
         &self,
         request: &Request,
         deadline: tokio::time::Instant,
+        forwarded_to: &std::sync::atomic::AtomicU64,
     ) -> Result<Response, RaftNodeError> {
         let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
         if leader == self.id {
             // Elected but not yet serving as leader: look again shortly.
             return Err(RaftNodeError::NoLeader);
         }
+        forwarded_to.store(leader, std::sync::atomic::Ordering::Relaxed);
         let unsent = |reason: String| RaftNodeError::Forward {
             leader,
             reason,
@@ -504,17 +517,13 @@ impl RaftNode {
             tokio::time::sleep(filter.transfer_delay(from, leader, request_bytes)).await;
             RaftPeerClient::new(channel).forward(req).await
         };
-        let reply = match tokio::time::timeout_at(deadline, call).await {
-            Ok(r) => r,
-            Err(_) => {
-                // No answer in time: until the leader answers a call again (a
-                // ping, `upkeep::probe_peers`), writes here are refused at once.
-                self.contacts.call_unanswered(leader);
-                return Err(RaftNodeError::Timeout {
+        // No answer in time: `write` marks the leader unanswered.
+        let reply =
+            tokio::time::timeout_at(deadline, call)
+                .await
+                .map_err(|_| RaftNodeError::Timeout {
                     timeout_ms: self.write_timeout.as_millis() as u64,
-                });
-            }
-        };
+                })?;
         let reply = reply.map_err(|s| {
             // Only a failed connection proves the request never left; UNAVAILABLE
             // also covers connections lost after sending (keep-alive timeouts).

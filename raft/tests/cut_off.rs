@@ -135,17 +135,32 @@ async fn a_follower_that_cannot_reach_the_leader_refuses_writes_at_once() {
 /// one-way: the spread producers kept 79 % of their rate, under the 80 % promise).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_the_leader_does_not_answer_refuses_writes_after_one_timeout() {
+    // The call goes out and is never answered.
+    refuses_after_one_timeout(|c, f1, leader| {
+        c.filter.shape(
+            f1,
+            leader,
+            ledgermq_raft::LinkShape {
+                latency_ms: 600_000,
+                bytes_per_sec: 1 << 30,
+            },
+        )
+    })
+    .await;
+}
+
+/// The same when no connection to the leader opens (its SYN lost, one way): the
+/// write retries until its deadline, then the leader counts as not answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_cannot_connect_to_the_leader_refuses_writes_after_one_timeout() {
+    refuses_after_one_timeout(|c, f1, leader| c.filter.block(f1, leader)).await;
+}
+
+async fn refuses_after_one_timeout(cut: impl Fn(&Cluster, u64, u64)) {
     let c = Cluster::start(3, FlushMode::Sync).await;
     let leader = c.wait_leader(T).await;
     let f1 = (leader + 1) % 3;
-    c.filter.shape(
-        f1,
-        leader,
-        ledgermq_raft::LinkShape {
-            latency_ms: 600_000,
-            bytes_per_sec: 1 << 30,
-        },
-    );
+    cut(&c, f1, leader);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(c.node(f1).in_contact_with_quorum());
     let first = c
