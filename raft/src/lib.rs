@@ -11,6 +11,8 @@
 //! - [`network`], [`server`]: tonic peer transport with deadlines and lazy channels.
 //! - [`contact`]: whether a majority of the group was heard from lately (a cut-off
 //!   node refuses writes at once).
+//! - [`elections`]: holds on openraft's election timer, and retries of a campaign
+//!   that ended without a leader on a fresh random delay.
 //! - [`writer`]: leader-side batching of client writes into entries (group commit).
 //! - [`node`]: one running member; forwarding from followers; leadership transfer.
 //! - [`canary`]: test-only switches that break a promise (debug builds only;
@@ -23,6 +25,7 @@ pub mod boundary;
 pub use ledgermq_store::canary;
 pub mod codec;
 pub mod contact;
+pub mod elections;
 pub mod error;
 pub mod log_store;
 pub mod meta;

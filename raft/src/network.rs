@@ -260,6 +260,8 @@ pub struct PeerNetworkFactory {
     /// openraft's default 500 ms, which stalled every commit when the one
     /// remaining follower had a slow moment.
     pub backoff: Duration,
+    /// Where vote refusals by a voter with a longer log are noted.
+    pub longer_log: crate::elections::LongerLogSeen,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
@@ -273,6 +275,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             filter: self.filter.clone(),
             contacts: self.contacts.clone(),
             backoff: self.backoff,
+            longer_log: self.longer_log.clone(),
         }
     }
 }
@@ -285,6 +288,7 @@ pub struct PeerClient {
     filter: NetworkFilter,
     contacts: crate::contact::Contacts,
     backoff: Duration,
+    longer_log: crate::elections::LongerLogSeen,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -399,7 +403,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RpcErr> {
-        self.call(Method::Vote, &rpc, option.hard_ttl()).await
+        let resp: VoteResponse<NodeId> = self.call(Method::Vote, &rpc, option.hard_ttl()).await?;
+        if !resp.vote_granted && resp.last_log_id > rpc.last_log_id {
+            self.longer_log.note(rpc.vote.leader_id().term);
+        }
+        Ok(resp)
     }
 }
 
@@ -504,6 +512,7 @@ mod tests {
             filter: NetworkFilter::default(),
             contacts: crate::contact::Contacts::new(0, vec![0, 1], Duration::from_secs(1)),
             backoff: Duration::from_millis(100),
+            longer_log: Default::default(),
         };
         let delays: Vec<Duration> = client.backoff().take(3).collect();
         assert_eq!(delays, vec![Duration::from_millis(100); 3]);

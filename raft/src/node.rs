@@ -10,6 +10,7 @@ use ledgermq_store::{MessageRecord, MessageStore, StoreConfig};
 use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use tokio::task::JoinHandle;
 
+use crate::elections::{ElectionGate, Hold};
 use crate::error::RaftNodeError;
 use crate::log_store::LogStore;
 use crate::meta::MetaDb;
@@ -104,6 +105,8 @@ pub struct RaftNode {
     /// Set when the node stops: a Raft append waiting for disk space gives up
     /// (`LogStore::stop_flag`).
     stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// The holds on openraft's election timer.
+    elections: Arc<ElectionGate>,
 }
 
 impl RaftNode {
@@ -171,11 +174,13 @@ impl RaftNode {
             cfg.members.keys().copied().collect(),
             Duration::from_millis(cfg.timing.election_timeout_max_ms),
         );
+        let longer_log = crate::elections::LongerLogSeen::default();
         let network = PeerNetworkFactory {
             from: cfg.node_id,
             filter: filter.clone(),
             contacts: contacts.clone(),
             backoff: Duration::from_millis(cfg.timing.heartbeat_interval_ms),
+            longer_log: longer_log.clone(),
         };
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm)
             .await
@@ -194,6 +199,7 @@ impl RaftNode {
             store: store.clone(),
             contacts: contacts.clone(),
         };
+        let elections = ElectionGate::new(raft.clone());
         // The lost-entries-vote canary (debug builds, tests only) campaigns anyway.
         if store.commit_log().lost_acknowledged()
             && !crate::canary::enabled(crate::canary::Canary::LostEntriesVote)
@@ -206,9 +212,19 @@ impl RaftNode {
                 node = cfg.node_id,
                 "lost acknowledged entries: staying out of elections until caught up"
             );
-            raft.runtime_config().elect(false);
-            tokio::spawn(rejoin_elections_when_caught_up(raft.clone(), store.clone()));
+            elections.hold(Hold::LostEntries);
+            tokio::spawn(rejoin_elections_when_caught_up(
+                elections.clone(),
+                store.clone(),
+            ));
         }
+        tokio::spawn(crate::elections::retry_campaigns(
+            raft.clone(),
+            elections.clone(),
+            longer_log,
+            cfg.timing.election_timeout_min_ms,
+            cfg.timing.election_timeout_max_ms,
+        ));
         let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
             .await
             .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
@@ -243,6 +259,7 @@ impl RaftNode {
             purging: tokio::sync::Mutex::new(()),
             contacts,
             stopping,
+            elections,
         });
         // A crash between a snapshot build and its purge: finish the purge, so the
         // snapshot sits where the log begins.
@@ -599,9 +616,8 @@ impl RaftNode {
         // election timeout since its last heartbeat) holds, so the leader stops
         // heartbeating and stays out of elections, and keeps asking the target to
         // campaign until it wins.
-        let rc = self.raft.runtime_config();
-        rc.heartbeat(false);
-        rc.elect(false);
+        self.raft.runtime_config().heartbeat(false);
+        self.elections.hold(Hold::Transfer);
         let result = self.campaign_until_leader(target, &addr, deadline).await;
         result.map_err(|e| match e {
             RaftNodeError::Timeout { .. } => RaftNodeError::Timeout {
@@ -704,9 +720,8 @@ struct TransferGuard<'a> {
 
 impl Drop for TransferGuard<'_> {
     fn drop(&mut self) {
-        let rc = self.node.raft.runtime_config();
-        rc.heartbeat(true);
-        rc.elect(true);
+        self.node.raft.runtime_config().heartbeat(true);
+        self.node.elections.release(Hold::Transfer);
         self.node.writer.set_paused(false);
     }
 }

@@ -106,6 +106,14 @@ impl RaftPeer for PeerService {
             return Ok(Response::new(encode(&res)?));
         }
         let res: Result<_, RaftError<NodeId>> = self.raft.vote(rpc).await;
+        // A candidate this node voted for counts as a leader heard from: openraft
+        // shows it as leader here as soon as its first AppendEntries is handled,
+        // before `append_entries` above marks it heard, and a deposed leader (which
+        // heard from no leader while it led) would refuse writes as cut off from
+        // it in between.
+        if matches!(&res, Ok(r) if r.vote_granted) {
+            self.contacts.heard_from_leader();
+        }
         Ok(Response::new(encode(&res)?))
     }
 

@@ -13,7 +13,7 @@ use super::RaftNode;
 use crate::error::RaftNodeError;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
 use crate::network::peer_request;
-use crate::types::{NodeId, Raft};
+use crate::types::NodeId;
 
 impl RaftNode {
     /// Purges the Raft log (retention) through the highest segment boundary at or
@@ -144,7 +144,10 @@ pub(super) async fn probe_peers(
 
 /// Re-enables elections once the store holds again everything it had acknowledged
 /// (see `RaftNode::start`).
-pub(super) async fn rejoin_elections_when_caught_up(raft: Raft, store: Arc<MessageStore>) {
+pub(super) async fn rejoin_elections_when_caught_up(
+    elections: Arc<crate::elections::ElectionGate>,
+    store: Arc<MessageStore>,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
@@ -155,7 +158,7 @@ pub(super) async fn rejoin_elections_when_caught_up(raft: Raft, store: Arc<Messa
             tracing::info!(
                 "caught up past every acknowledged entry: taking part in elections again"
             );
-            raft.runtime_config().elect(true);
+            elections.release(crate::elections::Hold::LostEntries);
             return;
         }
     }

@@ -46,6 +46,28 @@ impl Cluster {
     }
 
     pub async fn start_with(n: u64, flush: FlushMode, tweak: impl Fn(&mut RaftNodeConfig)) -> Self {
+        let mut c = Self::configure(n, flush, tweak);
+        for id in 0..n {
+            c.restart(id).await;
+        }
+        c
+    }
+
+    /// Like [`Cluster::start_with`], but every node starts at once
+    /// ([`Cluster::start_together`]).
+    pub async fn start_together_with(
+        n: u64,
+        flush: FlushMode,
+        tweak: impl Fn(&mut RaftNodeConfig),
+    ) -> Self {
+        let mut c = Self::configure(n, flush, tweak);
+        let ids: Vec<NodeId> = (0..n).collect();
+        c.start_together(&ids).await;
+        c
+    }
+
+    /// The configuration of `n` nodes on free loopback ports, none started.
+    fn configure(n: u64, flush: FlushMode, tweak: impl Fn(&mut RaftNodeConfig)) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -83,16 +105,24 @@ impl Cluster {
             );
             tweak(cfgs.get_mut(&id).unwrap());
         }
-        let mut c = Self {
+        Self {
             dir,
             cfgs,
             nodes: BTreeMap::new(),
             filter: NetworkFilter::default(),
-        };
-        for id in 0..n {
-            c.restart(id).await;
         }
-        c
+    }
+
+    /// Starts (or restarts) every node in `ids` at once, so that their openraft
+    /// timers (the election tick) begin within a few milliseconds of each other.
+    pub async fn start_together(&mut self, ids: &[NodeId]) {
+        let starts = ids
+            .iter()
+            .map(|id| RaftNode::start(self.cfgs[id].clone(), self.filter.clone()));
+        let nodes = futures::future::join_all(starts).await;
+        for (&id, node) in ids.iter().zip(nodes) {
+            self.nodes.insert(id, Some(node.unwrap()));
+        }
     }
 
     pub async fn restart(&mut self, id: NodeId) {

@@ -1,0 +1,93 @@
+//! Elections after a leader dies: the two survivors must elect one of themselves
+//! even when their election timers fire together.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{message, Cluster};
+use ledgermq_store::FlushMode;
+
+/// How long the survivors get to elect a leader: several election rounds.
+const ELECT_WITHIN: Duration = Duration::from_secs(6);
+
+/// Groups tried: each has a fair chance that its survivors' ticks are in phase
+/// (one in five stalled without the fix).
+const TRIALS: usize = 10;
+
+/// The leader among the live nodes, once exactly one node leads and the others
+/// follow it; None if that does not happen by `deadline`.
+async fn leader_by(c: &Cluster, deadline: Instant) -> Option<u64> {
+    loop {
+        let leaders: Vec<_> = c.live().filter(|n| n.is_leader()).map(|n| n.id()).collect();
+        if let [l] = leaders[..] {
+            if c.live().all(|n| n.leader().map(|x| x.0) == Some(l)) {
+                return Some(l);
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Each live node's current term.
+fn terms(c: &Cluster) -> Vec<(u64, u64)> {
+    c.live()
+        .map(|n| (n.id(), n.raft().metrics().borrow().current_term))
+        .collect()
+}
+
+/// openraft 0.9 draws a node's election timeout once, when the node starts, and
+/// elections fire on a tick (1.5 heartbeat intervals) that starts with the node.
+/// Two survivors whose draws round to the same number of ticks, on ticks in
+/// phase, campaign at the same instant, each vote for themselves and refuse the
+/// other, and do it again every round: the group has a quorum and no leader. The
+/// nodes here start together, so their ticks are close in phase, and every node
+/// draws the same timeout (500 ms); each group must still elect a new leader
+/// after its leader is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survivors_whose_election_timers_fire_together_still_elect_a_leader() {
+    let mut stuck = Vec::new();
+    for trial in 0..TRIALS {
+        let mut c = Cluster::start_together_with(3, FlushMode::Sync, |cfg| {
+            cfg.timing.election_timeout_min_ms = 500;
+            cfg.timing.election_timeout_max_ms = 501;
+        })
+        .await;
+        // Every node initializes the group and campaigns at once: the first
+        // election is a tie to break as well.
+        let Some(old) = leader_by(&c, Instant::now() + ELECT_WITHIN).await else {
+            eprintln!(
+                "trial {trial}: no first leader; (node, term): {:?}",
+                terms(&c)
+            );
+            stuck.push((trial, terms(&c)));
+            continue;
+        };
+        c.node(old)
+            .write_messages(vec![message("TopicE", 0, "before")])
+            .await
+            .unwrap();
+        c.crash(old).await;
+        let killed_at = Instant::now();
+        match leader_by(&c, killed_at + ELECT_WITHIN).await {
+            Some(new) => {
+                assert_ne!(new, old);
+                eprintln!(
+                    "trial {trial}: node {new} leads {} ms after node {old} was killed",
+                    killed_at.elapsed().as_millis()
+                );
+            }
+            None => {
+                eprintln!("trial {trial}: no leader; (node, term): {:?}", terms(&c));
+                stuck.push((trial, terms(&c)));
+            }
+        }
+    }
+    assert!(
+        stuck.is_empty(),
+        "no leader within {ELECT_WITHIN:?} of the start or of the kill: (trial, [(node, term)]): {stuck:?}"
+    );
+}
