@@ -32,21 +32,17 @@ const RUNS: [(&str, &str, u64); 4] = [
     ),
     (
         "async",
-        "quick-restart,disk-full,clock-jump,partition-namesrv",
+        "quick-restart,disk-full,clock-jump,partition-namesrv,corrupt-index",
         22,
     ),
 ];
 
 /// Kinds no CI run draws, each with the product bug that makes its runs invalid
 /// today (found by the harness; the harness is right to fail them).
-const NOT_IN_CI: [(&str, &str); 5] = [
+const NOT_IN_CI: [(&str, &str); 4] = [
     (
         "corrupt-mid-log",
         "a damaged CommitLog entry before the checkpoint stops the node at every start (raft read of the entry fails its CRC); it never refetches the entry from its peers",
-    ),
-    (
-        "corrupt-index",
-        "a damaged Raft index entry stops the node at every start, though the index could be rebuilt from the CommitLog",
     ),
     (
         "corrupt-consume-queue",

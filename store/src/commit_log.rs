@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 mod acked;
+mod locate;
 mod segment_heads;
 
 use crate::ack_mark::AckedId;
@@ -211,7 +212,7 @@ impl CommitLog {
         if next == self.raft_index.first_index() {
             return Ok(None);
         }
-        self.raft_index.get(next - 1).map(Some)
+        self.entry_location(next - 1).map(Some)
     }
 
     /// `(wrote offset, next log index, last term)` read together.
@@ -243,24 +244,19 @@ impl CommitLog {
     /// any (a binary search over the Raft index). Errors: `Io`, `Corrupt`.
     pub fn last_entry_ending_by(&self, offset: u64) -> Result<Option<EntryLocation>> {
         let (first, next) = (self.raft_index.first_index(), self.raft_index.next_index());
-        if first == next || self.raft_index.get(first)?.end_offset() > offset {
+        if first == next || self.entry_location(first)?.end_offset() > offset {
             return Ok(None);
         }
         let (mut lo, mut hi) = (first, next);
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if self.raft_index.get(mid)?.end_offset() <= offset {
+            if self.entry_location(mid)?.end_offset() <= offset {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
-        self.raft_index.get(lo).map(Some)
-    }
-
-    /// Location of `log_index`.
-    pub fn entry_location(&self, log_index: u64) -> Result<EntryLocation> {
-        self.raft_index.get(log_index)
+        self.entry_location(lo).map(Some)
     }
 
     /// Appends one Raft entry made of `records` (at least one). `log_index` must be
@@ -350,15 +346,21 @@ impl CommitLog {
             physical_offset: start,
             size_bytes: total as u32,
         };
-        self.raft_index.append(&loc)?;
+        // The bytes are readable before the index names them, so that a lookup of
+        // the entry (`entry_location` checks the record it points at) always finds
+        // them; the written end goes back if the index cannot take the entry.
+        let old_wrote = self.wrote.swap(start + total, Ordering::AcqRel);
+        if let Err(e) = self.raft_index.append(&loc) {
+            self.wrote.store(old_wrote, Ordering::Release);
+            return Err(e);
+        }
         w.last_term = term;
-        self.wrote.store(start + total, Ordering::Release);
         Ok(loc)
     }
 
     /// Reads entry `log_index` back. Errors: `OutOfRange` when not held, `Corrupted`.
     pub fn read_entry(&self, log_index: u64) -> Result<StoredEntry> {
-        let location = self.raft_index.get(log_index)?;
+        let location = self.entry_location(log_index)?;
         let bytes = self.read_bytes(location.physical_offset, location.size_bytes as usize)?;
         Ok(StoredEntry { location, bytes })
     }
@@ -482,7 +484,13 @@ impl CommitLog {
                 max: next,
             });
         }
-        let cut = self.raft_index.get(log_index)?.physical_offset;
+        let cut = self.entry_location(log_index)?.physical_offset;
+        // Read before the erase lock is taken (a lookup reads the CommitLog).
+        let prev_term = if log_index > first {
+            self.entry_location(log_index - 1)?.term
+        } else {
+            0
+        };
         if cut < self.min_offset() || cut > self.wrote_offset() {
             return Err(self.corrupted(
                 cut,
@@ -498,11 +506,7 @@ impl CommitLog {
         // Bytes written again below the old flushed end are not durable until the
         // next fsync.
         self.flushed.fetch_min(cut, Ordering::AcqRel);
-        w.last_term = if log_index > first {
-            self.raft_index.get(log_index - 1)?.term
-        } else {
-            0
-        };
+        w.last_term = prev_term;
         // Truncated by Raft (never committed), not lost.
         let last = log_index.checked_sub(1).map(|index| AckedId {
             term: w.last_term,

@@ -321,6 +321,29 @@ impl FixedLog {
         Ok(())
     }
 
+    /// Rewrites entry `n` (in `[min, max)`, else `OutOfRange`) with `entry` (exactly
+    /// `entry_bytes` long, not all zero, else `InvalidInput`): the repair of a damaged
+    /// entry from the data it is derived from. Readers are held off while it is
+    /// written; it is made durable by the next [`FixedLog::flush`] that covers it.
+    pub fn overwrite(&self, n: u64, entry: &[u8]) -> Result<()> {
+        self.check_width(entry.len())?;
+        if is_zero(entry) {
+            return Err(StoreError::InvalidInput(
+                "an all-zero entry cannot be stored: it means \"not written\"".into(),
+            ));
+        }
+        let _exclusive = self.write_lock();
+        if n < self.min() || n >= self.max() {
+            return Err(self.out_of_range(n));
+        }
+        let pos = self.byte_pos(n)?;
+        let seg = self.files.find(pos).ok_or_else(|| self.out_of_range(n))?;
+        seg.write_at(pos - seg.start_offset(), entry);
+        // A flush covering `n` must write it again.
+        self.flushed.fetch_min(n, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Raises the logical minimum to `n` (retention), clamped to `max`. Never lowers
     /// it. Not stored: re-apply it after reopening.
     pub fn set_min(&self, n: u64) {

@@ -114,6 +114,12 @@ impl RaftIndex {
         }
     }
 
+    /// Rewrites the entry of `loc.log_index`, which must be held (`OutOfRange`
+    /// otherwise): the repair of a damaged entry from the CommitLog.
+    pub fn overwrite(&self, loc: &EntryLocation) -> Result<()> {
+        self.log.overwrite(loc.log_index, &loc.encode())
+    }
+
     /// Drops every entry at or after `log_index`.
     pub fn truncate(&self, log_index: u64) -> Result<()> {
         self.log.truncate(log_index)

@@ -2,6 +2,8 @@
 //! each (length, magic, CRC, position, term and log index order, whole entries only),
 //! stop at the first damaged or torn one, and erase everything after it.
 
+use std::ops::ControlFlow;
+
 use crate::commit_log::CommitLog;
 use crate::error::Result;
 use crate::raft_index::EntryLocation;
@@ -31,13 +33,14 @@ struct Open {
 
 /// Scans the CommitLog from physical `start` (an entry boundary). `next_log_index` is
 /// the index the first entry must carry (`None`: whatever it carries), `last_term` the
-/// term before it. Calls `on_entry` for every whole entry, in order.
+/// term before it. Calls `on_entry` for every whole entry, in order, until it
+/// answers `Break` (the outcome then ends with that entry) or the log ends.
 pub fn scan(
     log: &CommitLog,
     start: u64,
     next_log_index: Option<u64>,
     last_term: u64,
-    mut on_entry: impl FnMut(EntryLocation) -> Result<()>,
+    mut on_entry: impl FnMut(EntryLocation) -> Result<ControlFlow<()>>,
 ) -> Result<ScanOutcome> {
     let mut out = ScanOutcome {
         end_offset: start,
@@ -132,7 +135,7 @@ pub fn scan(
                 pos += len;
                 if o.remaining == 0 {
                     let o = open.take().expect("open entry");
-                    on_entry(EntryLocation {
+                    let flow = on_entry(EntryLocation {
                         log_index: o.index,
                         term: o.term,
                         physical_offset: o.start,
@@ -143,6 +146,9 @@ pub fn scan(
                     out.last_term = o.term;
                     out.entries += 1;
                     expect = Some(o.index + 1);
+                    if flow.is_break() {
+                        break;
+                    }
                 }
             }
         }

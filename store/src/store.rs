@@ -622,7 +622,8 @@ fn recover_log(
                 None => idx.reset(loc.log_index)?,
             }
         }
-        idx.append(&loc)
+        idx.append(&loc)?;
+        Ok(std::ops::ControlFlow::Continue(()))
     })?;
     if first_seen.is_none() {
         match (next, checkpoint) {

@@ -1,0 +1,114 @@
+//! Finding a Raft entry in the CommitLog through the Raft index, and repairing a
+//! damaged index entry from the CommitLog it is derived from.
+//!
+//! The Raft index (`raft_index.rs`) is derived data: every field of an index entry
+//! can be read back from the records it points at (each record carries its term,
+//! log index and physical offset, `record.rs`). So a damaged index entry, one that
+//! does not decode or points at a record of another entry, does not stop the node:
+//! the CommitLog is scanned from the nearest intact entry before it (each record's
+//! CRC checked, as recovery does) and the entries up to it are rewritten. Only a
+//! damaged CommitLog record on that path leaves the entry unreadable (`Corrupted`).
+
+use std::ops::ControlFlow;
+
+use super::CommitLog;
+use crate::error::{Result, StoreError};
+use crate::raft_index::EntryLocation;
+use crate::record::{min_record_len, pos, MAGIC_MESSAGE, MAGIC_SYSTEM};
+
+impl CommitLog {
+    /// Location of entry `log_index`. An index entry that is damaged is rebuilt
+    /// from the CommitLog and rewritten (see the module docs). Errors: `OutOfRange`
+    /// when the entry is not held, `Corrupted` when neither the index nor the
+    /// CommitLog can say where it is.
+    pub fn entry_location(&self, log_index: u64) -> Result<EntryLocation> {
+        match self.raft_index.get(log_index) {
+            // Below the oldest retained offset: retention deleted its segment and
+            // has not yet moved the index's first entry past it (reading it
+            // answers `OutOfRange`).
+            Ok(loc) if loc.physical_offset < self.min_offset() => Ok(loc),
+            Ok(loc) if self.begins_entry(&loc) => Ok(loc),
+            Ok(_) | Err(StoreError::Corrupted { .. }) => self.repair_index_entry(log_index),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// True if the record at `loc.physical_offset` is the first record of entry
+    /// `loc`: a message or system record of that term and log index that says it
+    /// sits there and fits in `loc.size_bytes`. Reads its fixed header only (the
+    /// CRC is checked by whoever reads the entry).
+    fn begins_entry(&self, loc: &EntryLocation) -> bool {
+        let head_len = pos::PHYSICAL_OFFSET + 8;
+        if (loc.size_bytes as usize) < min_record_len() {
+            return false;
+        }
+        let Ok(head) = self.read_bytes(loc.physical_offset, head_len) else {
+            return false;
+        };
+        let u32_at = |i: usize| u32::from_be_bytes(head[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_be_bytes(head[i..i + 8].try_into().unwrap());
+        let total = u32_at(pos::TOTAL_SIZE) as usize;
+        matches!(u32_at(pos::MAGIC), MAGIC_MESSAGE | MAGIC_SYSTEM)
+            && (min_record_len()..=loc.size_bytes as usize).contains(&total)
+            && u64_at(pos::TERM) == loc.term
+            && u64_at(pos::LOG_INDEX) == loc.log_index
+            && u64_at(pos::PHYSICAL_OFFSET) == loc.physical_offset
+    }
+
+    /// Rebuilds the index entries from the nearest intact one before `log_index`
+    /// through `log_index` by scanning the CommitLog, rewrites them, and returns
+    /// `log_index`'s location.
+    fn repair_index_entry(&self, log_index: u64) -> Result<EntryLocation> {
+        let (first, next) = (self.raft_index.first_index(), self.raft_index.next_index());
+        if log_index < first || log_index >= next {
+            return Err(StoreError::OutOfRange {
+                what: "log index",
+                requested: log_index,
+                min: first,
+                max: next,
+            });
+        }
+        let intact_before = (first..log_index).rev().find_map(|i| {
+            self.raft_index
+                .get(i)
+                .ok()
+                .filter(|loc| self.begins_entry(loc))
+        });
+        let (start, expect, last_term) = match intact_before {
+            Some(loc) => (loc.end_offset(), loc.log_index + 1, loc.term),
+            // The first entry held begins the oldest retained segment.
+            None => (self.min_offset(), first, 0),
+        };
+        let mut found = None;
+        let outcome = crate::recovery::scan(self, start, Some(expect), last_term, |loc| {
+            if loc.log_index > log_index || loc.end_offset() > self.wrote_offset() {
+                return Ok(ControlFlow::Break(()));
+            }
+            if self.raft_index.get(loc.log_index).ok() != Some(loc) {
+                self.raft_index.overwrite(&loc)?;
+            }
+            if loc.log_index == log_index {
+                found = Some(loc);
+                return Ok(ControlFlow::Break(()));
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        match found {
+            Some(loc) => {
+                tracing::warn!(
+                    log_index,
+                    scanned_from = start,
+                    "a damaged Raft index entry was rebuilt from the CommitLog"
+                );
+                Ok(loc)
+            }
+            None => Err(self.corrupted(
+                outcome.damage.as_ref().map_or(outcome.end_offset, |d| d.0),
+                format!(
+                    "entry {log_index}: its Raft index entry is damaged and the CommitLog scan from offset {start} did not reach it ({})",
+                    outcome.damage.map_or("log ended".into(), |d| d.1)
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! A damaged Raft index entry is rebuilt from the CommitLog (the jepsen
+//! `corrupt-index` fault stopped the node at every start before).
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use common::{message, small_config};
+use ledgermq_store::{MessageStore, StoreConfig, StoreError};
+
+const ENTRIES: u64 = 40;
+
+/// Writes `ENTRIES` entries, checkpoints them and stops cleanly; returns each
+/// entry's bytes as read back.
+fn write_and_stop(cfg: &StoreConfig) -> Vec<Vec<u8>> {
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    for idx in 0..ENTRIES {
+        let batch: Vec<_> = (0..1 + idx % 3)
+            .map(|k| message(idx * 3 + k, 100 + 37 * (idx as usize % 9)))
+            .collect();
+        store.append_entry(1 + idx / 10, idx, &batch).unwrap();
+    }
+    store.dispatch_through(ENTRIES - 1).unwrap();
+    let bytes = (0..ENTRIES)
+        .map(|i| store.read_entry(i).unwrap().bytes)
+        .collect();
+    store.shutdown().unwrap();
+    bytes
+}
+
+/// Overwrites `len` bytes of the Raft index from entry `log_index` on with 0xA5.
+fn damage_index(root: &Path, log_index: u64, skip: u64, len: usize) {
+    let path = root.join("raftindex").join(format!("{:020}", 0));
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&vec![0xA5; len], log_index * 32 + skip)
+        .unwrap();
+    f.sync_all().unwrap();
+}
+
+fn check_every_entry(store: &MessageStore, expected: &[Vec<u8>]) {
+    for (i, bytes) in expected.iter().enumerate() {
+        let e = store
+            .read_entry(i as u64)
+            .unwrap_or_else(|e| panic!("entry {i}: {e}"));
+        assert_eq!(&e.bytes, bytes, "entry {i}");
+    }
+}
+
+#[test]
+fn damaged_index_entries_are_rebuilt_from_the_commit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let expected = write_and_stop(&cfg);
+    // Two entries unreadable (magic and all), one whose physical offset points
+    // elsewhere, and the last entry's.
+    damage_index(&cfg.root, 11, 0, 64);
+    damage_index(&cfg.root, 25, 8, 8);
+    damage_index(&cfg.root, ENTRIES - 1, 4, 20);
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    let last = store.commit_log().last_entry().unwrap().unwrap();
+    assert_eq!(last.log_index, ENTRIES - 1);
+    check_every_entry(&store, &expected);
+    // New entries follow the repaired ones.
+    store.append_entry(5, ENTRIES, &[message(999, 50)]).unwrap();
+    assert_eq!(
+        store.read_entry(ENTRIES).unwrap().location.log_index,
+        ENTRIES
+    );
+    store.shutdown().unwrap();
+    let store = MessageStore::open(cfg).unwrap();
+    check_every_entry(&store, &expected);
+}
+
+#[test]
+fn an_entry_whose_index_and_records_are_both_damaged_is_reported_not_invented() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let expected = write_and_stop(&cfg);
+    let victim = 17u64;
+    let loc = {
+        let store = MessageStore::open(cfg.clone()).unwrap();
+        let loc = store.commit_log().entry_location(victim).unwrap();
+        store.shutdown().unwrap();
+        loc
+    };
+    // The record's CRC-covered bytes and its index entry.
+    let seg = 16 * 1024;
+    let start = loc.physical_offset - loc.physical_offset % seg;
+    let path = cfg.root.join("commitlog").join(format!("{start:020}"));
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[0x5A; 16], loc.physical_offset - start + 12)
+        .unwrap();
+    f.sync_all().unwrap();
+    damage_index(&cfg.root, victim, 0, 32);
+    let store = MessageStore::open(cfg).unwrap();
+    assert!(
+        matches!(store.read_entry(victim), Err(StoreError::Corrupted { .. })),
+        "a damaged entry must not be read back"
+    );
+    // Every other entry still reads back, the one after the damage included.
+    for (i, bytes) in expected.iter().enumerate() {
+        if i as u64 != victim {
+            assert_eq!(
+                &store.read_entry(i as u64).unwrap().bytes,
+                bytes,
+                "entry {i}"
+            );
+        }
+    }
+}
