@@ -110,6 +110,17 @@ pub struct ElectionView {
     pub leader_known: bool,
 }
 
+impl ElectionView {
+    /// The view of `m`.
+    pub fn of(m: &openraft::RaftMetrics<crate::types::NodeId, openraft::BasicNode>) -> Self {
+        Self {
+            candidate: m.state == ServerState::Candidate,
+            term: m.current_term,
+            leader_known: m.current_leader.is_some(),
+        }
+    }
+}
+
 /// What to do after [`RetryTimer::observe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryStep {
@@ -194,14 +205,7 @@ pub async fn retry_campaigns(
     let mut rx = raft.metrics();
     let mut timer = RetryTimer::default();
     loop {
-        let view = {
-            let m = rx.borrow_and_update();
-            ElectionView {
-                candidate: m.state == ServerState::Candidate,
-                term: m.current_term,
-                leader_known: m.current_leader.is_some(),
-            }
-        };
+        let view = ElectionView::of(&rx.borrow_and_update());
         let delay = retry_delay(
             min_ms,
             max_ms,
@@ -236,6 +240,11 @@ pub async fn retry_campaigns(
                 timer = RetryTimer::default();
                 gate.release(Hold::Retry);
             }
+            // The metrics changed as the instant passed (a vote this node just
+            // granted, a leader): look at them first, as openraft's own timer
+            // looks at when the vote last changed.
+            None if ElectionView::of(&rx.borrow()).term != view.term
+                || ElectionView::of(&rx.borrow()).leader_known => {}
             None => {
                 timer.fire(Instant::now(), delay);
                 tracing::info!(
