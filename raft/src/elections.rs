@@ -18,7 +18,7 @@
 //! election_timeout_max)`, Raft's `[T, 2T)` widened by the configured spread, so
 //! that two candidates campaign together again only when their draws fall within
 //! one message transit of each other, even under a narrow configured range. A
-//! candidate that a voter with a longer log refused waits two maximum election
+//! candidate that a voter with a longer log refused puts its retry off by two maximum election
 //! timeouts more, as openraft's own timer does (`smaller_log_timeout`): the voter
 //! with the longer log can win, this node cannot.
 
@@ -144,6 +144,8 @@ pub struct RetryTimer {
     term: Option<u64>,
     /// When to campaign again, while this node times its campaigns.
     retry_at: Option<Instant>,
+    /// The term whose retry was put off for a refusal by a longer log.
+    postponed_in: Option<u64>,
 }
 
 impl RetryTimer {
@@ -176,22 +178,27 @@ impl RetryTimer {
     pub fn fire(&mut self, now: Instant, delay: Duration) {
         self.retry_at = Some(now + delay);
     }
+
+    /// The retry instant of the campaign in `term` passed, and a voter with a
+    /// longer log refused that campaign: the retry moves to `until`, once per
+    /// term, as openraft's own timer waits `smaller_log_timeout` (the voter with
+    /// the longer log can win, this node cannot, and a campaign of this node's in
+    /// a higher term would only make that voter's campaign lose). Returns true if
+    /// it moved the retry.
+    pub fn postpone_once(&mut self, term: u64, until: Instant) -> bool {
+        if self.postponed_in == Some(term) || self.retry_at.is_none() {
+            return false;
+        }
+        self.postponed_in = Some(term);
+        self.retry_at = Some(until);
+        true
+    }
 }
 
 /// The fresh delay before a campaign is retried: uniform in
-/// `[min_ms, min_ms + max_ms)`, plus `2 * max_ms` after a refusal by a longer log.
-pub fn retry_delay(
-    min_ms: u64,
-    max_ms: u64,
-    refused_by_longer_log: bool,
-    rng: &mut impl Rng,
-) -> Duration {
-    let spread = max_ms.max(1);
-    let mut ms = min_ms + rng.gen_range(0..spread);
-    if refused_by_longer_log {
-        ms += 2 * max_ms;
-    }
-    Duration::from_millis(ms)
+/// `[min_ms, min_ms + max_ms)`.
+pub fn retry_delay(min_ms: u64, max_ms: u64, rng: &mut impl Rng) -> Duration {
+    Duration::from_millis(min_ms + rng.gen_range(0..max_ms.max(1)))
 }
 
 /// Runs [`RetryTimer`] on `raft`'s metrics until the node shuts down.
@@ -206,12 +213,7 @@ pub async fn retry_campaigns(
     let mut timer = RetryTimer::default();
     loop {
         let view = ElectionView::of(&rx.borrow_and_update());
-        let delay = retry_delay(
-            min_ms,
-            max_ms,
-            longer_log.since(view.term),
-            &mut rand::thread_rng(),
-        );
+        let delay = retry_delay(min_ms, max_ms, &mut rand::thread_rng());
         match timer.observe(view, Instant::now(), delay) {
             RetryStep::Wait => {}
             RetryStep::HoldUntil(at) => {
@@ -245,6 +247,11 @@ pub async fn retry_campaigns(
             // looks at when the vote last changed.
             None if ElectionView::of(&rx.borrow()).term != view.term
                 || ElectionView::of(&rx.borrow()).leader_known => {}
+            None if longer_log.since(view.term)
+                && timer.postpone_once(
+                    view.term,
+                    Instant::now() + Duration::from_millis(2 * max_ms),
+                ) => {}
             None => {
                 timer.fire(Instant::now(), delay);
                 tracing::info!(
@@ -328,13 +335,27 @@ mod tests {
     fn retry_delays_spread_over_the_maximum_election_timeout_even_for_a_narrow_range() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let draws: Vec<u64> = (0..2000)
-            .map(|_| retry_delay(500, 501, false, &mut rng).as_millis() as u64)
+            .map(|_| retry_delay(500, 501, &mut rng).as_millis() as u64)
             .collect();
         assert!(draws.iter().all(|&d| (500..1001).contains(&d)));
         let (lo, hi) = (draws.iter().min().unwrap(), draws.iter().max().unwrap());
         assert!(*lo < 550 && *hi > 950, "draws span {lo}..={hi}");
-        // Refused by a longer log: two maximum timeouts more, as openraft waits.
-        let d = retry_delay(300, 500, true, &mut rng).as_millis() as u64;
-        assert!((1300..1800).contains(&d), "{d}");
+    }
+
+    #[test]
+    fn a_retry_refused_by_a_longer_log_is_put_off_once_per_term() {
+        let t0 = Instant::now();
+        let mut timer = RetryTimer::default();
+        // Nothing pending: nothing to put off.
+        assert!(!timer.postpone_once(4, t0 + D));
+        timer.observe(view(true, 4, false), t0, D);
+        let later = t0 + Duration::from_secs(1);
+        assert!(timer.postpone_once(4, later));
+        assert_eq!(timer.retry_at(), Some(later));
+        // Once per term: the next time it passes, the node campaigns.
+        assert!(!timer.postpone_once(4, later + D));
+        timer.fire(later, D);
+        timer.observe(view(true, 5, false), later, D);
+        assert!(timer.postpone_once(5, later + D + D));
     }
 }

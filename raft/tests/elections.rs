@@ -91,3 +91,53 @@ async fn survivors_whose_election_timers_fire_together_still_elect_a_leader() {
         "no leader within {ELECT_WITHIN:?} of the start or of the kill: (trial, [(node, term)]): {stuck:?}"
     );
 }
+
+/// A follower cut off from the leader (but not from the other follower) falls
+/// behind and campaigns in vain, raising its term; then the leader dies. The
+/// survivor with the longer log must win soon: the one with the shorter log,
+/// refused for it, puts its retries off (as openraft's own timer does) instead of
+/// outbidding every campaign of the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_with_a_shorter_log_lets_the_other_win() {
+    let mut slow = Vec::new();
+    for trial in 0..TRIALS / 2 {
+        let mut c = Cluster::start(3, FlushMode::Sync).await;
+        let old = leader_by(&c, Instant::now() + Duration::from_secs(20))
+            .await
+            .expect("a first leader");
+        let (ahead, behind) = {
+            let f: Vec<u64> = (0..3).filter(|&i| i != old).collect();
+            (f[0], f[1])
+        };
+        c.filter.block(old, behind);
+        c.filter.block(behind, old);
+        for i in 0..20 {
+            c.node(old)
+                .write_messages(vec![message("TopicE", 0, &format!("m{i}"))])
+                .await
+                .unwrap();
+        }
+        // Long enough for the follower left behind to campaign a few times.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        c.crash(old).await;
+        c.filter.heal();
+        let killed_at = Instant::now();
+        match leader_by(&c, killed_at + ELECT_WITHIN).await {
+            Some(new) => {
+                assert_eq!(new, ahead, "only the longer log can win");
+                eprintln!(
+                    "trial {trial}: node {new} leads {} ms after the kill",
+                    killed_at.elapsed().as_millis()
+                );
+            }
+            None => {
+                eprintln!("trial {trial}: no leader; (node, term): {:?}", terms(&c));
+                slow.push((trial, terms(&c)));
+            }
+        }
+    }
+    assert!(
+        slow.is_empty(),
+        "no leader within {ELECT_WITHIN:?} of the kill: (trial, [(node, term)]): {slow:?}"
+    );
+}
