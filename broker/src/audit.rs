@@ -223,23 +223,22 @@ pub fn queue_digest(
     };
     let mut h = crc32fast::Hasher::new();
     for q in from..to {
-        let e = match cq.get(q) {
-            Ok(e) => e,
-            Err(e) => {
-                // Retention moved the queue's start meanwhile, or the entry is damaged.
-                r.error = format!("{}#{} queue offset {q}: {e}", req.topic, req.queue_id);
-                return r;
-            }
-        };
-        let crc = match store
-            .commit_log()
-            .read_record(e.commit_log_offset, e.size_bytes as usize)
-        {
-            Ok(bytes) => record_crc(&bytes),
-            Err(_) => {
-                r.unreadable += 1;
-                0
-            }
+        // Read as consumers read: a damaged entry is rebuilt from the CommitLog.
+        let (e, crc) = match store.queue_message(&cq, q) {
+            Ok((e, bytes)) => (e, record_crc(&bytes)),
+            Err(err) => match cq.get(q) {
+                // The entry is there, its record is not readable.
+                Ok(e) => {
+                    r.unreadable += 1;
+                    (e, 0)
+                }
+                Err(_) => {
+                    // Retention moved the queue's start meanwhile, or the entry is
+                    // damaged beyond repair.
+                    r.error = format!("{}#{} queue offset {q}: {err}", req.topic, req.queue_id);
+                    return r;
+                }
+            },
         };
         h.update(&e.size_bytes.to_be_bytes());
         h.update(&e.tag_hash.to_be_bytes());

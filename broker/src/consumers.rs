@@ -360,14 +360,12 @@ impl Consumers {
             if offset >= max {
                 break;
             }
-            let e = cq.get(offset)?;
+            let e = store.queue_entry(&cq, offset)?;
             if !req.filter.accepts_hash(e.tag_hash) {
                 st.skip(offset);
                 continue;
             }
-            let bytes = store
-                .commit_log()
-                .read_record(e.commit_log_offset, e.size_bytes as usize)?;
+            let (e, bytes) = store.queue_message(&cq, offset)?;
             let view = RecordView::parse_checked_before(&bytes).map_err(|reason| {
                 BrokerError::Store(StoreError::Corrupted {
                     path: "CommitLog".into(),

@@ -268,6 +268,18 @@ impl ConsumeQueue {
         Ok(q)
     }
 
+    /// Rewrites the entry at `queue_offset` (held, else `OutOfRange`): the repair
+    /// of a damaged entry from the CommitLog (`MessageStore::queue_message`).
+    /// `InvalidInput` if a field cannot be stored.
+    pub fn overwrite(&self, queue_offset: u64, entry: &CqEntry) -> Result<()> {
+        entry.check().map_err(StoreError::InvalidInput)?;
+        self.log.overwrite(queue_offset, &entry.encode())?;
+        if queue_offset + 1 == self.log.max() {
+            self.refresh_last();
+        }
+        Ok(())
+    }
+
     /// The entry at `queue_offset`: `OutOfRange` outside `[min_offset, max_offset)`,
     /// `Corrupted` (naming file and file offset) if the stored bytes are not an entry.
     pub fn get(&self, queue_offset: u64) -> Result<CqEntry> {
@@ -299,27 +311,72 @@ impl ConsumeQueue {
     }
 
     /// The first queue offset in `[min, max)` whose CommitLog offset is `>= phys`
-    /// (`max` if none).
+    /// (`max` if none). An entry that does not decode counts as below `phys` only
+    /// if the next one that decodes is (offsets rise along the queue), so damage
+    /// can keep an entry too many, never drop one.
     fn lower_bound(&self, phys: u64) -> Result<u64> {
-        self.partition_point(self.log.min(), self.log.max(), |_, e| {
-            Ok(e.commit_log_offset < phys)
+        let (min, max) = (self.log.min(), self.log.max());
+        let mut b = [0u8; CQ_ENTRY_BYTES];
+        self.log.partition_point(min, max, |q, bytes| {
+            if let Ok(e) = CqEntry::decode(bytes) {
+                return Ok(e.commit_log_offset < phys);
+            }
+            for next in q + 1..max {
+                match self.log.get(next, &mut b) {
+                    Ok(()) => match CqEntry::decode(&b) {
+                        Ok(e) => return Ok(e.commit_log_offset < phys),
+                        Err(_) => continue,
+                    },
+                    Err(StoreError::Corrupted { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(false)
         })
     }
 
-    /// Drops every entry whose CommitLog offset is `>= phys` (the CommitLog was cut
-    /// there). Binary search, then [`ConsumeQueue::truncate`].
-    ///
-    /// Used by crash recovery, so an entry that does not decode (a hole left by a
-    /// power loss past the last flush) counts as past the cut: entries below `phys`
-    /// were flushed before the checkpoint that named `phys`, so they form a valid
-    /// prefix and everything after it goes.
+    /// Drops every entry whose CommitLog offset is `>= phys` (dispatch restarts
+    /// there), then [`ConsumeQueue::truncate`]. See [`ConsumeQueue::cut_for_recovery`].
     pub fn truncate_from_commit_log_offset(&self, phys: u64) -> Result<()> {
-        let q = self
-            .log
-            .partition_point(self.log.min(), self.log.max(), |_, bytes| {
-                Ok(CqEntry::decode(bytes).is_ok_and(|e| e.commit_log_offset < phys))
-            })?;
-        self.truncate(q)
+        self.cut_for_recovery(phys, u64::MAX).map(|_| ())
+    }
+
+    /// Crash recovery's cut at the dispatch position `phys`: drops the entries
+    /// written past it, found walking back from the end to the last entry that
+    /// decodes and lies below `phys` (those past it were written after the
+    /// checkpoint that named `phys`: few). An entry damaged in the middle of the
+    /// queue (it decodes to any offset) cannot cut the entries after it;
+    /// `MessageStore::queue_message` reads past it by rebuilding it.
+    ///
+    /// Returns true if an entry it dropped was damaged rather than written past
+    /// `phys`: not a hole (all zero, a write lost with the page cache) and not an
+    /// offset in `[phys, log_end)`. Such an entry may have stood for a message
+    /// below `phys`, which dispatch will not place again: the caller does
+    /// (`MessageStore::open`).
+    pub fn cut_for_recovery(&self, phys: u64, log_end: u64) -> Result<bool> {
+        let min = self.log.min();
+        let mut q = self.log.max();
+        let mut b = [0u8; CQ_ENTRY_BYTES];
+        let mut damaged = false;
+        while q > min {
+            let entry = match self.log.get(q - 1, &mut b) {
+                Ok(()) => CqEntry::decode(&b).ok(),
+                // All zero: a hole.
+                Err(StoreError::Corrupted { .. }) => {
+                    q -= 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match entry {
+                Some(e) if e.commit_log_offset < phys => break,
+                Some(e) if e.commit_log_offset < log_end => {}
+                _ => damaged = true,
+            }
+            q -= 1;
+        }
+        self.truncate(q)?;
+        Ok(damaged)
     }
 
     /// CommitLog offset of the last entry, if any.

@@ -1,6 +1,8 @@
 //! Reads of committed messages: by queue offset, by key or message id, by time.
 
-use crate::consume_queue::CqEntry;
+use std::sync::Arc;
+
+use crate::consume_queue::ConsumeQueue;
 use crate::error::{Result, StoreError};
 use crate::record::{RecordView, PROPERTY_KEYS, PROPERTY_UNIQ_KEY};
 use crate::store::MessageStore;
@@ -32,17 +34,15 @@ impl MessageStore {
             .unwrap_or((0, 0))
     }
 
-    fn cq_entry(&self, topic: &str, queue_id: i32, queue_offset: u64) -> Result<CqEntry> {
-        let cq = self
-            .consume_queues()
+    fn cq(&self, topic: &str, queue_id: i32, queue_offset: u64) -> Result<Arc<ConsumeQueue>> {
+        self.consume_queues()
             .get(topic, queue_id)
             .ok_or(StoreError::OutOfRange {
                 what: "queue offset",
                 requested: queue_offset,
                 min: 0,
                 max: 0,
-            })?;
-        cq.get(queue_offset)
+            })
     }
 
     /// The message at `queue_offset` of (topic, queue id). Errors: `OutOfRange` when
@@ -53,10 +53,8 @@ impl MessageStore {
         queue_id: i32,
         queue_offset: u64,
     ) -> Result<StoredMessage> {
-        let e = self.cq_entry(topic, queue_id, queue_offset)?;
-        let bytes = self
-            .commit_log()
-            .read_record(e.commit_log_offset, e.size_bytes as usize)?;
+        let cq = self.cq(topic, queue_id, queue_offset)?;
+        let (e, bytes) = self.queue_message(&cq, queue_offset)?;
         Ok(StoredMessage {
             queue_offset: Some(queue_offset),
             physical_offset: e.commit_log_offset,
@@ -83,11 +81,9 @@ impl MessageStore {
         let end = cq.max_offset();
         let mut out = Vec::new();
         while at < end && out.len() < max_count {
-            let e = cq.get(at)?;
+            let e = self.queue_entry(&cq, at)?;
             if accept_tag_hash(e.tag_hash) {
-                let bytes = self
-                    .commit_log()
-                    .read_record(e.commit_log_offset, e.size_bytes as usize)?;
+                let (e, bytes) = self.queue_message(&cq, at)?;
                 out.push(StoredMessage {
                     queue_offset: Some(at),
                     physical_offset: e.commit_log_offset,

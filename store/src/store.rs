@@ -19,6 +19,7 @@ use crate::recovery::{erase_after, scan};
 
 mod background;
 mod dispatch;
+mod queue_repair;
 
 pub use background::WARM_AHEAD_BYTES;
 
@@ -196,8 +197,16 @@ impl MessageStore {
         }
         // ConsumeQueue entries past the dispatch position (written after the last
         // checkpoint, possibly torn) go; dispatch rebuilds them from the CommitLog.
+        // A damaged entry cut with them may have stood for a message below the
+        // dispatch position: such queues are filled again from `replace_from`.
+        let mut replace_from: Option<u64> = None;
         for ((_, _), cq) in cqs.all() {
-            cq.truncate_from_commit_log_offset(dispatched.offset)?;
+            if cq.cut_for_recovery(dispatched.offset, log.wrote_offset())? {
+                let from = cq
+                    .last_commit_log_offset()
+                    .map_or(log.min_offset(), |last| last + 1);
+                replace_from = Some(replace_from.map_or(from, |r| r.min(from)));
+            }
         }
         // Retention state is derived, not stored: queues start at the oldest
         // CommitLog offset still held.
@@ -223,6 +232,9 @@ impl MessageStore {
         });
         if !clean {
             store.rebuild_last_index_file(dispatched)?;
+        }
+        if let Some(from) = replace_from {
+            store.replace_cut_queue_entries(from, dispatched)?;
         }
         if let Err(e) = store.ensure_disk_reserve() {
             tracing::warn!(error = %e, "no disk reserve: committed entries will find no spare room if the disk fills");
