@@ -99,6 +99,17 @@ impl Contacts {
         *self.last_leader.lock().unwrap() = Instant::now();
     }
 
+    /// Records that this node granted a candidate its vote: counts as hearing from
+    /// a leader for `grace` only (the time the candidate's first AppendEntries
+    /// takes), not a whole window, so a candidate that never wins does not keep
+    /// this node trusting it.
+    pub fn granted_vote(&self, grace: Duration) {
+        let mut last = self.last_leader.lock().unwrap();
+        if let Some(at) = Instant::now().checked_sub(self.window.saturating_sub(grace)) {
+            *last = (*last).max(at);
+        }
+    }
+
     /// True if a leader's AppendEntries arrived within the window: a follower that
     /// has not heard from a live leader for that long has nobody to pass a write
     /// to (a partition between it and the leader, or an election that is taking

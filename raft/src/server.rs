@@ -52,6 +52,11 @@ impl PeerService {
     }
 }
 
+/// How long a granted vote counts as hearing from a leader
+/// ([`crate::contact::Contacts::granted_vote`]): a few heartbeats, enough for the
+/// winner's first AppendEntries to arrive.
+pub const VOTE_GRANT_COUNTS_FOR: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// Whether a node that lost acknowledged entries may vote for a candidate whose
 /// last log id is `candidate_last`: only if it is at least the node's acknowledged
 /// mark (by term, then index), Raft's up-to-date check against the log as it was
@@ -106,13 +111,13 @@ impl RaftPeer for PeerService {
             return Ok(Response::new(encode(&res)?));
         }
         let res: Result<_, RaftError<NodeId>> = self.raft.vote(rpc).await;
-        // A candidate this node voted for counts as a leader heard from: openraft
-        // shows it as leader here as soon as its first AppendEntries is handled,
-        // before `append_entries` above marks it heard, and a deposed leader (which
-        // heard from no leader while it led) would refuse writes as cut off from
-        // it in between.
+        // A candidate this node voted for counts as a leader heard from, for a
+        // moment: openraft shows it as leader here as soon as its first
+        // AppendEntries is handled, before `append_entries` above marks it heard,
+        // and a deposed leader (which heard from no leader while it led) would
+        // refuse writes as cut off from it in between.
         if matches!(&res, Ok(r) if r.vote_granted) {
-            self.contacts.heard_from_leader();
+            self.contacts.granted_vote(VOTE_GRANT_COUNTS_FOR);
         }
         Ok(Response::new(encode(&res)?))
     }

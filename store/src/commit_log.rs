@@ -346,15 +346,13 @@ impl CommitLog {
             physical_offset: start,
             size_bytes: total as u32,
         };
-        // The bytes are readable before the index names them, so that a lookup of
-        // the entry (`entry_location` checks the record it points at) always finds
-        // them; the written end goes back if the index cannot take the entry.
-        let old_wrote = self.wrote.swap(start + total, Ordering::AcqRel);
-        if let Err(e) = self.raft_index.append(&loc) {
-            self.wrote.store(old_wrote, Ordering::Release);
-            return Err(e);
-        }
+        // The index names the entry before the written end covers it: a flush
+        // (which raises the acknowledged mark to the last indexed entry it covers)
+        // never covers an entry the index does not hold yet. A lookup of the entry
+        // meanwhile reads its header past the written end (`commit_log/locate.rs`).
+        self.raft_index.append(&loc)?;
         w.last_term = term;
+        self.wrote.store(start + total, Ordering::Release);
         Ok(loc)
     }
 

@@ -311,34 +311,42 @@ impl ConsumeQueue {
     }
 
     /// The first queue offset in `[min, max)` whose CommitLog offset is `>= phys`
-    /// (`max` if none). An entry that does not decode counts as below `phys` only
-    /// if the next one that decodes is (offsets rise along the queue), so damage
-    /// can keep an entry too many, never drop one.
+    /// (`max` if none), by binary search. An entry that does not decode (or is all
+    /// zero) counts as below `phys` only if the next one that decodes is (offsets
+    /// rise along the queue), so damage can keep an entry too many, never drop one.
     fn lower_bound(&self, phys: u64) -> Result<u64> {
-        let (min, max) = (self.log.min(), self.log.max());
+        let (mut lo, mut hi) = (self.log.min(), self.log.max());
         let mut b = [0u8; CQ_ENTRY_BYTES];
-        self.log.partition_point(min, max, |q, bytes| {
-            if let Ok(e) = CqEntry::decode(bytes) {
-                return Ok(e.commit_log_offset < phys);
+        let mut offset_at = |q: u64| -> Result<Option<u64>> {
+            match self.log.get(q, &mut b) {
+                Ok(()) => Ok(CqEntry::decode(&b).ok().map(|e| e.commit_log_offset)),
+                Err(StoreError::Corrupted { .. }) => Ok(None),
+                Err(e) => Err(e),
             }
-            for next in q + 1..max {
-                match self.log.get(next, &mut b) {
-                    Ok(()) => match CqEntry::decode(&b) {
-                        Ok(e) => return Ok(e.commit_log_offset < phys),
-                        Err(_) => continue,
-                    },
-                    Err(StoreError::Corrupted { .. }) => continue,
-                    Err(e) => return Err(e),
+        };
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let mut below = false;
+            for q in mid..hi {
+                if let Some(o) = offset_at(q)? {
+                    below = o < phys;
+                    break;
                 }
             }
-            Ok(false)
-        })
+            if below {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
     }
 
     /// Drops every entry whose CommitLog offset is `>= phys` (dispatch restarts
-    /// there), then [`ConsumeQueue::truncate`]. See [`ConsumeQueue::cut_for_recovery`].
-    pub fn truncate_from_commit_log_offset(&self, phys: u64) -> Result<()> {
-        self.cut_for_recovery(phys, u64::MAX).map(|_| ())
+    /// there), then [`ConsumeQueue::truncate`]. Returns true if a dropped entry
+    /// was damaged (see [`ConsumeQueue::cut_for_recovery`]).
+    pub fn truncate_from_commit_log_offset(&self, phys: u64, log_end: u64) -> Result<bool> {
+        self.cut_for_recovery(phys, log_end)
     }
 
     /// Crash recovery's cut at the dispatch position `phys`: drops the entries
@@ -348,11 +356,14 @@ impl ConsumeQueue {
     /// queue (it decodes to any offset) cannot cut the entries after it;
     /// `MessageStore::queue_message` reads past it by rebuilding it.
     ///
-    /// Returns true if an entry it dropped was damaged rather than written past
-    /// `phys`: not a hole (all zero, a write lost with the page cache) and not an
-    /// offset in `[phys, log_end)`. Such an entry may have stood for a message
-    /// below `phys`, which dispatch will not place again: the caller does
-    /// (`MessageStore::open`).
+    /// Returns true if an entry it dropped may have been damaged rather than
+    /// written past `phys`: it does not decode to an offset in `[phys, log_end)`
+    /// (the CommitLog's written end) and is not all zero (a write lost with the
+    /// page cache). Such an entry may have stood for a message below `phys`, which
+    /// dispatch will not place again: the caller does
+    /// (`MessageStore::replace_cut_queue_entries`, which places only what the
+    /// queue lacks, so a false alarm costs a scan, never a message). Damage that
+    /// decodes into `[phys, log_end)`, in the last entries below `phys`, is not seen.
     pub fn cut_for_recovery(&self, phys: u64, log_end: u64) -> Result<bool> {
         let min = self.log.min();
         let mut q = self.log.max();
@@ -628,11 +639,11 @@ mod tests {
     fn truncate_from_commit_log_offset_cuts_at_the_first_entry_at_or_after() {
         let dir = tempfile::tempdir().unwrap();
         let q = queue(dir.path(), 10);
-        q.truncate_from_commit_log_offset(650).unwrap();
+        q.truncate_from_commit_log_offset(650, u64::MAX).unwrap();
         assert_eq!(q.max_offset(), 7);
-        q.truncate_from_commit_log_offset(500).unwrap();
+        q.truncate_from_commit_log_offset(500, u64::MAX).unwrap();
         assert_eq!(q.max_offset(), 5);
-        q.truncate_from_commit_log_offset(10_000).unwrap();
+        q.truncate_from_commit_log_offset(10_000, u64::MAX).unwrap();
         assert_eq!(q.max_offset(), 5);
         // The ordering check follows the cut.
         assert_eq!(q.append(&e(450)).unwrap(), 5);
@@ -640,7 +651,7 @@ mod tests {
         let q = ConsumeQueue::open(dir.path(), "TopicA", 3, 4).unwrap();
         assert_eq!(q.max_offset(), 6);
         assert_eq!(q.get(5).unwrap(), e(450));
-        q.truncate_from_commit_log_offset(0).unwrap();
+        q.truncate_from_commit_log_offset(0, u64::MAX).unwrap();
         assert_eq!((q.min_offset(), q.max_offset()), (0, 0));
         assert_eq!(q.append(&e(3)).unwrap(), 0);
     }

@@ -25,11 +25,22 @@ impl CommitLog {
         match self.raft_index.get(log_index) {
             // Below the oldest retained offset: retention deleted its segment and
             // has not yet moved the index's first entry past it (reading it
-            // answers `OutOfRange`).
-            Ok(loc) if loc.physical_offset < self.min_offset() => Ok(loc),
+            // answers `OutOfRange`), if the oldest retained segment begins after
+            // this entry; otherwise the index entry is damaged.
+            Ok(loc) if loc.physical_offset < self.min_offset() && self.purged(log_index) => Ok(loc),
             Ok(loc) if self.begins_entry(&loc) => Ok(loc),
             Ok(_) | Err(StoreError::Corrupted { .. }) => self.repair_index_entry(log_index),
             Err(e) => Err(e),
+        }
+    }
+
+    /// True if `log_index` comes before the first entry of the oldest retained
+    /// segment (or the log holds no record there).
+    fn purged(&self, log_index: u64) -> bool {
+        match self.first_log_index_at(self.min_offset()) {
+            Ok(Some(first)) => log_index < first,
+            Ok(None) => true,
+            Err(_) => false,
         }
     }
 
@@ -38,21 +49,45 @@ impl CommitLog {
     /// sits there and fits in `loc.size_bytes`. Reads its fixed header only (the
     /// CRC is checked by whoever reads the entry).
     fn begins_entry(&self, loc: &EntryLocation) -> bool {
-        let head_len = pos::PHYSICAL_OFFSET + 8;
         if (loc.size_bytes as usize) < min_record_len() {
             return false;
         }
-        let Ok(head) = self.read_bytes(loc.physical_offset, head_len) else {
+        let Some(head) = self.entry_head(loc.physical_offset) else {
             return false;
         };
         let u32_at = |i: usize| u32::from_be_bytes(head[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_be_bytes(head[i..i + 8].try_into().unwrap());
         let total = u32_at(pos::TOTAL_SIZE) as usize;
+        // A single-record entry is exactly its record.
+        let size_fits = match u32_at(pos::ENTRY_REMAINING) {
+            0 => total == loc.size_bytes as usize,
+            _ => total < loc.size_bytes as usize,
+        };
         matches!(u32_at(pos::MAGIC), MAGIC_MESSAGE | MAGIC_SYSTEM)
-            && (min_record_len()..=loc.size_bytes as usize).contains(&total)
+            && total >= min_record_len()
+            && size_fits
             && u64_at(pos::TERM) == loc.term
             && u64_at(pos::LOG_INDEX) == loc.log_index
             && u64_at(pos::PHYSICAL_OFFSET) == loc.physical_offset
+    }
+
+    /// The fixed header of the record at `offset`, read from its segment even past
+    /// the written end: an entry being appended is in the index before the written
+    /// end covers it, and its bytes were written before it was indexed. None if the
+    /// header would lie outside the retained segments.
+    fn entry_head(&self, offset: u64) -> Option<[u8; pos::SYSFLAG]> {
+        let _guard = self.erase.read().unwrap();
+        if offset < self.min_offset() {
+            return None;
+        }
+        let f = self.segments.find(offset)?;
+        let at = offset - f.start_offset();
+        if at + pos::SYSFLAG as u64 > f.size_bytes() {
+            return None;
+        }
+        let mut head = [0u8; pos::SYSFLAG];
+        head.copy_from_slice(f.slice(at, pos::SYSFLAG));
+        Some(head)
     }
 
     /// Rebuilds the index entries from the nearest intact one before `log_index`

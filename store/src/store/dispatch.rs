@@ -29,13 +29,19 @@ impl MessageStore {
             return Ok(());
         }
         let at = self.log.entry_location(log_index)?.physical_offset;
+        let mut replace_from = None;
         for (_, cq) in self.cqs.all() {
-            cq.truncate_from_commit_log_offset(at)?;
+            if cq.truncate_from_commit_log_offset(at, self.log.wrote_offset())? {
+                replace_from = super::replace_from_after_cut(replace_from, &cq);
+            }
         }
         *d = Dispatched {
             next_log_index: log_index,
             offset: at,
         };
+        if let Some(from) = replace_from {
+            self.replace_cut_queue_entries(from, *d)?;
+        }
         Ok(())
     }
 

@@ -91,27 +91,23 @@ impl MessageStore {
                 max,
             });
         }
-        // The nearest intact entry before it; with none, the queue's first entry
-        // is the first message of the queue the CommitLog still holds (recovery
-        // and retention keep the queue's start at the CommitLog's oldest offset).
-        let intact = (min..queue_offset).rev().find_map(|q| {
+        // The nearest intact entry before it: a snapshot may have counted
+        // messages the CommitLog still holds, so the queue's first entry cannot be
+        // found from the log's start.
+        let Some((before, after)) = (min..queue_offset).rev().find_map(|q| {
             cq.get(q)
                 .ok()
                 .filter(|e| self.checked_record(cq, e).is_some())
                 .map(|e| (q, e.commit_log_offset))
-        });
-        let (mut next, after) = match intact {
-            Some((q, phys)) => (q + 1, Some(phys)),
-            None => (min, None),
+        }) else {
+            return Err(unrepairable("no intact entry before it".into()));
         };
+        let mut next = before + 1;
         // Walk the dispatched entries from the one holding the intact entry's record.
-        let first = match after {
-            Some(phys) => self
-                .log
-                .last_entry_ending_by(phys)?
-                .map_or(self.log.first_log_index(), |loc| loc.log_index + 1),
-            None => self.log.first_log_index(),
-        };
+        let first = self
+            .log
+            .last_entry_ending_by(after)?
+            .map_or(self.log.first_log_index(), |loc| loc.log_index + 1);
         let dispatched = self.dispatched_next_log_index();
         let start = next;
         let mut found = None;
@@ -119,7 +115,7 @@ impl MessageStore {
             let entry = self.log.read_entry(log_index)?;
             for_each_record(&self.log, &entry, |view, phys| {
                 if found.is_some()
-                    || after.is_some_and(|a| phys <= a)
+                    || phys <= after
                     || view.kind() != RecordKind::Message
                     || view.topic() != cq.topic()
                     || view.queue_id() != cq.queue_id()
