@@ -110,3 +110,50 @@ fn an_entry_whose_index_and_records_are_both_damaged_is_reported_not_invented() 
         }
     }
 }
+
+#[test]
+fn a_damaged_record_fails_only_its_reads_not_flushes_or_searches() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let expected = write_and_stop(&cfg);
+    let victim = 17u64;
+    let (loc, end) = {
+        let store = MessageStore::open(cfg.clone()).unwrap();
+        let log = store.commit_log();
+        let loc = log.entry_location(victim).unwrap();
+        let end = log.last_entry().unwrap().unwrap().end_offset();
+        store.shutdown().unwrap();
+        (loc, end)
+    };
+    // The first record's header (its length and magic), the index left intact.
+    let seg = 16 * 1024;
+    let start = loc.physical_offset - loc.physical_offset % seg;
+    let path = cfg.root.join("commitlog").join(format!("{start:020}"));
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[0xF8; 8], loc.physical_offset - start)
+        .unwrap();
+    f.sync_all().unwrap();
+    let store = MessageStore::open(cfg).unwrap();
+    let log = store.commit_log();
+    // Searches and flushes pass the damaged entry on what its index entry says.
+    assert_eq!(log.entry_location(victim).unwrap(), loc);
+    assert_eq!(
+        log.last_entry_ending_by(loc.end_offset())
+            .unwrap()
+            .unwrap()
+            .log_index,
+        victim
+    );
+    store.append_entry(9, ENTRIES, &[message(999, 50)]).unwrap();
+    log.flush().unwrap();
+    assert!(log.flushed_offset() > end);
+    // Reading it fails; its neighbours read back.
+    let read = store.read_entry(victim).and_then(|e| {
+        e.records()
+            .try_for_each(|r| r.map(|_| ()).map_err(StoreError::InvalidInput))
+    });
+    assert!(read.is_err(), "a damaged record must not be read back");
+    for i in [victim - 1, victim + 1] {
+        assert_eq!(store.read_entry(i).unwrap().bytes, expected[i as usize]);
+    }
+}

@@ -7,7 +7,11 @@
 //! does not decode or points at a record of another entry, does not stop the node:
 //! the CommitLog is scanned from the nearest intact entry before it (each record's
 //! CRC checked, as recovery does) and the entries up to it are rewritten. Only a
-//! damaged CommitLog record on that path leaves the entry unreadable (`Corrupted`).
+//! damaged CommitLog record on that path leaves the entry unreadable (`Corrupted`);
+//! an index entry that decodes is then kept as it is, so that damage to a record
+//! fails only reads of that record, never a flush or a search that passes it
+//! (jepsen `corrupt-mid-log`: a flush's search met the damaged entry and the node
+//! exited).
 
 use std::ops::ControlFlow;
 
@@ -29,7 +33,16 @@ impl CommitLog {
             // this entry; otherwise the index entry is damaged.
             Ok(loc) if loc.physical_offset < self.min_offset() && self.purged(log_index) => Ok(loc),
             Ok(loc) if self.begins_entry(&loc) => Ok(loc),
-            Ok(_) | Err(StoreError::Corrupted { .. }) => self.repair_index_entry(log_index),
+            Ok(loc) => match self.repair_index_entry(log_index) {
+                // The index entry decodes but its record does not check out, and
+                // the CommitLog cannot say where the entry is: the record itself
+                // is damaged. The index entry stands (what it says of size and
+                // term serves flushes, purges and searches); reading the record
+                // answers `Corrupted` as before.
+                Err(StoreError::Corrupted { .. }) => Ok(loc),
+                other => other,
+            },
+            Err(StoreError::Corrupted { .. }) => self.repair_index_entry(log_index),
             Err(e) => Err(e),
         }
     }
