@@ -18,9 +18,10 @@
 //! election_timeout_max)`, Raft's `[T, 2T)` widened by the configured spread, so
 //! that two candidates campaign together again only when their draws fall within
 //! one message transit of each other, even under a narrow configured range. A
-//! candidate that a voter with a longer log refused puts its retry off by two maximum election
-//! timeouts more, as openraft's own timer does (`smaller_log_timeout`): the voter
-//! with the longer log can win, this node cannot.
+//! candidate that a voter with a longer log refused puts its retry off by two
+//! maximum election timeouts, as openraft's own timer does
+//! (`smaller_log_timeout`): the voter with the longer log can win, this node
+//! cannot.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -111,11 +112,14 @@ pub struct ElectionView {
 }
 
 impl ElectionView {
-    /// The view of `m`.
-    pub fn of(m: &openraft::RaftMetrics<crate::types::NodeId, openraft::BasicNode>) -> Self {
+    /// The view of `m`, openraft's server metrics (the term is that of the vote
+    /// as saved).
+    pub fn of(
+        m: &openraft::metrics::RaftServerMetrics<crate::types::NodeId, openraft::BasicNode>,
+    ) -> Self {
         Self {
             candidate: m.state == ServerState::Candidate,
-            term: m.current_term,
+            term: m.vote.leader_id().get_term(),
             leader_known: m.current_leader.is_some(),
         }
     }
@@ -201,7 +205,9 @@ pub fn retry_delay(min_ms: u64, max_ms: u64, rng: &mut impl Rng) -> Duration {
     Duration::from_millis(min_ms + rng.gen_range(0..max_ms.max(1)))
 }
 
-/// Runs [`RetryTimer`] on `raft`'s metrics until the node shuts down.
+/// Runs [`RetryTimer`] on `raft`'s server metrics until the node shuts down. They
+/// change only with the vote, the role and the known leader (openraft sends them
+/// only when they differ), so this task does not wake on every append or apply.
 pub async fn retry_campaigns(
     raft: Raft,
     gate: Arc<ElectionGate>,
@@ -209,7 +215,7 @@ pub async fn retry_campaigns(
     min_ms: u64,
     max_ms: u64,
 ) {
-    let mut rx = raft.metrics();
+    let mut rx = raft.server_metrics();
     let mut timer = RetryTimer::default();
     loop {
         let view = ElectionView::of(&rx.borrow_and_update());
@@ -233,36 +239,36 @@ pub async fn retry_campaigns(
             }
         };
         match changed.await {
-            Some(Ok(())) => {}
+            Some(Ok(())) => continue,
             // openraft shut down.
             Some(Err(_)) => return,
             // The retry instant passed with no leader known.
-            None if gate.held_except(Hold::Retry) => {
-                // Out of elections for another reason: that hold decides.
-                timer = RetryTimer::default();
-                gate.release(Hold::Retry);
-            }
+            None => {}
+        }
+        let latest = ElectionView::of(&rx.borrow());
+        if gate.held_except(Hold::Retry) {
+            // Out of elections for another reason: that hold decides.
+            timer = RetryTimer::default();
+            gate.release(Hold::Retry);
+        } else if latest.term != view.term || latest.leader_known {
             // The metrics changed as the instant passed (a vote this node just
-            // granted, a leader): look at them first, as openraft's own timer
-            // looks at when the vote last changed.
-            None if ElectionView::of(&rx.borrow()).term != view.term
-                || ElectionView::of(&rx.borrow()).leader_known => {}
-            None if longer_log.since(view.term)
-                && timer.postpone_once(
-                    view.term,
-                    Instant::now() + Duration::from_millis(2 * max_ms),
-                ) => {}
-            None => {
-                timer.fire(Instant::now(), delay);
-                tracing::info!(
-                    term = view.term,
-                    "no leader after a campaign: campaigning again"
-                );
-                if let Err(e) = raft.trigger().elect().await {
-                    // openraft shut down.
-                    tracing::debug!(error = %e, "campaign not started");
-                    return;
-                }
+            // granted, a leader): the next round looks at them, as openraft's own
+            // timer looks at when the vote last changed.
+        } else {
+            // Refused by a longer log: the retry moves, once per term.
+            let put_off = Instant::now() + Duration::from_millis(2 * max_ms);
+            if longer_log.since(view.term) && timer.postpone_once(view.term, put_off) {
+                continue;
+            }
+            timer.fire(Instant::now(), delay);
+            tracing::info!(
+                term = view.term,
+                "no leader after a campaign: campaigning again"
+            );
+            if let Err(e) = raft.trigger().elect().await {
+                // openraft shut down.
+                tracing::debug!(error = %e, "campaign not started");
+                return;
             }
         }
     }
