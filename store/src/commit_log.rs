@@ -358,6 +358,19 @@ impl CommitLog {
 
     /// Reads entry `log_index` back. Errors: `OutOfRange` when not held, `Corrupted`.
     pub fn read_entry(&self, log_index: u64) -> Result<StoredEntry> {
+        // The usual case: the index entry points at its records, whose header is
+        // checked on the one copy made of them.
+        if let Ok(location) = self.raft_index.get(log_index) {
+            let (at, len) = (location.physical_offset, location.size_bytes as usize);
+            let checked = self.with_bytes(at, len, |b| {
+                locate::head_begins_entry(b, &location).then(|| b.to_vec())
+            });
+            if let Ok(Some(bytes)) = checked {
+                return Ok(StoredEntry { location, bytes });
+            }
+        }
+        // A damaged index entry, or one not readable (yet, or any more): the
+        // lookup repairs or explains it.
         let location = self.entry_location(log_index)?;
         let bytes = self.read_bytes(location.physical_offset, location.size_bytes as usize)?;
         Ok(StoredEntry { location, bytes })
@@ -366,6 +379,12 @@ impl CommitLog {
     /// Copies `len` bytes at physical `offset` (which must lie in one segment, below
     /// the written end and at or above the oldest retained offset).
     pub fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.with_bytes(offset, len, <[u8]>::to_vec)
+    }
+
+    /// Runs `f` on the `len` bytes at physical `offset`, under the same bounds as
+    /// [`CommitLog::read_bytes`], without copying them.
+    fn with_bytes<T>(&self, offset: u64, len: usize, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         let _guard = self.erase.read().unwrap();
         let (min, max) = (self.min_offset(), self.wrote_offset());
         let end = offset.saturating_add(len as u64);
@@ -377,21 +396,21 @@ impl CommitLog {
                 max,
             });
         }
-        let f = self.segments.find(offset).ok_or(StoreError::OutOfRange {
+        let seg = self.segments.find(offset).ok_or(StoreError::OutOfRange {
             what: "physical offset",
             requested: offset,
             min,
             max,
         })?;
-        let pos = offset - f.start_offset();
-        if pos + len as u64 > f.size_bytes() {
+        let pos = offset - seg.start_offset();
+        if pos + len as u64 > seg.size_bytes() {
             return Err(StoreError::Corrupted {
-                path: f.path().to_path_buf(),
+                path: seg.path().to_path_buf(),
                 file_offset: pos,
                 reason: format!("a read of {len} bytes crosses the segment end"),
             });
         }
-        Ok(f.slice(pos, len).to_vec())
+        Ok(f(seg.slice(pos, len)))
     }
 
     /// Reads and checks the single record at `offset` of `size_bytes` bytes (a

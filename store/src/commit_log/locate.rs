@@ -62,26 +62,8 @@ impl CommitLog {
     /// sits there and fits in `loc.size_bytes`. Reads its fixed header only (the
     /// CRC is checked by whoever reads the entry).
     fn begins_entry(&self, loc: &EntryLocation) -> bool {
-        if (loc.size_bytes as usize) < min_record_len() {
-            return false;
-        }
-        let Some(head) = self.entry_head(loc.physical_offset) else {
-            return false;
-        };
-        let u32_at = |i: usize| u32::from_be_bytes(head[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_be_bytes(head[i..i + 8].try_into().unwrap());
-        let total = u32_at(pos::TOTAL_SIZE) as usize;
-        // A single-record entry is exactly its record.
-        let size_fits = match u32_at(pos::ENTRY_REMAINING) {
-            0 => total == loc.size_bytes as usize,
-            _ => total < loc.size_bytes as usize,
-        };
-        matches!(u32_at(pos::MAGIC), MAGIC_MESSAGE | MAGIC_SYSTEM)
-            && total >= min_record_len()
-            && size_fits
-            && u64_at(pos::TERM) == loc.term
-            && u64_at(pos::LOG_INDEX) == loc.log_index
-            && u64_at(pos::PHYSICAL_OFFSET) == loc.physical_offset
+        self.entry_head(loc.physical_offset)
+            .is_some_and(|head| head_begins_entry(&head, loc))
     }
 
     /// The fixed header of the record at `offset`, read from its segment even past
@@ -159,4 +141,27 @@ impl CommitLog {
             )),
         }
     }
+}
+
+/// True if `bytes`, read at `loc.physical_offset`, begin with the first record of
+/// entry `loc`: a message or system record of that term and log index that says it
+/// sits there and fits in `loc.size_bytes` (exactly, for a single-record entry).
+/// Reads the fixed header only; the CRC is checked by whoever reads the entry.
+pub(super) fn head_begins_entry(bytes: &[u8], loc: &EntryLocation) -> bool {
+    if bytes.len() < pos::SYSFLAG || (loc.size_bytes as usize) < min_record_len() {
+        return false;
+    }
+    let u32_at = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_be_bytes(bytes[i..i + 8].try_into().unwrap());
+    let total = u32_at(pos::TOTAL_SIZE) as usize;
+    let size_fits = match u32_at(pos::ENTRY_REMAINING) {
+        0 => total == loc.size_bytes as usize,
+        _ => total < loc.size_bytes as usize,
+    };
+    matches!(u32_at(pos::MAGIC), MAGIC_MESSAGE | MAGIC_SYSTEM)
+        && total >= min_record_len()
+        && size_fits
+        && u64_at(pos::TERM) == loc.term
+        && u64_at(pos::LOG_INDEX) == loc.log_index
+        && u64_at(pos::PHYSICAL_OFFSET) == loc.physical_offset
 }
