@@ -342,18 +342,12 @@ impl ConsumeQueue {
         Ok(lo)
     }
 
-    /// Drops every entry whose CommitLog offset is `>= phys` (dispatch restarts
-    /// there), then [`ConsumeQueue::truncate`]. Returns true if a dropped entry
-    /// was damaged (see [`ConsumeQueue::cut_for_recovery`]).
-    pub fn truncate_from_commit_log_offset(&self, phys: u64, log_end: u64) -> Result<bool> {
-        self.cut_for_recovery(phys, log_end)
-    }
-
-    /// Crash recovery's cut at the dispatch position `phys`: drops the entries
-    /// written past it, found walking back from the end to the last entry that
-    /// decodes and lies below `phys` (those past it were written after the
-    /// checkpoint that named `phys`: few). An entry damaged in the middle of the
-    /// queue (it decodes to any offset) cannot cut the entries after it;
+    /// Drops the entries at or past CommitLog offset `phys` (where dispatch
+    /// restarts: crash recovery's dispatch position, a rebuild, a truncation),
+    /// found walking back from the end to the last entry that decodes and lies
+    /// below `phys` (after a crash, those written since the checkpoint: few), then
+    /// [`ConsumeQueue::truncate`]. An entry damaged in the middle of the queue (it
+    /// decodes to any offset) cannot cut the entries after it;
     /// `MessageStore::queue_message` reads past it by rebuilding it.
     ///
     /// Returns true if an entry it dropped may have been damaged rather than
@@ -364,7 +358,7 @@ impl ConsumeQueue {
     /// (`MessageStore::replace_cut_queue_entries`, which places only what the
     /// queue lacks, so a false alarm costs a scan, never a message). Damage that
     /// decodes into `[phys, log_end)`, in the last entries below `phys`, is not seen.
-    pub fn cut_for_recovery(&self, phys: u64, log_end: u64) -> Result<bool> {
+    pub fn truncate_from_commit_log_offset(&self, phys: u64, log_end: u64) -> Result<bool> {
         let min = self.log.min();
         let mut q = self.log.max();
         let mut b = [0u8; CQ_ENTRY_BYTES];

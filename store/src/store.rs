@@ -199,12 +199,7 @@ impl MessageStore {
         // checkpoint, possibly torn) go; dispatch rebuilds them from the CommitLog.
         // A damaged entry cut with them may have stood for a message below the
         // dispatch position: such queues are filled again from `replace_from`.
-        let mut replace_from: Option<u64> = None;
-        for ((_, _), cq) in cqs.all() {
-            if cq.cut_for_recovery(dispatched.offset, log.wrote_offset())? {
-                replace_from = replace_from_after_cut(replace_from, &cq);
-            }
-        }
+        let replace_from = queue_repair::cut_queues(&cqs, dispatched.offset, log.wrote_offset())?;
         // Retention state is derived, not stored: queues start at the oldest
         // CommitLog offset still held.
         for (_, cq) in cqs.all() {
@@ -605,25 +600,6 @@ fn finish_interrupted_reset(cfg: &StoreConfig, cp: &Checkpoint) -> Result<()> {
 }
 
 /// Scans the CommitLog after a crash and rebuilds the Raft index past the checkpoint.
-/// Where [`MessageStore::replace_cut_queue_entries`] must start once `cq` lost a
-/// damaged entry to a recovery cut: after its last kept entry (the earliest over
-/// such queues). A queue that kept no entry cannot say where its messages begin
-/// (a snapshot may have counted earlier ones): its damaged entries stay cut.
-pub(crate) fn replace_from_after_cut(
-    replace_from: Option<u64>,
-    cq: &crate::consume_queue::ConsumeQueue,
-) -> Option<u64> {
-    let Some(last) = cq.last_commit_log_offset() else {
-        tracing::error!(
-            topic = cq.topic(),
-            queue_id = cq.queue_id(),
-            "a damaged ConsumeQueue entry was cut with no intact entry before it: its message cannot be placed again here"
-        );
-        return replace_from;
-    };
-    Some(replace_from.map_or(last + 1, |r| r.min(last + 1)))
-}
-
 fn recover_log(
     log: &CommitLog,
     checkpoint: Option<Checkpoint>,

@@ -3,7 +3,7 @@
 
 use crate::consume_queue::CqEntry;
 use crate::error::Result;
-use crate::record::{tag_hash, RecordKind, PROPERTY_TAGS};
+use crate::record::{tag_hash, RecordKind, RecordView, PROPERTY_TAGS};
 
 use super::{for_each_record, Dispatched, DispatchedMessage, MessageStore, QueuePosition};
 
@@ -29,12 +29,7 @@ impl MessageStore {
             return Ok(());
         }
         let at = self.log.entry_location(log_index)?.physical_offset;
-        let mut replace_from = None;
-        for (_, cq) in self.cqs.all() {
-            if cq.truncate_from_commit_log_offset(at, self.log.wrote_offset())? {
-                replace_from = super::replace_from_after_cut(replace_from, &cq);
-            }
-        }
+        let replace_from = super::queue_repair::cut_queues(&self.cqs, at, self.log.wrote_offset())?;
         *d = Dispatched {
             next_log_index: log_index,
             offset: at,
@@ -91,11 +86,7 @@ impl MessageStore {
                             )
                         })?
                     }
-                    _ => cq.append(&CqEntry {
-                        commit_log_offset: phys,
-                        size_bytes: view.len() as u32,
-                        tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
-                    })?,
+                    _ => cq.append(&placement(&view, phys))?,
                 };
                 self.index.put_record(&view, phys)?;
                 placed.push(DispatchedMessage {
@@ -152,5 +143,15 @@ impl MessageStore {
             };
         }
         Ok(())
+    }
+}
+
+/// The ConsumeQueue entry dispatch writes for the message record `view` at
+/// CommitLog offset `phys` (also what a repair writes again).
+pub(super) fn placement(view: &RecordView<'_>, phys: u64) -> CqEntry {
+    CqEntry {
+        commit_log_offset: phys,
+        size_bytes: view.len() as u32,
+        tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
     }
 }

@@ -10,10 +10,11 @@
 //! entry has no checksum: damage that leaves an entry pointing at another message
 //! of the same queue, or that changes only its tag hash, is not seen.
 
-use crate::consume_queue::{ConsumeQueue, CqEntry};
+use crate::consume_queue::{ConsumeQueue, ConsumeQueueTable, CqEntry};
 use crate::error::{Result, StoreError};
-use crate::record::{tag_hash, RecordKind, RecordView, PROPERTY_TAGS};
+use crate::record::{RecordKind, RecordView};
 
+use super::dispatch::placement;
 use super::{for_each_record, Dispatched, MessageStore};
 
 impl MessageStore {
@@ -62,10 +63,7 @@ impl MessageStore {
             .read_record(e.commit_log_offset, e.size_bytes as usize)
             .ok()?;
         let v = RecordView::parse_checked_before(&bytes).ok()?;
-        (v.kind() == RecordKind::Message
-            && v.topic() == cq.topic()
-            && v.queue_id() == cq.queue_id())
-        .then_some(bytes)
+        is_message_of(&v, cq).then_some(bytes)
     }
 
     fn repair_queue_entry(
@@ -114,19 +112,10 @@ impl MessageStore {
         for log_index in first..dispatched {
             let entry = self.log.read_entry(log_index)?;
             for_each_record(&self.log, &entry, |view, phys| {
-                if found.is_some()
-                    || phys <= after
-                    || view.kind() != RecordKind::Message
-                    || view.topic() != cq.topic()
-                    || view.queue_id() != cq.queue_id()
-                {
+                if found.is_some() || phys <= after || !is_message_of(&view, cq) {
                     return Ok(());
                 }
-                let e = CqEntry {
-                    commit_log_offset: phys,
-                    size_bytes: view.len() as u32,
-                    tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
-                };
+                let e = placement(&view, phys);
                 if cq.get(next).ok() != Some(e) {
                     cq.overwrite(next, &e)?;
                 }
@@ -158,7 +147,7 @@ impl MessageStore {
         }
     }
 
-    /// After recovery cut damaged ConsumeQueue entries (`ConsumeQueue::cut_for_recovery`):
+    /// After [`cut_queues`] cut damaged ConsumeQueue entries:
     /// places again every message of the CommitLog from physical `from` up to the
     /// dispatch position that its queue lacks (its CommitLog offset is past the
     /// queue's last entry), in log order, as dispatch placed it. The IndexFile
@@ -181,11 +170,7 @@ impl MessageStore {
                 }
                 let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
                 if cq.last_commit_log_offset().is_none_or(|last| last < phys) {
-                    cq.append(&CqEntry {
-                        commit_log_offset: phys,
-                        size_bytes: view.len() as u32,
-                        tag_hash: tag_hash(view.property(PROPERTY_TAGS)),
-                    })?;
+                    cq.append(&placement(&view, phys))?;
                     placed += 1;
                 }
                 Ok(())
@@ -198,4 +183,36 @@ impl MessageStore {
         );
         Ok(())
     }
+}
+
+/// True if `view` is a message of `cq`'s topic and queue id.
+fn is_message_of(view: &RecordView<'_>, cq: &ConsumeQueue) -> bool {
+    view.kind() == RecordKind::Message
+        && view.topic() == cq.topic()
+        && view.queue_id() == cq.queue_id()
+}
+
+/// Cuts every queue of `cqs` at CommitLog offset `phys`
+/// ([`ConsumeQueue::truncate_from_commit_log_offset`], `log_end` the CommitLog's
+/// written end) and returns where [`MessageStore::replace_cut_queue_entries`] must
+/// start if a cut dropped a damaged entry: after the last entry such a queue kept
+/// (the earliest over them). A queue that kept no entry cannot say where its
+/// messages begin (a snapshot may have counted earlier ones): its damaged entries
+/// stay cut, and that is logged.
+pub(super) fn cut_queues(cqs: &ConsumeQueueTable, phys: u64, log_end: u64) -> Result<Option<u64>> {
+    let mut replace_from: Option<u64> = None;
+    for (_, cq) in cqs.all() {
+        if !cq.truncate_from_commit_log_offset(phys, log_end)? {
+            continue;
+        }
+        match cq.last_commit_log_offset() {
+            Some(last) => replace_from = Some(replace_from.map_or(last + 1, |r| r.min(last + 1))),
+            None => tracing::error!(
+                topic = cq.topic(),
+                queue_id = cq.queue_id(),
+                "a damaged ConsumeQueue entry was cut with no intact entry before it: its message cannot be placed again here"
+            ),
+        }
+    }
+    Ok(replace_from)
 }
