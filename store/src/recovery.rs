@@ -4,10 +4,13 @@
 
 use std::ops::ControlFlow;
 
+use crate::checkpoint::Checkpoint;
 use crate::commit_log::CommitLog;
-use crate::error::Result;
+use crate::config::StoreConfig;
+use crate::error::{IoContext, Result};
 use crate::raft_index::EntryLocation;
 use crate::record::{parse_header, Header, RecordView};
+use crate::store::RecoveryReport;
 
 /// What a scan found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,4 +176,95 @@ pub fn erase_after(log: &CommitLog, end: u64) -> Result<()> {
         }
     }
     log.segments().remove_segments_after(end)
+}
+
+/// A crash interrupted [`MessageStore::reset`]: delete every CommitLog segment below
+/// the reset point and the Raft index files (recovery rebuilds the index from the
+/// records that follow the reset point).
+pub(crate) fn finish_interrupted_reset(cfg: &StoreConfig, cp: &Checkpoint) -> Result<()> {
+    let seg = cfg.commit_log.segment_bytes;
+    for (dir, keep_later) in [("commitlog", true), ("raftindex", false)] {
+        let dir = cfg.root.join(dir);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut removed = false;
+        for e in entries {
+            let path = e.at(&dir)?.path();
+            let start = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(start) = start {
+                if !keep_later || start.saturating_add(seg) <= cp.commit_log_offset {
+                    std::fs::remove_file(&path).at(&path)?;
+                    removed = true;
+                }
+            }
+        }
+        if removed {
+            crate::mapped_file::fsync_dir(&dir)?;
+        }
+    }
+    tracing::warn!(
+        next_log_index = cp.next_log_index,
+        "finished a reset that a crash interrupted"
+    );
+    Ok(())
+}
+
+/// Scans the CommitLog after a crash and rebuilds the Raft index past the checkpoint.
+pub(crate) fn recover_log(
+    log: &CommitLog,
+    checkpoint: Option<Checkpoint>,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let min = log.min_offset();
+    let idx = log.raft_index();
+    // Trust the checkpoint only if the index it vouches for is still there.
+    let from_checkpoint = checkpoint.filter(|c| {
+        c.commit_log_offset >= min
+            && c.next_log_index <= idx.next_index()
+            && c.next_log_index >= idx.first_index()
+    });
+    let (start, next, last_term) = match from_checkpoint {
+        Some(c) => (c.commit_log_offset, Some(c.next_log_index), c.last_term),
+        None => (min, None, 0),
+    };
+    let mut first_seen = None;
+    let outcome = scan(log, start, next, last_term, |loc| {
+        if first_seen.is_none() {
+            first_seen = Some(loc.log_index);
+            match next {
+                Some(n) => idx.truncate(n)?,
+                None => idx.reset(loc.log_index)?,
+            }
+        }
+        idx.append(&loc)?;
+        Ok(std::ops::ControlFlow::Continue(()))
+    })?;
+    if first_seen.is_none() {
+        match (next, checkpoint) {
+            (Some(n), _) => idx.truncate(n)?,
+            // An empty log (fresh, or reset after a snapshot): the checkpoint knows
+            // which index comes next.
+            (None, Some(c)) => idx.reset(c.next_log_index)?,
+            (None, None) => idx.reset(0)?,
+        }
+    }
+    if let Some((at, why)) = &outcome.damage {
+        tracing::warn!(offset = at, reason = %why, "CommitLog damaged or torn; cutting the tail");
+    }
+    erase_after(log, outcome.end_offset)?;
+    log.set_recovered_end(outcome.end_offset, outcome.last_term)?;
+    // The recovered tail may have lived only in the killed process's page cache:
+    // fsync it before anything treats it as durable.
+    log.flush()?;
+    log.forget_purged_index_entries()?;
+    report.scanned_from = Some(start);
+    report.entries_scanned = outcome.entries;
+    report.damage = outcome.damage;
+    report.end_offset = outcome.end_offset;
+    report.next_log_index = log.next_log_index();
+    Ok(())
 }

@@ -15,7 +15,7 @@ use crate::group_commit::{DurableCallback, GroupCommit};
 use crate::index_file::IndexService;
 use crate::raft_index::EntryLocation;
 use crate::record::{MessageRecord, RecordKind, RecordView};
-use crate::recovery::{erase_after, scan};
+use crate::recovery::{finish_interrupted_reset, recover_log};
 
 mod background;
 mod dispatch;
@@ -562,97 +562,6 @@ impl Drop for MessageStore {
         // abort file stays and the next open recovers.
         self.stop_threads();
     }
-}
-
-/// A crash interrupted [`MessageStore::reset`]: delete every CommitLog segment below
-/// the reset point and the Raft index files (recovery rebuilds the index from the
-/// records that follow the reset point).
-fn finish_interrupted_reset(cfg: &StoreConfig, cp: &Checkpoint) -> Result<()> {
-    let seg = cfg.commit_log.segment_bytes;
-    for (dir, keep_later) in [("commitlog", true), ("raftindex", false)] {
-        let dir = cfg.root.join(dir);
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut removed = false;
-        for e in entries {
-            let path = e.at(&dir)?.path();
-            let start = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.parse::<u64>().ok());
-            if let Some(start) = start {
-                if !keep_later || start.saturating_add(seg) <= cp.commit_log_offset {
-                    std::fs::remove_file(&path).at(&path)?;
-                    removed = true;
-                }
-            }
-        }
-        if removed {
-            crate::mapped_file::fsync_dir(&dir)?;
-        }
-    }
-    tracing::warn!(
-        next_log_index = cp.next_log_index,
-        "finished a reset that a crash interrupted"
-    );
-    Ok(())
-}
-
-/// Scans the CommitLog after a crash and rebuilds the Raft index past the checkpoint.
-fn recover_log(
-    log: &CommitLog,
-    checkpoint: Option<Checkpoint>,
-    report: &mut RecoveryReport,
-) -> Result<()> {
-    let min = log.min_offset();
-    let idx = log.raft_index();
-    // Trust the checkpoint only if the index it vouches for is still there.
-    let from_checkpoint = checkpoint.filter(|c| {
-        c.commit_log_offset >= min
-            && c.next_log_index <= idx.next_index()
-            && c.next_log_index >= idx.first_index()
-    });
-    let (start, next, last_term) = match from_checkpoint {
-        Some(c) => (c.commit_log_offset, Some(c.next_log_index), c.last_term),
-        None => (min, None, 0),
-    };
-    let mut first_seen = None;
-    let outcome = scan(log, start, next, last_term, |loc| {
-        if first_seen.is_none() {
-            first_seen = Some(loc.log_index);
-            match next {
-                Some(n) => idx.truncate(n)?,
-                None => idx.reset(loc.log_index)?,
-            }
-        }
-        idx.append(&loc)?;
-        Ok(std::ops::ControlFlow::Continue(()))
-    })?;
-    if first_seen.is_none() {
-        match (next, checkpoint) {
-            (Some(n), _) => idx.truncate(n)?,
-            // An empty log (fresh, or reset after a snapshot): the checkpoint knows
-            // which index comes next.
-            (None, Some(c)) => idx.reset(c.next_log_index)?,
-            (None, None) => idx.reset(0)?,
-        }
-    }
-    if let Some((at, why)) = &outcome.damage {
-        tracing::warn!(offset = at, reason = %why, "CommitLog damaged or torn; cutting the tail");
-    }
-    erase_after(log, outcome.end_offset)?;
-    log.set_recovered_end(outcome.end_offset, outcome.last_term)?;
-    // The recovered tail may have lived only in the killed process's page cache:
-    // fsync it before anything treats it as durable.
-    log.flush()?;
-    log.forget_purged_index_entries()?;
-    report.scanned_from = Some(start);
-    report.entries_scanned = outcome.entries;
-    report.damage = outcome.damage;
-    report.end_offset = outcome.end_offset;
-    report.next_log_index = log.next_log_index();
-    Ok(())
 }
 
 /// Calls `f(view, physical offset)` for each record of `entry`; a bad record is

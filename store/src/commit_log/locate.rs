@@ -1,5 +1,5 @@
-//! Finding a Raft entry in the CommitLog through the Raft index, and repairing a
-//! damaged index entry from the CommitLog it is derived from.
+//! Finding and reading a Raft entry in the CommitLog through the Raft index, and
+//! repairing a damaged index entry from the CommitLog it is derived from.
 //!
 //! The Raft index (`raft_index.rs`) is derived data: every field of an index entry
 //! can be read back from the records it points at (each record carries its term,
@@ -15,10 +15,10 @@
 
 use std::ops::ControlFlow;
 
-use super::CommitLog;
+use super::{CommitLog, StoredEntry};
 use crate::error::{Result, StoreError};
 use crate::raft_index::EntryLocation;
-use crate::record::{min_record_len, pos, MAGIC_MESSAGE, MAGIC_SYSTEM};
+use crate::record::{min_record_len, pos, RecordView, MAGIC_MESSAGE, MAGIC_SYSTEM};
 
 impl CommitLog {
     /// Location of entry `log_index`. An index entry that is damaged is rebuilt
@@ -139,6 +139,78 @@ impl CommitLog {
                     outcome.damage.map_or("log ended".into(), |d| d.1)
                 ),
             )),
+        }
+    }
+
+    /// Reads entry `log_index` back. Errors: `OutOfRange` when not held, `Corrupted`.
+    pub fn read_entry(&self, log_index: u64) -> Result<StoredEntry> {
+        // The usual case: the index entry points at its records, whose header is
+        // checked on the one copy made of them.
+        if let Ok(location) = self.raft_index.get(log_index) {
+            let (at, len) = (location.physical_offset, location.size_bytes as usize);
+            let checked = self.with_bytes(at, len, |b| {
+                head_begins_entry(b, &location).then(|| b.to_vec())
+            });
+            if let Ok(Some(bytes)) = checked {
+                return Ok(StoredEntry { location, bytes });
+            }
+        }
+        // A damaged index entry, or one not readable (yet, or any more): the
+        // lookup repairs or explains it.
+        let location = self.entry_location(log_index)?;
+        let bytes = self.read_bytes(location.physical_offset, location.size_bytes as usize)?;
+        Ok(StoredEntry { location, bytes })
+    }
+
+    /// Copies `len` bytes at physical `offset` (which must lie in one segment, below
+    /// the written end and at or above the oldest retained offset).
+    pub fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.with_bytes(offset, len, <[u8]>::to_vec)
+    }
+
+    /// Runs `f` on the `len` bytes at physical `offset`, under the same bounds as
+    /// [`CommitLog::read_bytes`], without copying them.
+    fn with_bytes<T>(&self, offset: u64, len: usize, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
+        let _guard = self.erase.read().unwrap();
+        let (min, max) = (self.min_offset(), self.wrote_offset());
+        let end = offset.saturating_add(len as u64);
+        if offset < min || end > max {
+            return Err(StoreError::OutOfRange {
+                what: "physical offset",
+                requested: offset,
+                min,
+                max,
+            });
+        }
+        let seg = self.segments.find(offset).ok_or(StoreError::OutOfRange {
+            what: "physical offset",
+            requested: offset,
+            min,
+            max,
+        })?;
+        let pos = offset - seg.start_offset();
+        if pos + len as u64 > seg.size_bytes() {
+            return Err(StoreError::Corrupted {
+                path: seg.path().to_path_buf(),
+                file_offset: pos,
+                reason: format!("a read of {len} bytes crosses the segment end"),
+            });
+        }
+        Ok(f(seg.slice(pos, len)))
+    }
+
+    /// Reads and checks the single record at `offset` of `size_bytes` bytes (a
+    /// ConsumeQueue or IndexFile position). Errors: `OutOfRange`, `Corrupted` (naming
+    /// the segment file and the offset in it).
+    pub fn read_record(&self, offset: u64, size_bytes: usize) -> Result<Vec<u8>> {
+        let bytes = self.read_bytes(offset, size_bytes)?;
+        match RecordView::parse(&bytes) {
+            Ok(v) if v.physical_offset() == offset => Ok(bytes),
+            Ok(v) => Err(self.corrupted(
+                offset,
+                format!("record says it is at {}", v.physical_offset()),
+            )),
+            Err(reason) => Err(self.corrupted(offset, reason)),
         }
     }
 }
