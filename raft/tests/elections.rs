@@ -39,6 +39,29 @@ fn terms(c: &Cluster) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The leader the live nodes elect after a kill just done, or None if none within
+/// [`ELECT_WITHIN`]; either is printed, and a trial with none is recorded in
+/// `stuck` with each live node's term.
+async fn new_leader(
+    c: &Cluster,
+    trial: usize,
+    stuck: &mut Vec<(usize, Vec<(u64, u64)>)>,
+) -> Option<u64> {
+    let killed_at = Instant::now();
+    let new = leader_by(c, killed_at + ELECT_WITHIN).await;
+    match new {
+        Some(new) => eprintln!(
+            "trial {trial}: node {new} leads {} ms after the kill",
+            killed_at.elapsed().as_millis()
+        ),
+        None => {
+            eprintln!("trial {trial}: no leader; (node, term): {:?}", terms(c));
+            stuck.push((trial, terms(c)));
+        }
+    }
+    new
+}
+
 /// openraft 0.9 draws a node's election timeout once, when the node starts, and
 /// elections fire on a tick (1.5 heartbeat intervals) that starts with the node.
 /// Two survivors whose draws round to the same number of ticks, on ticks in
@@ -71,19 +94,8 @@ async fn survivors_whose_election_timers_fire_together_still_elect_a_leader() {
             .await
             .unwrap();
         c.crash(old).await;
-        let killed_at = Instant::now();
-        match leader_by(&c, killed_at + ELECT_WITHIN).await {
-            Some(new) => {
-                assert_ne!(new, old);
-                eprintln!(
-                    "trial {trial}: node {new} leads {} ms after node {old} was killed",
-                    killed_at.elapsed().as_millis()
-                );
-            }
-            None => {
-                eprintln!("trial {trial}: no leader; (node, term): {:?}", terms(&c));
-                stuck.push((trial, terms(&c)));
-            }
+        if let Some(new) = new_leader(&c, trial, &mut stuck).await {
+            assert_ne!(new, old);
         }
     }
     assert!(
@@ -121,19 +133,8 @@ async fn a_survivor_with_a_shorter_log_lets_the_other_win() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         c.crash(old).await;
         c.filter.heal();
-        let killed_at = Instant::now();
-        match leader_by(&c, killed_at + ELECT_WITHIN).await {
-            Some(new) => {
-                assert_eq!(new, ahead, "only the longer log can win");
-                eprintln!(
-                    "trial {trial}: node {new} leads {} ms after the kill",
-                    killed_at.elapsed().as_millis()
-                );
-            }
-            None => {
-                eprintln!("trial {trial}: no leader; (node, term): {:?}", terms(&c));
-                slow.push((trial, terms(&c)));
-            }
+        if let Some(new) = new_leader(&c, trial, &mut slow).await {
+            assert_eq!(new, ahead, "only the longer log can win");
         }
     }
     assert!(

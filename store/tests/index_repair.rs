@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use common::{message, small_config};
+use common::{damage_commit_log, message, overwrite_file, small_config};
 use ledgermq_store::{MessageStore, StoreConfig, StoreError};
 
 const ENTRIES: u64 = 40;
@@ -33,10 +31,7 @@ fn write_and_stop(cfg: &StoreConfig) -> Vec<Vec<u8>> {
 /// Overwrites `len` bytes of the Raft index from entry `log_index` on with 0xA5.
 fn damage_index(root: &Path, log_index: u64, skip: u64, len: usize) {
     let path = root.join("raftindex").join(format!("{:020}", 0));
-    let f = OpenOptions::new().write(true).open(&path).unwrap();
-    f.write_all_at(&vec![0xA5; len], log_index * 32 + skip)
-        .unwrap();
-    f.sync_all().unwrap();
+    overwrite_file(&path, log_index * 32 + skip, &vec![0xA5; len]);
 }
 
 fn check_every_entry(store: &MessageStore, expected: &[Vec<u8>]) {
@@ -86,13 +81,7 @@ fn an_entry_whose_index_and_records_are_both_damaged_is_reported_not_invented() 
         loc
     };
     // The record's CRC-covered bytes and its index entry.
-    let seg = 16 * 1024;
-    let start = loc.physical_offset - loc.physical_offset % seg;
-    let path = cfg.root.join("commitlog").join(format!("{start:020}"));
-    let f = OpenOptions::new().write(true).open(&path).unwrap();
-    f.write_all_at(&[0x5A; 16], loc.physical_offset - start + 12)
-        .unwrap();
-    f.sync_all().unwrap();
+    damage_commit_log(&cfg, loc.physical_offset + 12, &[0x5A; 16]);
     damage_index(&cfg.root, victim, 0, 32);
     let store = MessageStore::open(cfg).unwrap();
     assert!(
@@ -126,13 +115,7 @@ fn a_damaged_record_fails_only_its_reads_not_flushes_or_searches() {
         (loc, end)
     };
     // The first record's header (its length and magic), the index left intact.
-    let seg = 16 * 1024;
-    let start = loc.physical_offset - loc.physical_offset % seg;
-    let path = cfg.root.join("commitlog").join(format!("{start:020}"));
-    let f = OpenOptions::new().write(true).open(&path).unwrap();
-    f.write_all_at(&[0xF8; 8], loc.physical_offset - start)
-        .unwrap();
-    f.sync_all().unwrap();
+    damage_commit_log(&cfg, loc.physical_offset, &[0xF8; 8]);
     let store = MessageStore::open(cfg).unwrap();
     let log = store.commit_log();
     // Searches and flushes pass the damaged entry on what its index entry says.

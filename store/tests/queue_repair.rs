@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::os::unix::fs::FileExt;
-
-use common::{message, small_config};
+use common::{damage_commit_log, message, overwrite_file, small_config};
 use ledgermq_store::{MessageStore, StoreConfig, StoreError};
 
 /// Messages 0..120 of the shared sequence: topics T0/T1, queues 0..3.
@@ -35,9 +33,7 @@ fn damage_queue(cfg: &StoreConfig, queue_offset: u64, skip: u64, bytes: &[u8]) {
         .root
         .join("consumequeue/T0/0")
         .join(format!("{:020}", 0));
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(bytes, queue_offset * 20 + skip).unwrap();
-    f.sync_all().unwrap();
+    overwrite_file(&path, queue_offset * 20 + skip, bytes);
 }
 
 #[test]
@@ -112,14 +108,7 @@ fn an_entry_whose_record_is_damaged_too_is_reported_not_invented() {
         p
     };
     // The record's CRC-covered bytes, and its queue entry.
-    let seg = 16 * 1024;
-    let path = cfg
-        .root
-        .join("commitlog")
-        .join(format!("{:020}", phys - phys % seg));
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&[0x5A; 8], phys % seg + 12).unwrap();
-    f.sync_all().unwrap();
+    damage_commit_log(&cfg, phys + 12, &[0x5A; 8]);
     damage_queue(&cfg, 5, 0, &[0xC3; 20]);
     let store = MessageStore::open(cfg).unwrap();
     assert!(matches!(

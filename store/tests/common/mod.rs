@@ -36,3 +36,21 @@ pub fn crash(store: std::sync::Arc<ledgermq_store::MessageStore>) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// Writes `bytes` over the file at `path` from byte `at`, and fsyncs it: damage
+/// done to a stopped store.
+pub fn overwrite_file(path: &std::path::Path, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(bytes, at).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Writes `bytes` over the CommitLog of the stopped store `cfg` from physical
+/// offset `offset` (within one segment).
+pub fn damage_commit_log(cfg: &StoreConfig, offset: u64, bytes: &[u8]) {
+    let seg = cfg.commit_log.segment_bytes;
+    let start = offset - offset % seg;
+    let path = cfg.root.join("commitlog").join(format!("{start:020}"));
+    overwrite_file(&path, offset - start, bytes);
+}
