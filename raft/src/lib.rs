@@ -15,6 +15,8 @@
 //!   that ended without a leader on a fresh random delay.
 //! - [`writer`]: leader-side batching of client writes into entries (group commit).
 //! - [`node`]: one running member; forwarding from followers; leadership transfer.
+//! - [`repair`]: a damaged log entry fetched again from a peer and written back (on
+//!   read, and by a scrub of the whole log after each start).
 //! - [`canary`]: test-only switches that break a promise (debug builds only;
 //!   re-exported from the store crate, which needs them too).
 
@@ -31,6 +33,7 @@ pub mod log_store;
 pub mod meta;
 pub mod network;
 pub mod node;
+pub mod repair;
 pub mod server;
 pub mod state_machine;
 pub mod types;

@@ -29,6 +29,7 @@ use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError, 
 use crate::codec::{entry_to_records, log_id, records_to_entry};
 use crate::error::RaftNodeError;
 use crate::meta::MetaDb;
+use crate::repair::EntryRepair;
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 /// The Raft log of one node. Cheap to clone (readers are clones).
@@ -41,6 +42,8 @@ pub struct LogStore {
     max_replication_bytes: usize,
     /// Set when the node stops: an append waiting for disk space gives up.
     stopping: Arc<AtomicBool>,
+    /// Fetches an entry that reads back damaged from a peer (`crate::repair`).
+    repair: Arc<EntryRepair>,
 }
 
 use crate::error::any_err as io_err;
@@ -48,12 +51,14 @@ use crate::error::any_err as io_err;
 impl LogStore {
     /// The log of node `node_id`'s `store`, with vote and purge state in `meta`;
     /// one AppendEntries carries at most `max_replication_bytes` of entries (or one
-    /// entry, if that alone is larger).
+    /// entry, if that alone is larger); an entry that reads back damaged is
+    /// fetched again through `repair` before it is returned.
     pub fn new(
         store: Arc<MessageStore>,
         meta: MetaDb,
         node_id: NodeId,
         max_replication_bytes: usize,
+        repair: Arc<EntryRepair>,
     ) -> Self {
         Self {
             store,
@@ -61,6 +66,7 @@ impl LogStore {
             node_id,
             max_replication_bytes,
             stopping: Arc::new(AtomicBool::new(false)),
+            repair,
         }
     }
 
@@ -112,8 +118,10 @@ impl LogStore {
     }
 
     /// Entries `[start, end)` that the log holds; with `max_bytes`, only as many as
-    /// fit in that many CommitLog bytes (at least one).
-    fn read_range(
+    /// fit in that many CommitLog bytes (at least one). An entry whose records do
+    /// not check out is repaired from a peer first (`crate::repair`); if no peer
+    /// can give it, the read fails (openraft then stops the node).
+    async fn read_range(
         &self,
         start: u64,
         end: u64,
@@ -133,14 +141,25 @@ impl LogStore {
                     break;
                 }
             }
-            let stored = self
-                .store
-                .read_entry(index)
-                .map_err(|e| StorageIOError::read_log_at_index(index, io_err(e)))?;
-            let records: Result<Vec<_>, String> = stored.records().collect();
-            let entry = records
-                .and_then(|rs| records_to_entry(stored.location.term, index, rs))
-                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?;
+            // Each record's CRC is checked once, as the entry is decoded.
+            let read = log.read_entry(index).and_then(|stored| {
+                let records = log.verified_records(&stored)?;
+                Ok(records_to_entry(stored.location.term, index, records))
+            });
+            let entry = match read {
+                Ok(decoded) => decoded
+                    .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?,
+                Err(e @ ledgermq_store::StoreError::Corrupted { .. }) => {
+                    tracing::error!(index, error = %e, "a log entry reads back damaged: fetching it from a peer");
+                    match self.repair.repair(index).await {
+                        Some(entry) => entry,
+                        None => {
+                            return Err(StorageIOError::read_log_at_index(index, io_err(e)).into())
+                        }
+                    }
+                }
+                Err(e) => return Err(StorageIOError::read_log_at_index(index, io_err(e)).into()),
+            };
             out.push(entry);
         }
         Ok(out)
@@ -163,7 +182,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(&e) => e,
             Bound::Unbounded => u64::MAX,
         };
-        self.read_range(start, end, None)
+        self.read_range(start, end, None).await
     }
 
     /// What one AppendEntries carries: openraft 0.9 gives the call the heartbeat
@@ -176,6 +195,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
         self.read_range(start, end, Some(self.max_replication_bytes))
+            .await
     }
 }
 

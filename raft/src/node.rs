@@ -135,11 +135,20 @@ impl RaftNode {
         }
         let store = MessageStore::open(cfg.store.clone())?;
         let meta = MetaDb::open(&cfg.store.root.join("meta"))?;
+        // Before openraft reads the log (it does at start): a damaged entry is
+        // fetched from a peer then too.
+        let repair = Arc::new(crate::repair::EntryRepair::new(
+            cfg.node_id,
+            &cfg.members,
+            store.clone(),
+            filter.clone(),
+        ));
         let log_store = LogStore::new(
             store.clone(),
             meta.clone(),
             cfg.node_id,
             cfg.batch.max_replication_bytes,
+            repair.clone(),
         );
         let stopping = log_store.stop_flag();
         let sm = StateMachine::open(store.clone(), meta.clone())?;
@@ -272,6 +281,7 @@ impl RaftNode {
                 tracing::warn!(error = %e, "finishing an interrupted purge failed");
             }
         }
+        tokio::spawn(crate::repair::scrub(Arc::downgrade(&repair)));
         tokio::spawn(probe_peers(
             Arc::downgrade(&node),
             cfg.members.clone(),

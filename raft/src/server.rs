@@ -1,5 +1,6 @@
 //! The peer gRPC service of one node: openraft's RPCs, write forwarding from
-//! followers, and TimeoutNow for leadership transfer.
+//! followers, TimeoutNow for leadership transfer, and ReadEntry for a peer
+//! repairing a damaged entry (`crate::repair`).
 
 use std::sync::Arc;
 
@@ -156,6 +157,17 @@ impl RaftPeer for PeerService {
     async fn ping(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.admit(&req)?;
         Ok(Response::new(encode(&())?))
+    }
+
+    async fn read_entry(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        self.admit(&req)?;
+        let wanted: crate::repair::EntryWanted = decode(req.get_ref())?;
+        let store = self.store.clone();
+        // Reads and checks a whole entry (up to a segment): off the runtime's threads.
+        let res = tokio::task::spawn_blocking(move || crate::repair::read_intact(&store, wanted))
+            .await
+            .map_err(|e| Status::internal(format!("reading an entry failed: {e}")))?;
+        Ok(Response::new(encode(&res)?))
     }
 
     async fn timeout_now(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {

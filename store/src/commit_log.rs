@@ -17,6 +17,7 @@ use std::sync::{Mutex, RwLock};
 
 mod acked;
 mod locate;
+mod rewrite;
 mod segment_heads;
 
 use crate::ack_mark::AckedId;

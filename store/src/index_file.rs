@@ -269,16 +269,39 @@ impl IndexService {
     /// store timestamp. Records with neither are skipped. As RocketMQ's `buildIndex`, a
     /// record below the newest file's end_phy_offset is taken as already indexed and skipped.
     pub fn put_record(&self, view: &RecordView, phy_offset: u64) -> Result<()> {
-        let uniq = view.property(PROPERTY_UNIQ_KEY).into_iter();
-        let keys = view
-            .property(PROPERTY_KEYS)
-            .into_iter()
-            .flat_map(|k| k.split(KEY_SEPARATOR));
-        let all: Vec<&str> = uniq.chain(keys).filter(|k| !k.is_empty()).collect();
+        let all = record_keys(view);
         if all.is_empty() {
             return Ok(());
         }
-        self.put_keys(view.topic(), &all, phy_offset, view.store_timestamp_ms())
+        self.put_keys(
+            view.topic(),
+            &all,
+            phy_offset,
+            view.store_timestamp_ms(),
+            false,
+        )
+    }
+
+    /// Indexes a record the newest file skipped (it was damaged when the file was
+    /// rebuilt, and has since been written back), below that file's end: the hash
+    /// chains do not depend on order. Only within the newest file's range (at or
+    /// after its first record); elsewhere it does nothing. Errors: `Io`.
+    pub fn put_skipped_record(&self, view: &RecordView, phy_offset: u64) -> Result<()> {
+        let all = record_keys(view);
+        let in_newest = self
+            .write()
+            .last()
+            .is_some_and(|f| f.header.begin_phy_offset <= phy_offset);
+        if all.is_empty() || !in_newest {
+            return Ok(());
+        }
+        self.put_keys(
+            view.topic(),
+            &all,
+            phy_offset,
+            view.store_timestamp_ms(),
+            true,
+        )
     }
 
     /// Indexes one `key` of `topic` at `phy_offset` with `store_timestamp_ms` (same rules
@@ -293,16 +316,26 @@ impl IndexService {
         if key.is_empty() {
             return Ok(());
         }
-        self.put_keys(topic, &[key], phy_offset, store_timestamp_ms)
+        self.put_keys(topic, &[key], phy_offset, store_timestamp_ms, false)
     }
 
-    fn put_keys(&self, topic: &str, keys: &[&str], phy_offset: u64, ts_ms: i64) -> Result<()> {
+    /// `skipped`: a record below the newest file's end that it skipped
+    /// ([`IndexService::put_skipped_record`]); otherwise a record below that end is
+    /// already indexed and is not indexed again.
+    fn put_keys(
+        &self,
+        topic: &str,
+        keys: &[&str],
+        phy_offset: u64,
+        ts_ms: i64,
+        skipped: bool,
+    ) -> Result<()> {
         if phy_offset > i64::MAX as u64 {
             let msg = format!("phy offset {phy_offset} exceeds i64::MAX");
             return Err(StoreError::InvalidInput(msg));
         }
         let mut files = self.write();
-        if phy_offset < files.last().map_or(0, |f| f.header.end_phy_offset) {
+        if !skipped && phy_offset < files.last().map_or(0, |f| f.header.end_phy_offset) {
             tracing::debug!(phy_offset, "index: record already indexed, skipped");
             return Ok(());
         }
@@ -366,7 +399,8 @@ impl IndexService {
             f.header.hash_slot_count = (f.header.hash_slot_count + 1).min(self.hash_slot_num);
         }
         f.header.index_count = n + 1;
-        f.header.end_phy_offset = phy_offset;
+        // A skipped record indexed late lies below the end.
+        f.header.end_phy_offset = f.header.end_phy_offset.max(phy_offset);
         f.header.end_timestamp_ms = f.header.end_timestamp_ms.max(ts_ms);
         f.map.write_at(0, &f.header.encode());
     }
@@ -487,6 +521,17 @@ impl IndexService {
         }
         Ok(n)
     }
+}
+
+/// The keys a record is indexed under: its message id (UNIQ_KEY) and each of its
+/// KEYS, empty ones left out.
+fn record_keys<'a>(view: &RecordView<'a>) -> Vec<&'a str> {
+    let uniq = view.property(PROPERTY_UNIQ_KEY).into_iter();
+    let keys = view
+        .property(PROPERTY_KEYS)
+        .into_iter()
+        .flat_map(|k| k.split(KEY_SEPARATOR));
+    uniq.chain(keys).filter(|k| !k.is_empty()).collect()
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::recovery::{finish_interrupted_reset, recover_log};
 
 mod background;
 mod dispatch;
+mod index_rebuild;
 mod queue_repair;
 
 pub use background::WARM_AHEAD_BYTES;
@@ -91,6 +92,10 @@ pub struct MessageStore {
     ticker_stop: Arc<(Mutex<bool>, Condvar)>,
     closed: AtomicBool,
     report: RecoveryReport,
+    /// Entries the IndexFile rebuild at open skipped as damaged, each with the
+    /// physical offset the rebuilt file begins at: indexed once written back from a
+    /// peer's copy (`rewrite_entry`).
+    unindexed: Mutex<Vec<(u64, u64)>>,
     /// Last disk usage measured for `check_room_for_writes`, and when.
     pub(crate) disk_used_cache: Mutex<Option<(std::time::Instant, f64)>>,
 }
@@ -221,6 +226,7 @@ impl MessageStore {
             closed: AtomicBool::new(false),
             disk_used_cache: Mutex::new(None),
             report,
+            unindexed: Mutex::new(Vec::new()),
         });
         if !clean {
             store.rebuild_last_index_file(dispatched)?;
@@ -242,57 +248,6 @@ impl MessageStore {
         store.start_warmer();
         tracing::info!(report = ?store.report, "store opened");
         Ok(store)
-    }
-
-    /// Re-indexes the records of the IndexFile that was active at the crash (its
-    /// entries past the checkpoint may be torn): it is deleted and rebuilt from its
-    /// first record up to the dispatch checkpoint; later records are indexed by
-    /// `dispatch_through`.
-    fn rebuild_last_index_file(&self, dispatched: Dispatched) -> Result<()> {
-        let Some(begin) = self.index.remove_last_file()? else {
-            return Ok(());
-        };
-        if begin >= dispatched.offset {
-            return Ok(());
-        }
-        // Retention may have deleted the file's first records: start at the oldest kept.
-        let begin = begin.max(self.log.min_offset());
-        if begin >= self.log.wrote_offset() {
-            return Ok(());
-        }
-        let mut log_index = self.log_index_at(begin)?;
-        while log_index < dispatched.next_log_index {
-            let indexed = self.log.read_entry(log_index).and_then(|entry| {
-                for_each_record(&self.log, &entry, |view, phys| {
-                    if phys >= begin && view.kind() == RecordKind::Message {
-                        self.index.put_record(&view, phys)?;
-                    }
-                    Ok(())
-                })
-            });
-            match indexed {
-                // A damaged record cannot be indexed; reads of it report the damage.
-                Err(e @ StoreError::Corrupted { .. }) => {
-                    tracing::error!(log_index, error = %e, "skipping a damaged entry while rebuilding the IndexFile")
-                }
-                other => other?,
-            }
-            log_index += 1;
-        }
-        Ok(())
-    }
-
-    /// The log index of the record starting at physical `offset`.
-    fn log_index_at(&self, offset: u64) -> Result<u64> {
-        let head = self.log.read_bytes(offset, 4)?;
-        let len = i32::from_be_bytes(head[..4].try_into().unwrap());
-        if len <= 0 {
-            return Err(self.log.corrupted(offset, format!("no record at {offset}")));
-        }
-        let bytes = self.log.read_record(offset, len as usize)?;
-        Ok(RecordView::parse(&bytes)
-            .map_err(|e| self.log.corrupted(offset, e))?
-            .log_index())
     }
 
     /// The settings the store was opened with.
@@ -403,6 +358,20 @@ impl MessageStore {
     /// Reads entry `log_index` back.
     pub fn read_entry(&self, log_index: u64) -> Result<StoredEntry> {
         self.log.read_entry(log_index)
+    }
+
+    /// Writes a damaged entry again from a peer's copy
+    /// ([`CommitLog::rewrite_entry`]: same term, same size, fsynced).
+    pub fn rewrite_entry(
+        &self,
+        term: u64,
+        log_index: u64,
+        records: &[MessageRecord],
+    ) -> Result<EntryLocation> {
+        self.check_open()?;
+        let loc = self.log.rewrite_entry(term, log_index, records)?;
+        self.index_rewritten(log_index)?;
+        Ok(loc)
     }
 
     /// Drops the whole log and every ConsumeQueue entry, so that the next entry

@@ -1,0 +1,90 @@
+//! The IndexFile after a crash: the file that was active is rebuilt from the
+//! CommitLog, and an entry that rebuild skipped as damaged is indexed once it is
+//! written back from a peer's copy.
+
+use crate::error::{Result, StoreError};
+use crate::record::{RecordKind, RecordView};
+
+use super::{for_each_record, Dispatched, MessageStore};
+
+impl MessageStore {
+    /// Re-indexes the records of the IndexFile that was active at the crash (its
+    /// entries past the checkpoint may be torn): it is deleted and rebuilt from its
+    /// first record up to the dispatch checkpoint; later records are indexed by
+    /// `dispatch_through`.
+    pub(super) fn rebuild_last_index_file(&self, dispatched: Dispatched) -> Result<()> {
+        let Some(begin) = self.index.remove_last_file()? else {
+            return Ok(());
+        };
+        if begin >= dispatched.offset {
+            return Ok(());
+        }
+        // Retention may have deleted the file's first records: start at the oldest kept.
+        let begin = begin.max(self.log.min_offset());
+        if begin >= self.log.wrote_offset() {
+            return Ok(());
+        }
+        let mut log_index = self.log_index_at(begin)?;
+        while log_index < dispatched.next_log_index {
+            match self.index_entry(log_index, begin, false) {
+                // A damaged record cannot be indexed; reads of it report the damage,
+                // and it is indexed once written back from a peer's copy.
+                Err(e @ StoreError::Corrupted { .. }) => {
+                    tracing::error!(log_index, error = %e, "skipping a damaged entry while rebuilding the IndexFile");
+                    self.unindexed.lock().unwrap().push((log_index, begin));
+                }
+                other => other?,
+            }
+            log_index += 1;
+        }
+        Ok(())
+    }
+
+    /// The log index of the record starting at physical `offset`.
+    fn log_index_at(&self, offset: u64) -> Result<u64> {
+        let head = self.log.read_bytes(offset, 4)?;
+        let len = i32::from_be_bytes(head[..4].try_into().unwrap());
+        if len <= 0 {
+            return Err(self.log.corrupted(offset, format!("no record at {offset}")));
+        }
+        let bytes = self.log.read_record(offset, len as usize)?;
+        Ok(RecordView::parse(&bytes)
+            .map_err(|e| self.log.corrupted(offset, e))?
+            .log_index())
+    }
+
+    /// Indexes the message records of entry `log_index` that lie at or after
+    /// physical offset `begin` (where the IndexFile being rebuilt begins); with
+    /// `skipped`, an entry the rebuild skipped, below the file's end. Errors:
+    /// `Corrupted` if a record does not check out (nothing of the entry is indexed
+    /// then), `OutOfRange`, `Io`.
+    fn index_entry(&self, log_index: u64, begin: u64, skipped: bool) -> Result<()> {
+        let entry = self.log.read_entry(log_index)?;
+        self.log.verified_records(&entry)?;
+        for_each_record(&self.log, &entry, |view, phys| {
+            if phys >= begin && view.kind() == RecordKind::Message {
+                if skipped {
+                    self.index.put_skipped_record(&view, phys)?;
+                } else {
+                    self.index.put_record(&view, phys)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// After entry `log_index` was written back: indexes it if the IndexFile
+    /// rebuild skipped it as damaged. Errors: as [`Self::index_entry`].
+    pub(super) fn index_rewritten(&self, log_index: u64) -> Result<()> {
+        let skipped = {
+            let mut u = self.unindexed.lock().unwrap();
+            u.iter()
+                .position(|&(i, _)| i == log_index)
+                .map(|at| u.swap_remove(at))
+        };
+        match skipped {
+            Some((_, begin)) => self.index_entry(log_index, begin, true),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! A damaged CommitLog entry before the checkpoint is written back in place from a
+//! peer's copy of the same entry (`CommitLog::rewrite_entry`), and only when the
+//! copy is of the same term and fills the entry's slot exactly.
+
+mod common;
+
+use common::{damage_commit_log, message, small_config};
+use ledgermq_store::{MessageRecord, MessageStore, StoreError};
+
+const ENTRIES: u64 = 30;
+
+/// The records of entry `idx` as written (what a peer holds).
+fn records(idx: u64) -> Vec<MessageRecord> {
+    (0..1 + idx % 3)
+        .map(|k| message(idx * 3 + k, 120 + 41 * (idx as usize % 7)))
+        .collect()
+}
+
+/// A store at `cfg` holding entries `0..ENTRIES` (terms 1 to 3), dispatched.
+fn write_entries(cfg: &ledgermq_store::StoreConfig) -> std::sync::Arc<MessageStore> {
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    for idx in 0..ENTRIES {
+        store
+            .append_entry(1 + idx / 10, idx, &records(idx))
+            .unwrap();
+    }
+    store.dispatch_through(ENTRIES - 1).unwrap();
+    store
+}
+
+#[test]
+fn a_damaged_entry_is_written_back_from_a_copy_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let store = write_entries(&cfg);
+    let before: Vec<Vec<u8>> = (0..ENTRIES)
+        .map(|i| store.read_entry(i).unwrap().bytes)
+        .collect();
+    let (q0_before, _) = store.get_messages("T0", 0, 0, 100, |_| true).unwrap();
+    let loc14 = store.commit_log().entry_location(14).unwrap();
+    let loc21 = store.commit_log().entry_location(21).unwrap();
+    store.shutdown().unwrap();
+    drop(store);
+
+    // Damage the body of a multi-record entry (its last record) and of a
+    // single-record one, before the checkpoint: recovery does not scan them.
+    damage_commit_log(
+        &cfg,
+        loc14.physical_offset + u64::from(loc14.size_bytes) - 30,
+        &[0x5A; 8],
+    );
+    damage_commit_log(&cfg, loc21.physical_offset + 60, &[0x5A; 8]);
+
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    let log = store.commit_log();
+    for idx in [14, 21] {
+        assert!(
+            matches!(
+                log.read_entry_verified(idx),
+                Err(StoreError::Corrupted { .. })
+            ),
+            "entry {idx} reads back damaged"
+        );
+    }
+    // A copy of another term, or of another size, is refused and writes nothing.
+    assert!(matches!(
+        store.rewrite_entry(99, 14, &records(14)),
+        Err(StoreError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        store.rewrite_entry(loc14.term, 14, &records(15)),
+        Err(StoreError::InvalidInput(_))
+    ));
+    assert!(log.read_entry_verified(14).is_err());
+    // The right copy restores the entry byte for byte.
+    for (idx, loc) in [(14, loc14), (21, loc21)] {
+        assert_eq!(
+            store.rewrite_entry(loc.term, idx, &records(idx)).unwrap(),
+            loc
+        );
+        assert_eq!(
+            log.read_entry_verified(idx).unwrap().bytes,
+            before[idx as usize]
+        );
+    }
+    let (q0, _) = store.get_messages("T0", 0, 0, 100, |_| true).unwrap();
+    assert_eq!(q0.len(), q0_before.len());
+    // Written durably in place: a crash right after loses nothing of it.
+    common::crash(store);
+    let store = MessageStore::open(cfg).unwrap();
+    for (i, bytes) in before.iter().enumerate() {
+        assert_eq!(
+            &store
+                .commit_log()
+                .read_entry_verified(i as u64)
+                .unwrap()
+                .bytes,
+            bytes,
+            "entry {i}"
+        );
+    }
+}
+
+/// After a crash the active IndexFile is rebuilt from the CommitLog; a damaged
+/// entry is skipped then, and indexed once it is written back.
+#[test]
+fn an_entry_the_index_rebuild_skipped_as_damaged_is_indexed_once_written_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let store = write_entries(&cfg);
+    let loc = store.commit_log().entry_location(21).unwrap();
+    // Entry 21 is message 63 alone: topic T1, key "key-63".
+    assert_eq!(
+        store
+            .query_by_key("T1", "key-63", 0, i64::MAX, 4)
+            .unwrap()
+            .len(),
+        1
+    );
+    // A checkpoint covers every entry, so recovery cuts nothing, and the rebuild
+    // of the IndexFile at the next open covers them all.
+    let cp = store.checkpoint().unwrap();
+    assert_eq!(cp.dispatched_next_log_index, ENTRIES);
+    common::crash(store);
+    damage_commit_log(&cfg, loc.physical_offset + 60, &[0x5A; 8]);
+
+    let store = MessageStore::open(cfg).unwrap();
+    assert_eq!(
+        store.commit_log().next_log_index(),
+        ENTRIES,
+        "recovery cut nothing"
+    );
+    assert!(store
+        .query_by_key("T1", "key-63", 0, i64::MAX, 4)
+        .unwrap()
+        .is_empty());
+    store.rewrite_entry(loc.term, 21, &records(21)).unwrap();
+    let hits = store.query_by_key("T1", "key-63", 0, i64::MAX, 4).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].physical_offset, loc.physical_offset);
+    // Written back once more (nothing skipped now): not indexed twice.
+    store.rewrite_entry(loc.term, 21, &records(21)).unwrap();
+    assert_eq!(
+        store
+            .query_by_key("T1", "key-63", 0, i64::MAX, 4)
+            .unwrap()
+            .len(),
+        1
+    );
+}
