@@ -318,6 +318,20 @@ pub fn plan(
     out
 }
 
+/// When planned fault `planned_ms` may start, given when the fault before it was
+/// healed (`prev_end_ms`, on the run's clock): as planned, unless the fault before
+/// overran its plan so far that less than half the calm `gap_ms` would be left (the
+/// retention fault waits up to 40 s for the consumers, against 8 s planned); then a
+/// whole calm after that heal. Otherwise every later fault ran back to back while a
+/// node restarted at the heal was still catching up, two faults at once (a 1800 s
+/// run measured 0-7 % availability under such kills of the leader). No I/O.
+pub fn fault_start_ms(planned_ms: u64, prev_end_ms: Option<u64>, gap_ms: u64) -> u64 {
+    match prev_end_ms {
+        Some(end) if planned_ms < end.saturating_add(gap_ms / 2) => end.saturating_add(gap_ms),
+        _ => planned_ms,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,5 +419,17 @@ mod tests {
         );
         assert!(FaultKind::parse_list("gremlins").is_err());
         assert!(FaultKind::parse_list("").is_err());
+    }
+
+    #[test]
+    fn a_fault_after_one_that_overran_its_plan_waits_a_whole_calm() {
+        // No fault before, or enough calm left: as planned.
+        assert_eq!(fault_start_ms(5_000, None, 6_000), 5_000);
+        assert_eq!(fault_start_ms(19_000, Some(13_000), 6_000), 19_000);
+        assert_eq!(fault_start_ms(19_000, Some(16_000), 6_000), 19_000);
+        // Less than half the calm left (an overrun of 3.1 s or more), or none: a
+        // whole calm after the heal.
+        assert_eq!(fault_start_ms(19_000, Some(16_100), 6_000), 22_100);
+        assert_eq!(fault_start_ms(19_000, Some(53_000), 6_000), 59_000);
     }
 }

@@ -185,8 +185,18 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     let mut nemesis_error = None;
     let mut unexpected_exits: Vec<String> = Vec::new();
     let mut route_findings: Vec<String> = Vec::new();
+    let mut prev_end_ms = None;
     for f in &faults {
-        if !sleep_until(&rec, f.start_ms, &stop) {
+        let at_ms = crate::nemesis::fault_start_ms(f.start_ms, prev_end_ms, opts.gap_ms);
+        if at_ms + f.duration_ms + opts.gap_ms > time_limit_ms {
+            eprintln!(
+                "[{:>7.1}s] {} and later faults left out: an earlier fault overran the plan",
+                rec.now_ms() as f64 / 1000.0,
+                f.kind.name()
+            );
+            break;
+        }
+        if !sleep_until(&rec, at_ms, &stop) {
             break;
         }
         let began_ms = rec.now_ms();
@@ -211,6 +221,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             break;
         }
         let end_ms = rec.now_ms();
+        prev_end_ms = Some(end_ms);
         eprintln!("[{:>7.1}s] healed", end_ms as f64 / 1000.0);
         let mut detail = detail;
         if f.kind == FaultKind::PartitionNamesrv {

@@ -65,14 +65,15 @@ impl LogStore {
             meta,
             node_id,
             max_replication_bytes,
-            stopping: Arc::new(AtomicBool::new(false)),
+            stopping: repair.stop_flag(),
             repair,
         }
     }
 
     /// The flag that makes an append waiting for disk space give up (with a
-    /// storage error, which stops Raft): set it before shutting Raft down, or the
-    /// shutdown waits for space.
+    /// storage error, which stops Raft), and a repair of a damaged entry
+    /// (`crate::repair`, whose flag it is): set it before shutting Raft down, or
+    /// the shutdown waits for space or for peers.
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
         self.stopping.clone()
     }
@@ -151,7 +152,7 @@ impl LogStore {
                     .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?,
                 Err(e @ ledgermq_store::StoreError::Corrupted { .. }) => {
                     tracing::error!(index, error = %e, "a log entry reads back damaged: fetching it from a peer");
-                    match self.repair.repair(index).await {
+                    match self.repair.repair(index, crate::repair::READ_BUDGET).await {
                         Some(entry) => entry,
                         None => {
                             return Err(StorageIOError::read_log_at_index(index, io_err(e)).into())

@@ -143,6 +143,7 @@ impl RaftNode {
             store.clone(),
             filter.clone(),
         ));
+        // One flag stops both an append waiting for disk space and a repair.
         let log_store = LogStore::new(
             store.clone(),
             meta.clone(),
@@ -191,23 +192,55 @@ impl RaftNode {
             backoff: Duration::from_millis(cfg.timing.heartbeat_interval_ms),
             longer_log: longer_log.clone(),
         };
-        let raft = Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm)
+        // The peer server runs before openraft starts: openraft reads the log at
+        // start, and a damaged entry is fetched from a peer then, which must be
+        // able to ask this node in turn (a group restarting together). Until
+        // `core` is set it answers only `ReadEntry`.
+        let core = Arc::new(std::sync::OnceLock::new());
+        let service = PeerService {
+            node_id: cfg.node_id,
+            core: core.clone(),
+            filter: filter.clone(),
+            store: store.clone(),
+            contacts: contacts.clone(),
+        };
+        let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
             .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+            .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            if let Err(e) = tonic::transport::Server::builder()
+                .initial_stream_window_size(Some(crate::network::HTTP2_STREAM_WINDOW_BYTES))
+                .initial_connection_window_size(Some(crate::network::HTTP2_CONNECTION_WINDOW_BYTES))
+                .add_service(RaftPeerServer::new(service).max_decoding_message_size(256 << 20))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            {
+                tracing::error!(error = %e, "raft peer server stopped");
+            }
+        });
+        let raft = match Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm).await {
+            Ok(raft) => raft,
+            Err(e) => {
+                let _ = stop_tx.send(());
+                let _ = server.await;
+                return Err(RaftNodeError::Raft(e.to_string()));
+            }
+        };
         let writer = Writer::start(
             raft.clone(),
             store.clone(),
             cfg.batch.clone(),
             cfg.store_host,
         );
-        let service = PeerService {
-            node_id: cfg.node_id,
+        let _ = core.set(crate::server::Core {
             raft: raft.clone(),
             writer: writer.clone(),
-            filter: filter.clone(),
-            store: store.clone(),
-            contacts: contacts.clone(),
-        };
+        });
         let elections = ElectionGate::new(raft.clone());
         // The lost-entries-vote canary (debug builds, tests only) campaigns anyway.
         if store.commit_log().lost_acknowledged()
@@ -234,25 +267,6 @@ impl RaftNode {
             cfg.timing.election_timeout_min_ms,
             cfg.timing.election_timeout_max_ms,
         ));
-        let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
-            .await
-            .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            if let Err(e) = tonic::transport::Server::builder()
-                .initial_stream_window_size(Some(crate::network::HTTP2_STREAM_WINDOW_BYTES))
-                .initial_connection_window_size(Some(crate::network::HTTP2_CONNECTION_WINDOW_BYTES))
-                .add_service(RaftPeerServer::new(service).max_decoding_message_size(256 << 20))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                })
-                .await
-            {
-                tracing::error!(error = %e, "raft peer server stopped");
-            }
-        });
         let node = Arc::new(Self {
             id: cfg.node_id,
             raft,

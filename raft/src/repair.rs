@@ -11,16 +11,20 @@
 //!
 //! Who repairs:
 //! - the log store, when openraft reads a damaged entry (`LogStore`), and waits
-//!   for the repair before it answers;
+//!   for the repair before it answers, up to [`READ_BUDGET`] (the read then
+//!   fails, which stops openraft on this node);
 //! - a scrub after every start ([`scrub`]), which reads the whole log once at a
 //!   bounded rate, so that damage openraft never reads again (entries already
 //!   applied and replicated) is found before a consumer or a failover needs it.
 //!
 //! An entry no peer holds intact under the same log id (every copy damaged, or
 //! this node's entry was never committed and the others hold another term there)
-//! stays damaged: reads of it keep failing, and the scrub logs it.
+//! stays damaged: reads of it keep failing, and the scrub logs it. The peer server
+//! answers `ReadEntry` from before openraft starts on that node (`crate::server`),
+//! so nodes of a group that restarts together can repair each other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use crate::codec::{entry_to_records, log_id, records_to_entry};
+use crate::error::RaftNodeError;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
 use crate::network::{decode, lazy_channel, peer_request, NetworkFilter};
 use crate::types::{Entry, NodeId};
@@ -43,16 +48,24 @@ pub struct EntryWanted {
 }
 
 /// How long one `ReadEntry` call may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
-/// Rounds over the peers before a repair gives up, and the wait between them:
-/// about 2 s for a peer that is restarting or briefly cut off.
-const ROUNDS: u32 = 10;
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// The wait between rounds over the peers that have not answered yet.
 const ROUND_GAP: Duration = Duration::from_millis(200);
+/// How long a read through openraft waits for a repair before it fails (openraft
+/// awaits the read in its core or in a follower's replication task, so this is
+/// kept short; the scrub goes on trying).
+pub const READ_BUDGET: Duration = Duration::from_secs(3);
+/// How long the scrub tries to repair one entry.
+const SCRUB_BUDGET: Duration = Duration::from_secs(20);
 /// The scrub reads at most this many CommitLog bytes, then pauses for
 /// [`SCRUB_PAUSE`]: at most 80 MiB/s, so a start with a large log does not starve
 /// the node of CPU or disk.
 const SCRUB_CHUNK_BYTES: u64 = 4 << 20;
 const SCRUB_PAUSE: Duration = Duration::from_millis(50);
+/// Largest `ReadEntry` answer accepted: as the peer server's request limit (an
+/// entry can be up to a segment; tonic's default of 4 MiB would refuse a
+/// single 4 MiB message).
+const MAX_ANSWER_BYTES: usize = 256 << 20;
 
 /// The peer side of `ReadEntry`: this node's entry `wanted`, if it holds it intact
 /// under that log id (`None` if not held, of another term, or damaged here too).
@@ -73,6 +86,16 @@ pub fn read_intact(store: &MessageStore, wanted: EntryWanted) -> Result<Option<E
     }
 }
 
+/// What one peer said of an entry.
+enum Answer {
+    /// Its intact copy.
+    Entry(Entry),
+    /// It holds no intact entry under that log id: not worth asking again.
+    NotHeld,
+    /// No answer (unreachable, starting, timed out): ask again next round.
+    Failed,
+}
+
 /// Fetches damaged entries from this node's peers and writes them back. Cheap to
 /// share (`Arc`).
 pub struct EntryRepair {
@@ -82,8 +105,11 @@ pub struct EntryRepair {
     store: Arc<MessageStore>,
     filter: NetworkFilter,
     channels: Mutex<BTreeMap<NodeId, Channel>>,
-    /// One repair at a time (the log store and the scrub may meet the same entry).
-    running: tokio::sync::Mutex<()>,
+    /// Entries being repaired (by the log store or the scrub): a second caller
+    /// waits for the first.
+    in_flight: Mutex<BTreeSet<u64>>,
+    /// Set when the node stops: a repair gives up.
+    stopping: Arc<AtomicBool>,
 }
 
 impl EntryRepair {
@@ -106,16 +132,44 @@ impl EntryRepair {
             store,
             filter,
             channels: Mutex::new(BTreeMap::new()),
-            running: tokio::sync::Mutex::new(()),
+            in_flight: Mutex::new(BTreeSet::new()),
+            stopping: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Repairs entry `log_index` from a peer's copy (the term is what this node's
-    /// Raft index says) and returns it, trying every peer for up to [`ROUNDS`]
-    /// rounds. `None` when this node cannot say which term the entry is of, or no
-    /// peer gave an intact copy that fits (each failure is logged).
-    pub async fn repair(&self, log_index: u64) -> Option<Entry> {
-        let _one = self.running.lock().await;
+    /// The flag that stops every repair (set when the node stops).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stopping.clone()
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopping.load(Ordering::Acquire) || self.store.is_closed()
+    }
+
+    /// Repairs entry `log_index` from a peer's copy (of the term this node's Raft
+    /// index gives it) and returns the entry, asking each peer that has not said
+    /// it holds no such entry, round after round, for up to `budget`. `None` when
+    /// this node cannot say which term the entry is of, no peer gave a copy that
+    /// could be written back in time, the entry is gone meanwhile (truncated,
+    /// purged or replaced), or the node stops; each case is logged.
+    pub async fn repair(&self, log_index: u64, budget: Duration) -> Option<Entry> {
+        let deadline = tokio::time::Instant::now() + budget;
+        // One repair of an entry at a time; a second caller waits for the first.
+        loop {
+            if self.in_flight.lock().unwrap().insert(log_index) {
+                break;
+            }
+            if self.stopped() || tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let repaired = self.repair_alone(log_index, deadline).await;
+        self.in_flight.lock().unwrap().remove(&log_index);
+        repaired
+    }
+
+    async fn repair_alone(&self, log_index: u64, deadline: tokio::time::Instant) -> Option<Entry> {
         let loc = match self.store.commit_log().entry_location(log_index) {
             Ok(loc) => loc,
             Err(e) => {
@@ -123,28 +177,36 @@ impl EntryRepair {
                 return None;
             }
         };
-        // Repaired meanwhile (by the other caller)?
-        if let Ok(Some(entry)) = read_intact(
-            &self.store,
-            EntryWanted {
-                log_index,
-                term: loc.term,
-            },
-        ) {
-            return Some(entry);
-        }
         let wanted = EntryWanted {
             log_index,
             term: loc.term,
         };
-        for round in 0..ROUNDS {
-            if round > 0 {
-                tokio::time::sleep(ROUND_GAP).await;
-            }
-            for &peer in self.peers.keys() {
-                let Some(entry) = self.ask(peer, wanted).await else {
-                    continue;
+        // Repaired meanwhile (by another caller)?
+        if let Ok(Some(entry)) = read_intact(&self.store, wanted) {
+            return Some(entry);
+        }
+        let mut asking: Vec<NodeId> = self.peers.keys().copied().collect();
+        while !asking.is_empty() {
+            let mut still = Vec::new();
+            for peer in asking {
+                if self.stopped() {
+                    return None;
+                }
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                let entry = match self.ask(peer, wanted, left.min(CALL_TIMEOUT)).await {
+                    Answer::Entry(e) => e,
+                    Answer::NotHeld => continue,
+                    Answer::Failed => {
+                        still.push(peer);
+                        continue;
+                    }
                 };
+                if self.stopped() {
+                    return None;
+                }
                 match self.write_back(wanted, entry.clone()).await {
                     Ok(()) => {
                         tracing::warn!(
@@ -155,49 +217,71 @@ impl EntryRepair {
                         );
                         return Some(entry);
                     }
+                    // Gone, or not this log's to change any more: no copy helps.
+                    Err(RaftNodeError::Store(
+                        e @ (StoreError::EntryReplaced { .. }
+                        | StoreError::OutOfRange { .. }
+                        | StoreError::NotWritable(_)
+                        | StoreError::Corrupted { .. }),
+                    )) => {
+                        tracing::warn!(log_index, error = %e, "a damaged entry was not written back");
+                        return None;
+                    }
+                    // The copy does not fill the entry's slot: this peer's entry under
+                    // that log id is not the one this log holds, which log matching
+                    // rules out. Loud; another peer may do.
                     Err(e) => {
-                        tracing::error!(log_index, from = peer, error = %e, "writing a peer's copy of a damaged entry failed");
+                        tracing::error!(log_index, from = peer, error = %e, "a peer's copy of a damaged entry could not be written back");
                     }
                 }
             }
+            if tokio::time::Instant::now() + ROUND_GAP >= deadline || still.is_empty() {
+                break;
+            }
+            asking = still;
+            tokio::time::sleep(ROUND_GAP).await;
         }
         tracing::error!(
             log_index,
             term = loc.term,
-            "no peer gave an intact copy of a damaged entry; it stays damaged here"
+            "no peer gave an intact copy of a damaged entry in time; it stays damaged here for now"
         );
         None
     }
 
-    /// Asks `peer` for `wanted`; `None` on any failure or if it holds no intact
-    /// entry with that log id.
-    async fn ask(&self, peer: NodeId, wanted: EntryWanted) -> Option<Entry> {
+    /// Asks `peer` for `wanted`, waiting at most `timeout`.
+    async fn ask(&self, peer: NodeId, wanted: EntryWanted, timeout: Duration) -> Answer {
         if self.filter.is_blocked(self.self_id, peer) || self.filter.is_blocked(peer, self.self_id)
         {
-            return None;
+            return Answer::Failed;
         }
-        let channel = self.channel(peer)?;
-        let req = peer_request(self.self_id, &wanted, CALL_TIMEOUT).ok()?;
-        let mut client = RaftPeerClient::new(channel);
-        let call = client.read_entry(req);
-        let reply = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        let Some(channel) = self.channel(peer) else {
+            return Answer::Failed;
+        };
+        let Ok(req) = peer_request(self.self_id, &wanted, timeout) else {
+            return Answer::Failed;
+        };
+        let mut client = RaftPeerClient::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES);
+        let reply = match tokio::time::timeout(timeout, client.read_entry(req)).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(status)) => {
                 tracing::debug!(peer, %status, "ReadEntry failed");
-                return None;
+                return Answer::Failed;
             }
-            Err(_) => return None,
+            Err(_) => return Answer::Failed,
         };
         match decode::<Result<Option<Entry>, String>>(reply.get_ref()) {
-            Ok(Ok(Some(e))) if e.log_id == log_id(wanted.term, wanted.log_index) => Some(e),
-            Ok(Ok(_)) => None,
+            Ok(Ok(Some(e))) if e.log_id == log_id(wanted.term, wanted.log_index) => {
+                Answer::Entry(e)
+            }
+            Ok(Ok(_)) => Answer::NotHeld,
             Ok(Err(e)) => {
-                tracing::debug!(peer, error = %e, "ReadEntry answered an error");
-                None
+                tracing::warn!(peer, error = %e, "ReadEntry answered an error");
+                Answer::Failed
             }
             Err(status) => {
-                tracing::debug!(peer, %status, "ReadEntry's answer does not decode");
-                None
+                tracing::warn!(peer, %status, "ReadEntry's answer does not decode");
+                Answer::NotHeld
             }
         }
     }
@@ -213,18 +297,18 @@ impl EntryRepair {
     }
 
     /// Writes `entry` over this node's damaged copy (off the runtime's threads: it
-    /// fsyncs).
-    async fn write_back(&self, wanted: EntryWanted, entry: Entry) -> Result<(), String> {
-        let records = entry_to_records(entry).map_err(|e| e.to_string())?;
+    /// fsyncs). Errors: `Store` as `MessageStore::rewrite_entry`, `Codec`.
+    async fn write_back(&self, wanted: EntryWanted, entry: Entry) -> Result<(), RaftNodeError> {
+        let records = entry_to_records(entry)?;
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
             store
                 .rewrite_entry(wanted.term, wanted.log_index, &records)
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(RaftNodeError::from)
         })
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| RaftNodeError::Raft(format!("writing an entry back failed: {e}")))?
     }
 }
 
@@ -242,7 +326,7 @@ pub async fn scrub(repair: std::sync::Weak<EntryRepair>) {
     };
     let (mut checked, mut repaired, mut left) = (0u64, 0u64, 0u64);
     while next < end {
-        let Some(r) = repair.upgrade().filter(|r| !r.store.is_closed()) else {
+        let Some(r) = repair.upgrade().filter(|r| !r.stopped()) else {
             return;
         };
         let (store, from) = (r.store.clone(), next);
@@ -251,7 +335,7 @@ pub async fn scrub(repair: std::sync::Weak<EntryRepair>) {
         checked += upto - next;
         next = upto;
         for log_index in damaged {
-            if r.repair(log_index).await.is_some() {
+            if r.repair(log_index, SCRUB_BUDGET).await.is_some() {
                 repaired += 1;
             } else {
                 left += 1;

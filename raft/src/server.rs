@@ -16,15 +16,24 @@ use crate::types::Response as WriteResponse;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::writer::Writer;
 
-/// The service; cheap to clone.
-#[derive(Clone)]
-pub struct PeerService {
-    /// This node.
-    pub node_id: NodeId,
+/// The local Raft and its writer, once started.
+pub struct Core {
     /// The local Raft.
     pub raft: Raft,
     /// Leader-local writes (for forwarded requests).
     pub writer: Arc<Writer>,
+}
+
+/// The service; cheap to clone. It serves from before openraft starts (which reads
+/// the log, and may need a peer's `ReadEntry` to repair it, `crate::repair`):
+/// until `core` is set every call but `ReadEntry` answers UNAVAILABLE, as a node
+/// not listening yet would be seen.
+#[derive(Clone)]
+pub struct PeerService {
+    /// This node.
+    pub node_id: NodeId,
+    /// Set once openraft and the writer run.
+    pub core: Arc<std::sync::OnceLock<Core>>,
     /// Fault injection.
     pub filter: NetworkFilter,
     /// The store (whether it lost entries it had acknowledged).
@@ -34,6 +43,12 @@ pub struct PeerService {
 }
 
 impl PeerService {
+    fn core(&self) -> Result<&Core, Status> {
+        self.core
+            .get()
+            .ok_or_else(|| Status::unavailable("starting: Raft is not running yet"))
+    }
+
     fn admit(&self, req: &Request<Payload>) -> Result<(), Status> {
         let from = req
             .metadata()
@@ -76,9 +91,10 @@ pub fn may_vote(
 #[tonic::async_trait]
 impl RaftPeer for PeerService {
     async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let core = self.core()?;
         self.admit(&req)?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
-        let res: Result<_, RaftError<NodeId>> = self.raft.append_entries(rpc).await;
+        let res: Result<_, RaftError<NodeId>> = core.raft.append_entries(rpc).await;
         // Only a leader of the current term counts as heard: a deposed one is
         // answered HigherVote (or an error) and must not keep this node trusting it.
         if matches!(&res, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
@@ -89,6 +105,7 @@ impl RaftPeer for PeerService {
     }
 
     async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let core = self.core()?;
         self.admit(&req)?;
         let rpc: VoteRequest<NodeId> = decode(req.get_ref())?;
         let log = self.store.commit_log();
@@ -111,7 +128,7 @@ impl RaftPeer for PeerService {
             let res: Result<_, RaftError<NodeId>> = Ok(refused);
             return Ok(Response::new(encode(&res)?));
         }
-        let res: Result<_, RaftError<NodeId>> = self.raft.vote(rpc).await;
+        let res: Result<_, RaftError<NodeId>> = core.raft.vote(rpc).await;
         // A candidate this node voted for counts as a leader heard from, for a
         // moment: openraft shows it as leader here as soon as its first
         // AppendEntries is handled, before `append_entries` above marks it heard,
@@ -124,14 +141,16 @@ impl RaftPeer for PeerService {
     }
 
     async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let core = self.core()?;
         self.admit(&req)?;
         let rpc: InstallSnapshotRequest<TypeConfig> = decode(req.get_ref())?;
         let res: Result<_, RaftError<NodeId, InstallSnapshotError>> =
-            self.raft.install_snapshot(rpc).await;
+            core.raft.install_snapshot(rpc).await;
         Ok(Response::new(encode(&res)?))
     }
 
     async fn forward(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let core = self.core()?;
         self.admit(&req)?;
         let deadline = match forward_budget(
             req.metadata(),
@@ -146,7 +165,7 @@ impl RaftPeer for PeerService {
             }
         };
         let request = decode(req.get_ref())?;
-        let res = self
+        let res = core
             .writer
             .write_local_until(request, deadline)
             .await
@@ -155,6 +174,7 @@ impl RaftPeer for PeerService {
     }
 
     async fn ping(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let _core = self.core()?;
         self.admit(&req)?;
         Ok(Response::new(encode(&())?))
     }
@@ -171,6 +191,7 @@ impl RaftPeer for PeerService {
     }
 
     async fn timeout_now(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let core = self.core()?;
         self.admit(&req)?;
         if self.store.commit_log().lost_acknowledged()
             && !crate::canary::enabled(crate::canary::Canary::LostEntriesVote)
@@ -183,7 +204,7 @@ impl RaftPeer for PeerService {
             node = self.node_id,
             "asked to take over leadership: starting an election"
         );
-        let res = self.raft.trigger().elect().await.map_err(|e| e.to_string());
+        let res = core.raft.trigger().elect().await.map_err(|e| e.to_string());
         Ok(Response::new(encode(&res)?))
     }
 }

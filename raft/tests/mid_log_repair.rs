@@ -143,3 +143,46 @@ async fn a_leader_reading_a_damaged_entry_to_catch_a_follower_up_repairs_it_firs
     }
     c.audit();
 }
+
+/// openraft reads entries at start (`LogIdList::load_log_ids`: the first entry,
+/// then the middle one, whose terms differ). Two nodes whose damaged entries are
+/// each what the other reads start together while the third is down: each
+/// answers the other's `ReadEntry` before its own Raft is up, so both start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_starting_together_repair_each_other() {
+    let mut c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(T).await;
+    for i in 0..40 {
+        c.node(leader)
+            .write_messages(vec![message("TopicS", 0, &format!("s-{i}"))])
+            .await
+            .unwrap();
+    }
+    c.wait_converged(T).await;
+    let (a, b, down) = (leader, (leader + 1) % 3, (leader + 2) % 3);
+    let log_a = c.node(a).store().commit_log();
+    let (first, last) = (log_a.first_log_index(), log_a.next_log_index() - 1);
+    assert_eq!(first, 0, "nothing purged: openraft reads entry 0 at start");
+    let mid = (first + last) / 2;
+    let damaged_a = log_a.entry_location(first).unwrap();
+    let damaged_b = c.node(b).store().commit_log().entry_location(mid).unwrap();
+    for n in [a, b, down] {
+        c.node(n).stop(true).await.unwrap();
+        c.nodes.insert(n, None);
+    }
+    for (n, loc) in [(a, damaged_a), (b, damaged_b)] {
+        let at = loc.physical_offset + u64::from(loc.size_bytes) / 2;
+        damage_commit_log(&c.cfgs[&n].store, at, &[0xA5; 8]);
+    }
+    c.start_together(&[a, b]).await;
+    wait_repaired(&c, a, &[damaged_a]).await;
+    wait_repaired(&c, b, &[damaged_b]).await;
+    c.wait_leader(T).await;
+    c.restart(down).await;
+    c.wait_converged(T).await;
+    let want: Vec<String> = (0..40).map(|i| format!("s-{i}")).collect();
+    for n in 0..3 {
+        assert_eq!(c.queue_bodies(n, "TopicS", 0), want, "node {n}");
+    }
+    c.audit();
+}

@@ -93,6 +93,19 @@ pub enum StoreError {
         limit_percent: u32,
     },
 
+    /// An entry was to be written back from a peer's copy of `(given_term,
+    /// log_index)`, but this log holds another term at that index now (it was
+    /// truncated and written again meanwhile): nothing was written.
+    #[error("entry {log_index} is of term {held_term} here, not {given_term}; not written back")]
+    EntryReplaced {
+        /// The log index.
+        log_index: u64,
+        /// The term this log holds there.
+        held_term: u64,
+        /// The term of the copy given.
+        given_term: u64,
+    },
+
     /// The store was closed or a background flush failed earlier; it accepts no more writes.
     #[error("store is not writable: {0}")]
     NotWritable(String),

@@ -273,35 +273,39 @@ impl IndexService {
         if all.is_empty() {
             return Ok(());
         }
-        self.put_keys(
-            view.topic(),
-            &all,
-            phy_offset,
-            view.store_timestamp_ms(),
-            false,
-        )
+        self.put_keys(view.topic(), &all, phy_offset, view.store_timestamp_ms())
     }
 
     /// Indexes a record the newest file skipped (it was damaged when the file was
-    /// rebuilt, and has since been written back), below that file's end: the hash
-    /// chains do not depend on order. Only within the newest file's range (at or
-    /// after its first record); elsewhere it does nothing. Errors: `Io`.
+    /// rebuilt after a crash, and has been written back since), though it lies
+    /// below that file's end. Only within the newest file's range (at or after its
+    /// first record) and while it has room; otherwise the record is left out (a
+    /// warning). Queries still find it; its entry heads its hash chain, so among
+    /// its key's results it comes first, not in time order. Errors: `Io`.
     pub fn put_skipped_record(&self, view: &RecordView, phy_offset: u64) -> Result<()> {
         let all = record_keys(view);
-        let in_newest = self
-            .write()
-            .last()
-            .is_some_and(|f| f.header.begin_phy_offset <= phy_offset);
-        if all.is_empty() || !in_newest {
+        let mut files = self.write();
+        let fits = files.last().is_some_and(|f| {
+            f.header.begin_phy_offset <= phy_offset
+                && f.header.index_count as usize + all.len() <= self.index_num as usize
+        });
+        if !fits {
+            tracing::warn!(
+                phy_offset,
+                "index: a record written back after damage is not indexed (its file is full or gone)"
+            );
             return Ok(());
         }
-        self.put_keys(
-            view.topic(),
-            &all,
-            phy_offset,
-            view.store_timestamp_ms(),
-            true,
-        )
+        let f = files.last_mut().expect("checked above");
+        for key in all {
+            self.put_entry(
+                f,
+                index_key_hash(view.topic(), key),
+                phy_offset,
+                view.store_timestamp_ms(),
+            );
+        }
+        Ok(())
     }
 
     /// Indexes one `key` of `topic` at `phy_offset` with `store_timestamp_ms` (same rules
@@ -316,26 +320,16 @@ impl IndexService {
         if key.is_empty() {
             return Ok(());
         }
-        self.put_keys(topic, &[key], phy_offset, store_timestamp_ms, false)
+        self.put_keys(topic, &[key], phy_offset, store_timestamp_ms)
     }
 
-    /// `skipped`: a record below the newest file's end that it skipped
-    /// ([`IndexService::put_skipped_record`]); otherwise a record below that end is
-    /// already indexed and is not indexed again.
-    fn put_keys(
-        &self,
-        topic: &str,
-        keys: &[&str],
-        phy_offset: u64,
-        ts_ms: i64,
-        skipped: bool,
-    ) -> Result<()> {
+    fn put_keys(&self, topic: &str, keys: &[&str], phy_offset: u64, ts_ms: i64) -> Result<()> {
         if phy_offset > i64::MAX as u64 {
             let msg = format!("phy offset {phy_offset} exceeds i64::MAX");
             return Err(StoreError::InvalidInput(msg));
         }
         let mut files = self.write();
-        if !skipped && phy_offset < files.last().map_or(0, |f| f.header.end_phy_offset) {
+        if phy_offset < files.last().map_or(0, |f| f.header.end_phy_offset) {
             tracing::debug!(phy_offset, "index: record already indexed, skipped");
             return Ok(());
         }

@@ -183,7 +183,8 @@ impl MappedFile {
     }
 
     /// Copies `data` to file position `pos`. Only the queue's single writer calls it,
-    /// on bytes no reader has been told are written.
+    /// on bytes no reader has been told are written, or (a damaged CommitLog entry
+    /// written back, `CommitLog::rewrite_entry`) while holding off every reader.
     pub fn write_at(&self, pos: u64, data: &[u8]) {
         self.check(pos, data.len());
         // SAFETY: in bounds (checked); single writer; readers do not read these bytes

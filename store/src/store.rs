@@ -92,10 +92,9 @@ pub struct MessageStore {
     ticker_stop: Arc<(Mutex<bool>, Condvar)>,
     closed: AtomicBool,
     report: RecoveryReport,
-    /// Entries the IndexFile rebuild at open skipped as damaged, each with the
-    /// physical offset the rebuilt file begins at: indexed once written back from a
-    /// peer's copy (`rewrite_entry`).
-    unindexed: Mutex<Vec<(u64, u64)>>,
+    /// Entries (by log index) the IndexFile rebuild at open skipped as damaged:
+    /// indexed once written back from a peer's copy (`rewrite_entry`).
+    unindexed: Mutex<std::collections::BTreeMap<u64, index_rebuild::SkippedEntry>>,
     /// Last disk usage measured for `check_room_for_writes`, and when.
     pub(crate) disk_used_cache: Mutex<Option<(std::time::Instant, f64)>>,
 }
@@ -226,7 +225,7 @@ impl MessageStore {
             closed: AtomicBool::new(false),
             disk_used_cache: Mutex::new(None),
             report,
-            unindexed: Mutex::new(Vec::new()),
+            unindexed: Mutex::new(std::collections::BTreeMap::new()),
         });
         if !clean {
             store.rebuild_last_index_file(dispatched)?;

@@ -65,7 +65,7 @@ fn a_damaged_entry_is_written_back_from_a_copy_and_survives_a_restart() {
     // A copy of another term, or of another size, is refused and writes nothing.
     assert!(matches!(
         store.rewrite_entry(99, 14, &records(14)),
-        Err(StoreError::InvalidInput(_))
+        Err(StoreError::EntryReplaced { .. })
     ));
     assert!(matches!(
         store.rewrite_entry(loc14.term, 14, &records(15)),
@@ -147,4 +147,40 @@ fn an_entry_the_index_rebuild_skipped_as_damaged_is_indexed_once_written_back() 
             .len(),
         1
     );
+}
+
+/// The Raft index entry of a damaged entry is damaged too, pointing at another
+/// entry: the copy is not written there (the entries around the
+/// slot do not pin it), and every other entry stays as it was.
+#[test]
+fn a_copy_is_never_written_where_a_damaged_index_entry_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let store = write_entries(&cfg);
+    let before: Vec<Vec<u8>> = (0..ENTRIES)
+        .map(|i| store.read_entry(i).unwrap().bytes)
+        .collect();
+    let loc = |i: u64| store.commit_log().entry_location(i).unwrap();
+    // Entry 14's index entry will point at entry 16 (its size field intact, so
+    // the copy encodes to the size the index gives).
+    let (l14, target) = (loc(14), loc(16));
+    store.shutdown().unwrap();
+    drop(store);
+    damage_commit_log(&cfg, l14.physical_offset + 40, &[0x5A; 8]);
+    let index = cfg.root.join("raftindex").join(format!("{:020}", 0));
+    common::overwrite_file(&index, 14 * 32 + 8, &target.physical_offset.to_be_bytes());
+
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    let res = store.rewrite_entry(l14.term, 14, &records(14));
+    assert!(
+        matches!(res, Err(StoreError::Corrupted { .. })),
+        "written back through a damaged index entry: {res:?}"
+    );
+    for i in (0..ENTRIES).filter(|&i| i != 14) {
+        assert_eq!(
+            store.commit_log().read_entry_verified(i).unwrap().bytes,
+            before[i as usize],
+            "entry {i}"
+        );
+    }
 }

@@ -61,7 +61,7 @@ impl CommitLog {
     /// `loc`: a message or system record of that term and log index that says it
     /// sits there and fits in `loc.size_bytes`. Reads its fixed header only (the
     /// CRC is checked by whoever reads the entry).
-    fn begins_entry(&self, loc: &EntryLocation) -> bool {
+    pub(super) fn begins_entry(&self, loc: &EntryLocation) -> bool {
         self.entry_head(loc.physical_offset)
             .is_some_and(|head| head_begins_entry(&head, loc))
     }
@@ -70,7 +70,7 @@ impl CommitLog {
     /// the written end: an entry being appended is in the index before the written
     /// end covers it, and its bytes were written before it was indexed. None if the
     /// header would lie outside the retained segments.
-    fn entry_head(&self, offset: u64) -> Option<[u8; pos::SYSFLAG]> {
+    pub(super) fn entry_head(&self, offset: u64) -> Option<[u8; pos::SYSFLAG]> {
         let _guard = self.erase.read().unwrap();
         if offset < self.min_offset() {
             return None;

@@ -48,14 +48,22 @@ impl CommitLog {
 
     /// Writes entry `(term, log_index)` again from `records` (the entry as a peer
     /// holds it) over its own bytes, and fsyncs them (`msync(MS_SYNC)`) before
-    /// returning. The Raft index must place an entry of that `term` there, and the
-    /// records must encode to exactly its size; the bytes written are checked to read
-    /// back as the entry. Returns the entry's location.
+    /// returning. The Raft index must place an entry of that `term` there, the slot
+    /// must be pinned by the intact entries around it (the one before ends where it
+    /// begins, or in the segment before when it begins a segment, or it is the
+    /// log's first entry at the oldest retained offset; the one after begins where
+    /// it ends, or begins the next segment, or it ends at the written end), so that
+    /// a damaged index entry never sends the copy over other entries, and the
+    /// records must encode to exactly its size. The bytes written are checked to
+    /// read back as the entry. Returns the entry's location.
     ///
-    /// Errors: `OutOfRange` when the entry is not held (purged or truncated);
-    /// `InvalidInput` when the index holds another term there or the records do not
-    /// fill the entry's slot exactly (then nothing was written); `Corrupted` when
-    /// the index cannot say where the entry is; `Io`.
+    /// Errors: `EntryReplaced` when the log holds another term at `log_index` now;
+    /// `InvalidInput` when the records do not fill the slot exactly (the copy is
+    /// not this entry); `Corrupted` when the slot cannot be pinned or the index
+    /// cannot say where the entry is; `OutOfRange` when it is not held (truncated,
+    /// or purged with its index entry); `NotWritable` after a failed fsync (this
+    /// one's too, which poisons the log like a failed flush); `Io`. Nothing is
+    /// written on any error but the last two.
     pub fn rewrite_entry(
         &self,
         term: u64,
@@ -64,18 +72,22 @@ impl CommitLog {
     ) -> Result<EntryLocation> {
         // One writer: no append, truncation or purge moves entries meanwhile.
         let _w = self.writer.lock().unwrap();
+        if let Some(why) = self.poisoned.lock().unwrap().as_ref() {
+            return Err(StoreError::NotWritable(why.clone()));
+        }
         let loc = self.entry_location(log_index)?;
         if loc.term != term {
-            return Err(StoreError::InvalidInput(format!(
-                "entry {log_index} is of term {} here, not {term}",
-                loc.term
-            )));
+            return Err(StoreError::EntryReplaced {
+                log_index,
+                held_term: loc.term,
+                given_term: term,
+            });
         }
         let buf = encode_at(&loc, records)?;
-        if loc.end_offset() > self.wrote_offset() || loc.physical_offset < self.min_offset() {
+        if let Some(why) = self.unpinned(&loc) {
             return Err(self.corrupted(
                 loc.physical_offset,
-                format!("the raft index puts log index {log_index} outside the written log"),
+                format!("entry {log_index}: not written back, its slot is not pinned: {why}"),
             ));
         }
         let f = self
@@ -90,13 +102,55 @@ impl CommitLog {
             })?;
         let at = loc.physical_offset - f.start_offset();
         {
-            // Readers copy bytes under the shared lock: none sees a half-written entry.
+            // Readers copy bytes under the shared lock: none sees a half-written
+            // entry (`MappedFile::write_at` is otherwise for unpublished bytes).
             let _erase = self.erase.write().unwrap();
             f.write_at(at, &buf);
         }
-        f.flush_range(at, at + buf.len() as u64)?;
+        if let Err(e) = f.flush_range(at, at + buf.len() as u64) {
+            *self.poisoned.lock().unwrap() = Some(format!("an fsync failed: {e}"));
+            return Err(e);
+        }
         self.read_entry_verified(log_index)?;
         Ok(loc)
+    }
+
+    /// Why the slot of `loc` is not pinned by the entries around it (see
+    /// [`CommitLog::rewrite_entry`]), or `None` if it is. A neighbour counts only
+    /// if its own index entry points at a record that begins it.
+    fn unpinned(&self, loc: &EntryLocation) -> Option<String> {
+        let seg = self.cfg.segment_bytes;
+        let (phys, end) = (loc.physical_offset, loc.end_offset());
+        if phys < self.min_offset() || end > self.wrote_offset() {
+            return Some("outside the written log".into());
+        }
+        let intact = |i: u64| {
+            self.raft_index
+                .get(i)
+                .ok()
+                .filter(|l| l.log_index == i && self.begins_entry(l))
+        };
+        let first = self.raft_index.first_index();
+        let start_pinned = match loc.log_index.checked_sub(1).filter(|&p| p >= first) {
+            Some(p) => intact(p).is_some_and(|prev| {
+                prev.end_offset() == phys
+                    || (phys % seg == 0 && prev.physical_offset / seg + 1 == phys / seg)
+            }),
+            None => phys == self.min_offset(),
+        };
+        if !start_pinned {
+            return Some("the entry before does not end where it begins".into());
+        }
+        let end_pinned = if loc.log_index + 1 < self.raft_index.next_index() {
+            intact(loc.log_index + 1).is_some_and(|next| {
+                next.physical_offset == end
+                    || (next.physical_offset % seg == 0
+                        && phys / seg + 1 == next.physical_offset / seg)
+            })
+        } else {
+            end == self.wrote_offset()
+        };
+        (!end_pinned).then(|| "the entry after does not begin where it ends".into())
     }
 }
 

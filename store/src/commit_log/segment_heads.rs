@@ -32,12 +32,38 @@ impl CommitLog {
     }
 
     /// The log index of the record at the start of the segment beginning at `offset`.
+    /// A first record whose bytes fail their CRC (damage the Raft layer repairs
+    /// from a peer, `crate::commit_log::rewrite`) still answers, from its header,
+    /// if the Raft index puts that entry at `offset` and the header agrees with it
+    /// (magic, size, term, log index, offset): the store must open to be repaired.
+    /// Errors: `Io`, `Corrupted` when neither says.
     pub(super) fn first_log_index_at(&self, offset: u64) -> Result<Option<u64>> {
-        Ok(self.first_record_of_segment(offset)?.map(|b| {
-            RecordView::parse_checked_before(&b)
-                .expect("checked by read_record")
-                .log_index()
-        }))
+        match self.first_record_of_segment(offset) {
+            Ok(first) => Ok(first.map(|b| {
+                RecordView::parse_checked_before(&b)
+                    .expect("checked by read_record")
+                    .log_index()
+            })),
+            Err(e @ crate::error::StoreError::Corrupted { .. }) => {
+                let indexed = self.entry_head(offset).and_then(|head| {
+                    let at = crate::record::pos::LOG_INDEX;
+                    let log_index = u64::from_be_bytes(head[at..at + 8].try_into().unwrap());
+                    self.raft_index
+                        .get(log_index)
+                        .ok()
+                        .filter(|loc| {
+                            loc.physical_offset == offset
+                                && super::locate::head_begins_entry(&head, loc)
+                        })
+                        .map(|_| log_index)
+                });
+                match indexed {
+                    Some(log_index) => Ok(Some(log_index)),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The store timestamp (ms) of the first message record in the entries from the

@@ -5,7 +5,7 @@
 use crate::error::{Result, StoreError};
 use crate::record::{RecordKind, RecordView};
 
-use super::{for_each_record, Dispatched, MessageStore};
+use super::{Dispatched, MessageStore};
 
 impl MessageStore {
     /// Re-indexes the records of the IndexFile that was active at the crash (its
@@ -26,12 +26,15 @@ impl MessageStore {
         }
         let mut log_index = self.log_index_at(begin)?;
         while log_index < dispatched.next_log_index {
-            match self.index_entry(log_index, begin, false) {
+            match self.index_entry(log_index, begin, Indexing::InOrder) {
                 // A damaged record cannot be indexed; reads of it report the damage,
                 // and it is indexed once written back from a peer's copy.
                 Err(e @ StoreError::Corrupted { .. }) => {
                     tracing::error!(log_index, error = %e, "skipping a damaged entry while rebuilding the IndexFile");
-                    self.unindexed.lock().unwrap().push((log_index, begin));
+                    self.unindexed
+                        .lock()
+                        .unwrap()
+                        .insert(log_index, SkippedEntry { begin });
                 }
                 other => other?,
             }
@@ -54,37 +57,51 @@ impl MessageStore {
     }
 
     /// Indexes the message records of entry `log_index` that lie at or after
-    /// physical offset `begin` (where the IndexFile being rebuilt begins); with
-    /// `skipped`, an entry the rebuild skipped, below the file's end. Errors:
-    /// `Corrupted` if a record does not check out (nothing of the entry is indexed
-    /// then), `OutOfRange`, `Io`.
-    fn index_entry(&self, log_index: u64, begin: u64, skipped: bool) -> Result<()> {
+    /// physical offset `begin` (where the IndexFile being rebuilt begins), as
+    /// `how` says. Errors: `Corrupted` if a record does not check out (nothing of
+    /// the entry is indexed then), `OutOfRange`, `Io`.
+    fn index_entry(&self, log_index: u64, begin: u64, how: Indexing) -> Result<()> {
         let entry = self.log.read_entry(log_index)?;
-        self.log.verified_records(&entry)?;
-        for_each_record(&self.log, &entry, |view, phys| {
+        // Every record checked (once) before any is indexed.
+        for view in self.log.verified_records(&entry)? {
+            let phys = view.physical_offset();
             if phys >= begin && view.kind() == RecordKind::Message {
-                if skipped {
-                    self.index.put_skipped_record(&view, phys)?;
-                } else {
-                    self.index.put_record(&view, phys)?;
+                match how {
+                    Indexing::InOrder => self.index.put_record(&view, phys)?,
+                    Indexing::Skipped => self.index.put_skipped_record(&view, phys)?,
                 }
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 
     /// After entry `log_index` was written back: indexes it if the IndexFile
-    /// rebuild skipped it as damaged. Errors: as [`Self::index_entry`].
+    /// rebuild skipped it as damaged (it is forgotten only once indexed).
+    /// Errors: as [`Self::index_entry`].
     pub(super) fn index_rewritten(&self, log_index: u64) -> Result<()> {
-        let skipped = {
-            let mut u = self.unindexed.lock().unwrap();
-            u.iter()
-                .position(|&(i, _)| i == log_index)
-                .map(|at| u.swap_remove(at))
+        let Some(skipped) = self.unindexed.lock().unwrap().get(&log_index).copied() else {
+            return Ok(());
         };
-        match skipped {
-            Some((_, begin)) => self.index_entry(log_index, begin, true),
-            None => Ok(()),
-        }
+        self.index_entry(log_index, skipped.begin, Indexing::Skipped)?;
+        self.unindexed.lock().unwrap().remove(&log_index);
+        Ok(())
     }
+}
+
+/// How an entry's records go into the IndexFile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Indexing {
+    /// In CommitLog order (the rebuild): a record below the newest file's end is
+    /// taken as indexed already.
+    InOrder,
+    /// A record the rebuild skipped, written back since
+    /// (`IndexService::put_skipped_record`).
+    Skipped,
+}
+
+/// An entry the IndexFile rebuild at open skipped as damaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SkippedEntry {
+    /// Physical offset the rebuilt IndexFile begins at.
+    pub begin: u64,
 }

@@ -6,9 +6,12 @@
 //! (`dispatch.rs`). So an entry that does not decode, or points at a record that
 //! is not a message of its queue, is rebuilt by walking the CommitLog (each
 //! record CRC-checked) from the nearest intact entry before it, counting that
-//! queue's messages, and the entries up to it are rewritten. RocketMQ's 20-byte
-//! entry has no checksum: damage that leaves an entry pointing at another message
-//! of the same queue, or that changes only its tag hash, is not seen.
+//! queue's messages, and the entries up to it are rewritten; so is an entry whose
+//! tag hash is not that of its record's tags. RocketMQ's 20-byte entry has no
+//! checksum: damage that leaves an entry pointing at another message of the same
+//! queue is not seen, and a consumer's tag filter, which reads the entry's tag
+//! hash without the record, may skip a message whose hash was damaged before a
+//! read of the record repaired it.
 
 use crate::consume_queue::{ConsumeQueue, ConsumeQueueTable, CqEntry};
 use crate::error::{Result, StoreError};
@@ -56,14 +59,16 @@ impl MessageStore {
         }
     }
 
-    /// The record `e` points at, if it is a whole message of `cq`'s queue.
+    /// The record `e` points at, if it is a whole message of `cq`'s queue and `e`
+    /// is the entry dispatch made of it (its size and the hash of its tags: a
+    /// damaged tag hash would otherwise go unseen and fail tag filters).
     fn checked_record(&self, cq: &ConsumeQueue, e: &CqEntry) -> Option<Vec<u8>> {
         let bytes = self
             .log
             .read_record(e.commit_log_offset, e.size_bytes as usize)
             .ok()?;
         let v = RecordView::parse_checked_before(&bytes).ok()?;
-        is_message_of(&v, cq).then_some(bytes)
+        (is_message_of(&v, cq) && placement(&v, e.commit_log_offset) == *e).then_some(bytes)
     }
 
     fn repair_queue_entry(
