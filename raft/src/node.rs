@@ -227,7 +227,13 @@ impl RaftNode {
             Ok(raft) => raft,
             Err(e) => {
                 let _ = stop_tx.send(());
-                let _ = server.await;
+                let abort = server.abort_handle();
+                if tokio::time::timeout(Duration::from_secs(2), server)
+                    .await
+                    .is_err()
+                {
+                    abort.abort();
+                }
                 return Err(RaftNodeError::Raft(e.to_string()));
             }
         };

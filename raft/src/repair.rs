@@ -86,6 +86,20 @@ pub fn read_intact(store: &MessageStore, wanted: EntryWanted) -> Result<Option<E
     }
 }
 
+/// Takes an entry out of [`EntryRepair`]'s set of repairs under way when dropped.
+struct InFlight<'a> {
+    set: &'a Mutex<BTreeSet<u64>>,
+    log_index: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut set) = self.set.lock() {
+            set.remove(&self.log_index);
+        }
+    }
+}
+
 /// What one peer said of an entry.
 enum Answer {
     /// Its intact copy.
@@ -164,9 +178,12 @@ impl EntryRepair {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let repaired = self.repair_alone(log_index, deadline).await;
-        self.in_flight.lock().unwrap().remove(&log_index);
-        repaired
+        // Forgotten however the repair ends (a panic, or the caller dropping it).
+        let _done = InFlight {
+            set: &self.in_flight,
+            log_index,
+        };
+        self.repair_alone(log_index, deadline).await
     }
 
     async fn repair_alone(&self, log_index: u64, deadline: tokio::time::Instant) -> Option<Entry> {

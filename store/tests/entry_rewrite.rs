@@ -184,3 +184,45 @@ fn a_copy_is_never_written_where_a_damaged_index_entry_points() {
         );
     }
 }
+
+/// One damaged span covers the end of an entry and the header of the next: the
+/// first is still pinned (by the entry before it, whose header is intact, and by
+/// the next entry's index entry), and once it is written back so is the next.
+#[test]
+fn damage_across_an_entry_boundary_is_written_back_entry_by_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 16 * 1024);
+    let store = write_entries(&cfg);
+    let before: Vec<Vec<u8>> = (0..ENTRIES)
+        .map(|i| store.read_entry(i).unwrap().bytes)
+        .collect();
+    let (l17, l18) = (
+        store.commit_log().entry_location(17).unwrap(),
+        store.commit_log().entry_location(18).unwrap(),
+    );
+    assert_eq!(
+        l17.end_offset(),
+        l18.physical_offset,
+        "adjacent in one segment"
+    );
+    store.shutdown().unwrap();
+    drop(store);
+    damage_commit_log(&cfg, l18.physical_offset - 10, &[0x5A; 30]);
+
+    let store = MessageStore::open(cfg).unwrap();
+    for (idx, loc) in [(17, l17), (18, l18)] {
+        assert!(store.commit_log().read_entry_verified(idx).is_err());
+        store.rewrite_entry(loc.term, idx, &records(idx)).unwrap();
+    }
+    for (i, bytes) in before.iter().enumerate() {
+        assert_eq!(
+            &store
+                .commit_log()
+                .read_entry_verified(i as u64)
+                .unwrap()
+                .bytes,
+            bytes,
+            "entry {i}"
+        );
+    }
+}

@@ -49,12 +49,12 @@ impl CommitLog {
     /// Writes entry `(term, log_index)` again from `records` (the entry as a peer
     /// holds it) over its own bytes, and fsyncs them (`msync(MS_SYNC)`) before
     /// returning. The Raft index must place an entry of that `term` there, the slot
-    /// must be pinned by the intact entries around it (the one before ends where it
+    /// must be pinned by the entries around it (the one before ends where it
     /// begins, or in the segment before when it begins a segment, or it is the
     /// log's first entry at the oldest retained offset; the one after begins where
-    /// it ends, or begins the next segment, or it ends at the written end), so that
-    /// a damaged index entry never sends the copy over other entries, and the
-    /// records must encode to exactly its size. The bytes written are checked to
+    /// it ends, or begins the next segment, or it ends at the written end; see
+    /// `unpinned`), so that a damaged index entry never sends the copy over other
+    /// entries, and the records must encode to exactly its size. The bytes written are checked to
     /// read back as the entry. Returns the entry's location.
     ///
     /// Errors: `EntryReplaced` when the log holds another term at `log_index` now;
@@ -116,41 +116,64 @@ impl CommitLog {
     }
 
     /// Why the slot of `loc` is not pinned by the entries around it (see
-    /// [`CommitLog::rewrite_entry`]), or `None` if it is. A neighbour counts only
-    /// if its own index entry points at a record that begins it.
+    /// [`CommitLog::rewrite_entry`]), or `None` if it is. A neighbour's place is
+    /// what its own index entry says; at least one side must be confirmed by
+    /// a record header that begins its neighbour (or by the log's bounds), so that
+    /// damage crossing into the next entry's header still leaves the slot pinned
+    /// while a damaged index entry pointing elsewhere does not.
     fn unpinned(&self, loc: &EntryLocation) -> Option<String> {
         let seg = self.cfg.segment_bytes;
-        let (phys, end) = (loc.physical_offset, loc.end_offset());
-        if phys < self.min_offset() || end > self.wrote_offset() {
+        let (phys, end, min, wrote) = (
+            loc.physical_offset,
+            loc.end_offset(),
+            self.min_offset(),
+            self.wrote_offset(),
+        );
+        if phys < min || end > wrote {
             return Some("outside the written log".into());
         }
-        let intact = |i: u64| {
+        // A neighbour held below the oldest retained offset (its segment purged
+        // before the index was) counts as none.
+        let near = |i: u64| {
             self.raft_index
                 .get(i)
                 .ok()
-                .filter(|l| l.log_index == i && self.begins_entry(l))
+                .filter(|l| l.log_index == i && l.physical_offset >= min)
+                .map(|l| (l, self.begins_entry(&l)))
         };
+        let next_segment = |a: u64, b: u64| b % seg == 0 && a / seg + 1 == b / seg;
         let first = self.raft_index.first_index();
-        let start_pinned = match loc.log_index.checked_sub(1).filter(|&p| p >= first) {
-            Some(p) => intact(p).is_some_and(|prev| {
-                prev.end_offset() == phys
-                    || (phys % seg == 0 && prev.physical_offset / seg + 1 == phys / seg)
-            }),
-            None => phys == self.min_offset(),
+        let before = loc.log_index.checked_sub(1).filter(|&p| p >= first);
+        let (start_pinned, start_seen) = match before.and_then(near) {
+            Some((prev, seen)) => (
+                prev.end_offset() == phys || next_segment(prev.physical_offset, phys),
+                seen,
+            ),
+            None => (phys == min, true),
+        };
+        let after = Some(loc.log_index + 1).filter(|&n| n < self.raft_index.next_index());
+        let (end_pinned, end_seen) = match after {
+            Some(n) => match near(n) {
+                Some((next, seen)) => (
+                    next.physical_offset == end || next_segment(phys, next.physical_offset),
+                    seen,
+                ),
+                None => (false, false),
+            },
+            // The last entry ends at the written end, or the written end begins the
+            // next segment (a truncation at an entry that began a segment leaves
+            // this one's padding in place).
+            None => (end == wrote || next_segment(phys, wrote), true),
         };
         if !start_pinned {
-            return Some("the entry before does not end where it begins".into());
-        }
-        let end_pinned = if loc.log_index + 1 < self.raft_index.next_index() {
-            intact(loc.log_index + 1).is_some_and(|next| {
-                next.physical_offset == end
-                    || (next.physical_offset % seg == 0
-                        && phys / seg + 1 == next.physical_offset / seg)
-            })
+            Some("the entry before does not end where it begins".into())
+        } else if !end_pinned {
+            Some("the entry after does not begin where it ends".into())
+        } else if !start_seen && !end_seen {
+            Some("neither entry around it begins with an intact header".into())
         } else {
-            end == self.wrote_offset()
-        };
-        (!end_pinned).then(|| "the entry after does not begin where it ends".into())
+            None
+        }
     }
 }
 
