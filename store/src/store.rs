@@ -360,7 +360,11 @@ impl MessageStore {
     }
 
     /// Writes a damaged entry again from a peer's copy
-    /// ([`CommitLog::rewrite_entry`]: same term, same size, fsynced).
+    /// ([`CommitLog::rewrite_entry`]: same term, a pinned slot, same size,
+    /// fsynced), then indexes it in the IndexFile if the rebuild after a crash
+    /// skipped it. Errors: as [`CommitLog::rewrite_entry`]; once the entry is
+    /// written back it is reported repaired, and a failure to index it (derived
+    /// data) is only logged.
     pub fn rewrite_entry(
         &self,
         term: u64,
@@ -369,7 +373,9 @@ impl MessageStore {
     ) -> Result<EntryLocation> {
         self.check_open()?;
         let loc = self.log.rewrite_entry(term, log_index, records)?;
-        self.index_rewritten(log_index)?;
+        if let Err(e) = self.index_rewritten(log_index) {
+            tracing::warn!(log_index, error = %e, "an entry written back could not be indexed; queries by key miss it on this node");
+        }
         Ok(loc)
     }
 

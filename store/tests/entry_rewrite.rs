@@ -28,14 +28,28 @@ fn write_entries(cfg: &ledgermq_store::StoreConfig) -> std::sync::Arc<MessageSto
     store
 }
 
+/// Every entry's bytes as `store` reads them back.
+fn entry_bytes(store: &MessageStore) -> Vec<Vec<u8>> {
+    (0..ENTRIES)
+        .map(|i| store.read_entry(i).unwrap().bytes)
+        .collect()
+}
+
+/// Every entry of `store` but `except` checks out and holds the bytes `before`
+/// gives it.
+fn assert_intact(store: &MessageStore, before: &[Vec<u8>], except: Option<u64>) {
+    for i in (0..ENTRIES).filter(|&i| Some(i) != except) {
+        let e = store.commit_log().read_entry_verified(i);
+        assert_eq!(e.unwrap().bytes, before[i as usize], "entry {i}");
+    }
+}
+
 #[test]
 fn a_damaged_entry_is_written_back_from_a_copy_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = small_config(dir.path(), 16 * 1024);
     let store = write_entries(&cfg);
-    let before: Vec<Vec<u8>> = (0..ENTRIES)
-        .map(|i| store.read_entry(i).unwrap().bytes)
-        .collect();
+    let before = entry_bytes(&store);
     let (q0_before, _) = store.get_messages("T0", 0, 0, 100, |_| true).unwrap();
     let loc14 = store.commit_log().entry_location(14).unwrap();
     let loc21 = store.commit_log().entry_location(21).unwrap();
@@ -88,17 +102,7 @@ fn a_damaged_entry_is_written_back_from_a_copy_and_survives_a_restart() {
     // Written durably in place: a crash right after loses nothing of it.
     common::crash(store);
     let store = MessageStore::open(cfg).unwrap();
-    for (i, bytes) in before.iter().enumerate() {
-        assert_eq!(
-            &store
-                .commit_log()
-                .read_entry_verified(i as u64)
-                .unwrap()
-                .bytes,
-            bytes,
-            "entry {i}"
-        );
-    }
+    assert_intact(&store, &before, None);
 }
 
 /// After a crash the active IndexFile is rebuilt from the CommitLog; a damaged
@@ -157,9 +161,7 @@ fn a_copy_is_never_written_where_a_damaged_index_entry_points() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = small_config(dir.path(), 16 * 1024);
     let store = write_entries(&cfg);
-    let before: Vec<Vec<u8>> = (0..ENTRIES)
-        .map(|i| store.read_entry(i).unwrap().bytes)
-        .collect();
+    let before = entry_bytes(&store);
     let loc = |i: u64| store.commit_log().entry_location(i).unwrap();
     // Entry 14's index entry will point at entry 16 (its size field intact, so
     // the copy encodes to the size the index gives).
@@ -176,13 +178,7 @@ fn a_copy_is_never_written_where_a_damaged_index_entry_points() {
         matches!(res, Err(StoreError::Corrupted { .. })),
         "written back through a damaged index entry: {res:?}"
     );
-    for i in (0..ENTRIES).filter(|&i| i != 14) {
-        assert_eq!(
-            store.commit_log().read_entry_verified(i).unwrap().bytes,
-            before[i as usize],
-            "entry {i}"
-        );
-    }
+    assert_intact(&store, &before, Some(14));
 }
 
 /// One damaged span covers the end of an entry and the header of the next: the
@@ -193,9 +189,7 @@ fn damage_across_an_entry_boundary_is_written_back_entry_by_entry() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = small_config(dir.path(), 16 * 1024);
     let store = write_entries(&cfg);
-    let before: Vec<Vec<u8>> = (0..ENTRIES)
-        .map(|i| store.read_entry(i).unwrap().bytes)
-        .collect();
+    let before = entry_bytes(&store);
     let (l17, l18) = (
         store.commit_log().entry_location(17).unwrap(),
         store.commit_log().entry_location(18).unwrap(),
@@ -214,15 +208,5 @@ fn damage_across_an_entry_boundary_is_written_back_entry_by_entry() {
         assert!(store.commit_log().read_entry_verified(idx).is_err());
         store.rewrite_entry(loc.term, idx, &records(idx)).unwrap();
     }
-    for (i, bytes) in before.iter().enumerate() {
-        assert_eq!(
-            &store
-                .commit_log()
-                .read_entry_verified(i as u64)
-                .unwrap()
-                .bytes,
-            bytes,
-            "entry {i}"
-        );
-    }
+    assert_intact(&store, &before, None);
 }
