@@ -280,12 +280,36 @@ impl Consumers {
     async fn commit_leases(&self, term: u64, leases: Vec<FifoLease>) -> Result<(), BrokerError> {
         let command = Command::FifoLeasesOfTerm { term, leases };
         if ledgermq_raft::canary::enabled(ledgermq_raft::canary::Canary::ForwardFifoLeases) {
-            // Broken on purpose (debug builds, tests only): forwarded like any
-            // command once this node is deposed.
-            self.node.write_command(command).await?;
-            return Ok(());
+            return self.forward_leases_canary(command).await;
         }
         self.node.write_command_as_leader(command).await?;
+        Ok(())
+    }
+
+    /// The `forward-fifo-leases` canary (debug builds, tests only), broken on
+    /// purpose: leases this node could not commit as leader (it is handing over or
+    /// was deposed) are forwarded to the next leader, whose state machine applies
+    /// them from an entry of its own term (`ledgermq_raft::canary`), and the
+    /// deliveries are answered.
+    async fn forward_leases_canary(&self, command: Command) -> Result<(), BrokerError> {
+        match self.node.write_command_as_leader(command.clone()).await {
+            Err(ledgermq_raft::RaftNodeError::NotLeader { .. }) => {}
+            other => {
+                other?;
+                return Ok(());
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.node.is_leader() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The forward arrives late, as a slow network can make any forward: after
+        // the new leader has begun to serve.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tracing::warn!(
+            "canary forward-fifo-leases: forwarding leases this node could not commit as leader"
+        );
+        self.node.write_command(command).await?;
         Ok(())
     }
 

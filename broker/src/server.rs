@@ -13,10 +13,36 @@ use crate::error::BrokerError;
 use crate::pb::messaging_service_server::MessagingServiceServer;
 use crate::service::Service;
 
-/// Binds `addr` and serves the client protocol and the admin service until the
-/// task is aborted; also starts the consumer-offset committer (every 100 ms).
-/// Error: the address cannot be bound.
-pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<JoinHandle<()>, BrokerError> {
+/// A serving client port (see [`serve`]).
+pub struct ClientServer {
+    task: JoinHandle<()>,
+    shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl ClientServer {
+    /// Stops serving: new connections and calls are refused at once, calls in
+    /// flight get up to `drain` to finish (a write taken before a leadership
+    /// hand-over is forwarded to the new leader and answered), then whatever is
+    /// left (long polls, Telemetry streams) is dropped.
+    pub async fn stop(self, drain: Duration) {
+        let _ = self.shutdown.send(());
+        let mut task = self.task;
+        if tokio::time::timeout(drain, &mut task).await.is_err() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Stops serving at once, dropping calls in flight.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// Binds `addr` and serves the client protocol and the admin service until
+/// [`ClientServer::stop`]; also starts the consumer-offset committer (every
+/// 100 ms). Error: the address cannot be bound.
+pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer, BrokerError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| BrokerError::Transport(format!("bind {addr}: {e}")))?;
@@ -30,10 +56,15 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<JoinHandle<(
                 .max_encoding_message_size(64 << 20),
         )
         .add_service(BrokerAdminServer::new(Admin(broker)));
-    Ok(tokio::spawn(async move {
-        if let Err(e) = router.serve_with_incoming(incoming).await {
+    let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        if let Err(e) = router.serve_with_incoming_shutdown(incoming, stopped).await {
             tracing::error!(error = %e, "client service stopped");
         }
         committer.abort();
-    }))
+    });
+    Ok(ClientServer { task, shutdown })
 }

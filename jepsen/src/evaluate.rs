@@ -306,8 +306,8 @@ pub fn verdict(r: &RunResults) -> String {
     }
     if !r.fifo.valid {
         why.push(format!(
-            "FIFO: {} delivered while the previous was in flight, {} delivered after an acknowledged ack",
-            r.fifo.delivered_while_previous_in_flight, r.fifo.redelivered_after_ack
+            "FIFO: {} delivered while the previous was in flight, {} delivered again while in flight, {} delivered after an acknowledged ack",
+            r.fifo.delivered_while_previous_in_flight, r.fifo.delivered_again_while_in_flight, r.fifo.redelivered_after_ack
         ));
     }
     match (&r.replica_audit, &r.audit_error) {

@@ -7,7 +7,12 @@
 //!   receive that delivered it, the earliest its lease can have begun). Messages
 //!   handed out in one receive answer are one delivery, in order;
 //! - an ack answered OK is final: the message is never delivered again by a
-//!   receive invoked after that answer.
+//!   receive invoked after that answer;
+//! - one delivery of a message in flight at a time: a message is delivered again
+//!   only once its previous delivery was acked or its invisible time ran out (the
+//!   same bounds as above). A deposed leader whose delivery was applied anyway
+//!   (through a lease forwarded to the new leader) hands out the message the new
+//!   leader already handed out: two consumers hold it at once.
 //!
 //! Plain functions of the history: no I/O.
 
@@ -31,6 +36,9 @@ pub struct FifoDelivery {
     /// Deliveries of a group's next message while the previous one was still in
     /// flight (neither acked nor past its invisible time).
     pub delivered_while_previous_in_flight: usize,
+    /// Deliveries of a message while an earlier delivery of that same message was
+    /// still in flight (neither acked nor past its invisible time).
+    pub delivered_again_while_in_flight: usize,
     /// Examples, one line each.
     pub examples: Vec<String>,
     /// No finding.
@@ -123,26 +131,38 @@ pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
         let mut current: Option<(&str, u64, usize)> = None;
         for d in ds {
             if let Some((prev, leased_ms, receive)) = current {
-                let next = prev != d.id && receive != d.receive;
                 let acked = first_ack_invoke
                     .get(prev)
                     .is_some_and(|&t| t <= d.answered_ms);
                 let expired = d.answered_ms >= leased_ms + invisible_ms;
-                if next && !acked && !expired {
-                    r.delivered_while_previous_in_flight += 1;
-                    note_example(
-                        &mut r.examples,
-                        format!(
-                            "group {group}: {} delivered at {} ms while {prev} (leased from {leased_ms} ms) was neither acked nor expired",
-                            d.id, d.answered_ms
-                        ),
-                    );
+                if receive != d.receive && !acked && !expired {
+                    if prev != d.id {
+                        r.delivered_while_previous_in_flight += 1;
+                        note_example(
+                            &mut r.examples,
+                            format!(
+                                "group {group}: {} delivered at {} ms while {prev} (leased from {leased_ms} ms) was neither acked nor expired",
+                                d.id, d.answered_ms
+                            ),
+                        );
+                    } else {
+                        r.delivered_again_while_in_flight += 1;
+                        note_example(
+                            &mut r.examples,
+                            format!(
+                                "group {group}: {prev} delivered again at {} ms while its delivery leased from {leased_ms} ms was neither acked nor expired",
+                                d.answered_ms
+                            ),
+                        );
+                    }
                 }
             }
             current = Some((d.id, d.invoked_ms, d.receive));
         }
     }
-    r.valid = r.redelivered_after_ack == 0 && r.delivered_while_previous_in_flight == 0;
+    r.valid = r.redelivered_after_ack == 0
+        && r.delivered_while_previous_in_flight == 0
+        && r.delivered_again_while_in_flight == 0;
     r
 }
 
@@ -227,5 +247,35 @@ mod tests {
         racing.push(op(25, 1, OpFn::Ack, OpType::Ok, &["a"]));
         racing.push(op(30, 2, OpFn::Receive, OpType::Ok, &["a"]));
         assert!(fifo_delivery(&racing, 1_000).valid);
+    }
+
+    #[test]
+    fn a_message_is_in_flight_once_at_a_time() {
+        // a handed to process 1, then to process 2 before its invisible time ran
+        // out and with no ack invoked: two consumers hold it at once.
+        let mut h = Vec::new();
+        receive(&mut h, 0, 1, &["a"]);
+        receive(&mut h, 100, 2, &["a"]);
+        let r = fifo_delivery(&h, 1_000);
+        assert_eq!(r.delivered_again_while_in_flight, 1, "{r:?}");
+        assert_eq!(r.delivered_while_previous_in_flight, 0, "{r:?}");
+        assert!(!r.valid);
+        assert!(
+            r.examples[0].contains("a delivered again at 110 ms"),
+            "{r:?}"
+        );
+        // After its invisible time (counted from the first receive's invoke).
+        assert!(fifo_delivery(&h, 110).valid);
+        assert!(!fifo_delivery(&h, 111).valid);
+        // After an ack was invoked (answered unknown or failed: it may come back).
+        let mut nacked = Vec::new();
+        receive(&mut nacked, 0, 1, &["a"]);
+        ack(&mut nacked, 50, 1, "a", OpType::Fail);
+        receive(&mut nacked, 100, 2, &["a"]);
+        assert!(fifo_delivery(&nacked, 1_000).valid);
+        // Twice in one answer is one delivery, not two.
+        let mut batch = Vec::new();
+        receive(&mut batch, 0, 1, &["a", "a"]);
+        assert!(fifo_delivery(&batch, 1_000).valid);
     }
 }

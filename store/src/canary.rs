@@ -24,9 +24,10 @@ pub enum Canary {
     /// ConsumeQueues as soon as it is appended, before it commits; consumers of
     /// the leader can be handed messages that a later leader never commits.
     DispatchBeforeApply,
-    /// `forward-fifo-leases`: a FIFO delivery lease is proposed like any command
-    /// (forwarded to the leader once this node is deposed) and applied from an
-    /// entry of any term, as before issue 13.
+    /// `forward-fifo-leases`: a FIFO delivery lease the leader could not commit in
+    /// its own term (it was handing over or deposed) is forwarded to the next
+    /// leader and applied from an entry of that leader's term, and the delivery is
+    /// answered; the next leader may have handed the same message out meanwhile.
     ForwardFifoLeases,
 }
 

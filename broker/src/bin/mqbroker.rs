@@ -2,7 +2,8 @@
 //!
 //! It opens the store (recovering after a crash), joins the group's Raft group and
 //! keeps every name server told of its role. On SIGTERM/SIGINT it hands leadership
-//! to a caught-up follower first (rolling restarts), unregisters and shuts the store
+//! to a caught-up follower first (rolling restarts), gives calls in flight up to
+//! 1.5 s to finish (through the new leader), unregisters and shuts the store
 //! down cleanly. Clients (RocketMQ 5 gRPC) and `mqadmin` use `client_addr`.
 
 use std::sync::Arc;
@@ -16,6 +17,10 @@ use ledgermq_broker::config::BrokerConfig;
 use ledgermq_broker::route::{Members, NameServers};
 use ledgermq_namesrv::registrar::Registrar;
 use ledgermq_raft::{BatchConfig, NetworkFilter, RaftNode, RaftNodeConfig, RaftTiming};
+
+/// On SIGTERM, after the leadership hand-over: how long calls in flight get to
+/// finish before the client port closes.
+const SHUTDOWN_DRAIN: Duration = Duration::from_millis(1500);
 
 /// mimalloc instead of glibc malloc: allocation was ~16% of a leader's CPU.
 #[global_allocator]
@@ -147,7 +152,8 @@ async fn main() -> Result<()> {
             }
         }
     }
-    server.abort();
+    // Calls taken before the hand-over finish through the new leader.
+    server.stop(SHUTDOWN_DRAIN).await;
     announcer.abort();
     let _ = announcer.await; // drops its handle on the registrar
     match Arc::try_unwrap(registrar) {

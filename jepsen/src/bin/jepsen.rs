@@ -147,8 +147,8 @@ fn main() {
                 r.order.inconsistent_offsets, r.order.offset_gaps, r.order.group_order_violations
             );
             println!(
-                "fifo: {} deliveries, {} acks answered OK, {} delivered while the previous was in flight, {} delivered after an acknowledged ack",
-                r.fifo.deliveries, r.fifo.acks_ok, r.fifo.delivered_while_previous_in_flight, r.fifo.redelivered_after_ack
+                "fifo: {} deliveries, {} acks answered OK, {} delivered while the previous was in flight, {} delivered again while in flight, {} delivered after an acknowledged ack",
+                r.fifo.deliveries, r.fifo.acks_ok, r.fifo.delivered_while_previous_in_flight, r.fifo.delivered_again_while_in_flight, r.fifo.redelivered_after_ack
             );
             match (&r.replica_audit, &r.audit_error) {
                 (Some(a), _) => println!("replica audit: {}", a.summary()),
