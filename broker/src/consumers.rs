@@ -275,8 +275,9 @@ impl Consumers {
     }
 
     /// Records FIFO deliveries decided in `term` through Raft, proposed only by this
-    /// node while it leads (never forwarded); the state machine refuses them if
-    /// they reach the log in a later term.
+    /// node while it leads (never forwarded, except by the test-only
+    /// `forward-fifo-leases` canary); the state machine refuses them if they reach
+    /// the log in a later term.
     async fn commit_leases(&self, term: u64, leases: Vec<FifoLease>) -> Result<(), BrokerError> {
         let command = Command::FifoLeasesOfTerm { term, leases };
         if ledgermq_raft::canary::enabled(ledgermq_raft::canary::Canary::ForwardFifoLeases) {

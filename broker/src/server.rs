@@ -13,17 +13,21 @@ use crate::error::BrokerError;
 use crate::pb::messaging_service_server::MessagingServiceServer;
 use crate::service::Service;
 
-/// A serving client port (see [`serve`]).
+/// A serving client port (see [`serve`]). Dropping it leaves the port serving
+/// until the process exits.
+#[must_use = "the client port stops only through ClientServer::stop"]
 pub struct ClientServer {
     task: JoinHandle<()>,
+    committer: JoinHandle<()>,
     shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
 impl ClientServer {
-    /// Stops serving: new connections and calls are refused at once, calls in
-    /// flight get up to `drain` to finish (a write taken before a leadership
-    /// hand-over is forwarded to the new leader and answered), then whatever is
-    /// left (long polls, Telemetry streams) is dropped.
+    /// Stops serving: the listening socket closes at once, and calls on open
+    /// connections get up to `drain` to finish (a write taken before a leadership
+    /// hand-over is forwarded to the new leader and answered). Calls still open
+    /// after it (long polls, Telemetry streams, each on its connection's own task)
+    /// are left to end with the process. The consumer-offset committer stops.
     pub async fn stop(self, drain: Duration) {
         let _ = self.shutdown.send(());
         let mut task = self.task;
@@ -31,11 +35,7 @@ impl ClientServer {
             task.abort();
             let _ = task.await;
         }
-    }
-
-    /// Stops serving at once, dropping calls in flight.
-    pub fn abort(&self) {
-        self.task.abort();
+        self.committer.abort();
     }
 }
 
@@ -59,12 +59,18 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let stopped = async {
-            let _ = stopped.await;
+            if stopped.await.is_err() {
+                // Dropped without `stop`: serve on.
+                std::future::pending::<()>().await;
+            }
         };
         if let Err(e) = router.serve_with_incoming_shutdown(incoming, stopped).await {
             tracing::error!(error = %e, "client service stopped");
         }
-        committer.abort();
     });
-    Ok(ClientServer { task, shutdown })
+    Ok(ClientServer {
+        task,
+        committer,
+        shutdown,
+    })
 }

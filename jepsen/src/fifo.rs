@@ -9,10 +9,12 @@
 //! - an ack answered OK is final: the message is never delivered again by a
 //!   receive invoked after that answer;
 //! - one delivery of a message in flight at a time: a message is delivered again
-//!   only once its previous delivery was acked or its invisible time ran out (the
-//!   same bounds as above). A deposed leader whose delivery was applied anyway
-//!   (through a lease forwarded to the new leader) hands out the message the new
-//!   leader already handed out: two consumers hold it at once.
+//!   only once an ack of it was invoked or its previous delivery's invisible time
+//!   ran out (the same bounds as above; deliveries are taken in the order they
+//!   were answered). An ack releases the message whatever its outcome, failed
+//!   ones included, and the workload acks at once, so this sees two consumers
+//!   holding a message only when the second delivery is answered before the first
+//!   consumer's ack was invoked.
 //!
 //! Plain functions of the history: no I/O.
 

@@ -13,13 +13,14 @@ fn run_with(canary: &str, nemesis: &str, seed: &str) -> (Option<i32>, String, St
     run_planned(canary, nemesis, seed, "30", "6000")
 }
 
-/// [`run_with`], with `time_limit_s` of sending and faults and calms of `fault_ms`.
+/// [`run_with`], with `time_limit_s` of sending and faults and calms of
+/// `fault_and_gap_ms` each.
 fn run_planned(
     canary: &str,
     nemesis: &str,
     seed: &str,
     time_limit_s: &str,
-    fault_ms: &str,
+    fault_and_gap_ms: &str,
 ) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(bin("jepsen").unwrap())
@@ -34,9 +35,9 @@ fn run_planned(
             "--seed",
             seed,
             "--fault-ms",
-            fault_ms,
+            fault_and_gap_ms,
             "--gap-ms",
-            fault_ms,
+            fault_and_gap_ms,
         ])
         .output()
         .unwrap();
