@@ -125,8 +125,8 @@ impl Canon {
 }
 
 /// Digests of `meta` (consumer offsets, FIFO leases, topic and group configs), each
-/// over its entries in key order (the maps are BTreeMaps), and the applied index
-/// they belong to. Call with the metadata's lock held, so the two agree.
+/// over its entries in key order (the maps are BTreeMaps), the retention point, and
+/// the applied index they belong to. Call with the metadata's lock held, so the two agree.
 pub fn state_digest(meta: &GroupMeta) -> StateDigest {
     let mut offsets = Canon::new();
     for ((group, topic, queue_id), next) in &meta.offsets {
@@ -178,6 +178,7 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
         topics: meta.topics.len() as u64,
         groups_crc32: groups.done(),
         groups: meta.groups.len() as u64,
+        purge_point: meta.purge_point,
     }
 }
 

@@ -116,6 +116,17 @@ pub struct BrokerConfig {
     /// (RocketMQ's `diskSpaceWarningLevelRatio`: 0.90; 1.0 turns the check off).
     #[serde(default = "default_disk_space_warning_ratio")]
     pub disk_space_warning_ratio: f64,
+    /// Above this used fraction of a member's disk, retention takes the oldest
+    /// CommitLog segments even if they have not expired, on every member of the
+    /// group, but only what every consumer group has consumed (RocketMQ's
+    /// `diskSpaceCleanForciblyRatio`: 0.85, which also takes unconsumed messages;
+    /// 1.0 turns forced cleaning off).
+    #[serde(default = "default_disk_force_clean_ratio")]
+    pub disk_force_clean_ratio: f64,
+    /// Period of this member's retention runs, ms (RocketMQ's
+    /// `cleanResourceInterval`: 10,000). Each run deletes at most 10 segments.
+    #[serde(default = "default_retention_interval_ms")]
+    pub retention_interval_ms: u64,
     /// Removed (accepted and ignored, so files written for earlier releases still
     /// load): the jepsen harness's durable mark, a file where the node recorded its
     /// last fsynced CommitLog offset. The harness now finds what a power loss takes
@@ -151,6 +162,14 @@ fn default_telemetry_reply_buffer() -> usize {
 
 fn default_disk_space_warning_ratio() -> f64 {
     ledgermq_store::retention::RetentionConfig::default().disk_space_warning_ratio
+}
+
+fn default_retention_interval_ms() -> u64 {
+    10_000
+}
+
+fn default_disk_force_clean_ratio() -> f64 {
+    ledgermq_store::retention::RetentionConfig::default().disk_force_clean_ratio
 }
 
 fn default_flush() -> String {
@@ -216,6 +235,15 @@ impl BrokerConfig {
             return Err(err(format!(
                 "disk_space_warning_ratio must be in (0, 1], not {}",
                 cfg.disk_space_warning_ratio
+            )));
+        }
+        if cfg.retention_interval_ms == 0 {
+            return Err(err("retention_interval_ms must be at least 1".into()));
+        }
+        if !(cfg.disk_force_clean_ratio > 0.0 && cfg.disk_force_clean_ratio <= 1.0) {
+            return Err(err(format!(
+                "disk_force_clean_ratio must be in (0, 1], not {}",
+                cfg.disk_force_clean_ratio
             )));
         }
         cfg.check_client_endpoint(&members).map_err(err)?;
@@ -304,6 +332,7 @@ impl BrokerConfig {
         s.commit_log.segment_bytes = self.commit_log_segment_bytes;
         s.flush_mode = self.flush_mode()?;
         s.retention.disk_space_warning_ratio = self.disk_space_warning_ratio;
+        s.retention.disk_force_clean_ratio = self.disk_force_clean_ratio;
         Ok(s)
     }
 }

@@ -387,9 +387,24 @@ fn leader(views: &[NodeView]) -> Option<&NodeView> {
         .max_by_key(|v| v.state.current_term)
 }
 
+/// Whether node `lacking` purged its log no further than the retention point node
+/// `other` applied (a member purges through the highest segment boundary at or
+/// below it, so its log then begins at most one past the point): `other` has yet
+/// to purge what the group decided to delete, and nothing the group retains is
+/// missing.
+fn purged_by_group_point(views: &[NodeView], lacking: u64, other: u64) -> bool {
+    let view = |id| views.iter().find(|v| v.state.node_id == id);
+    let (Some(l), Some(o)) = (view(lacking), view(other)) else {
+        return false;
+    };
+    let point = o.state.state.as_ref().and_then(|s| s.purge_point);
+    point.is_some_and(|p| l.state.first_index <= p.saturating_add(1))
+}
+
 /// No node's queue starts above the leader's, nor above the same queue's start on
 /// a node at the same applied index: the messages in between are still served and
-/// a failover to that node would lose them.
+/// a failover to that node would lose them. A start the group's retention point
+/// explains is not flagged ([`purged_by_group_point`]).
 fn check_retained(views: &[NodeView], r: &mut ReplicaAudit) {
     let mins = |v: &NodeView| -> BTreeMap<(String, i32), u64> {
         v.state
@@ -420,6 +435,9 @@ fn check_retained(views: &[NodeView], r: &mut ReplicaAudit) {
                 continue;
             };
             if leader == Some(lacking) && with_leader {
+                continue;
+            }
+            if purged_by_group_point(views, lacking, other) {
                 continue;
             }
             if flagged.insert((lacking, key.0.clone(), key.1)) {
@@ -499,7 +517,10 @@ fn compare_queues(views: &[NodeView], r: &mut ReplicaAudit) {
 }
 
 /// The metadata digests' parts: (name, crc, entries).
-fn state_parts(s: &StateDigest) -> [(&'static str, u32, u64); 4] {
+/// The retention point counts as a part whose "crc" is the point's low 32 bits
+/// and whose entry count is the point plus one (0: none committed).
+fn state_parts(s: &StateDigest) -> [(&'static str, u32, u64); 5] {
+    let point = s.purge_point.map_or(0, |p| p.saturating_add(1));
     [
         (
             "consumer offsets",
@@ -509,6 +530,7 @@ fn state_parts(s: &StateDigest) -> [(&'static str, u32, u64); 4] {
         ("FIFO leases", s.fifo_leases_crc32, s.fifo_leases),
         ("topic configs", s.topics_crc32, s.topics),
         ("group configs", s.groups_crc32, s.groups),
+        ("retention point", point as u32, point),
     ]
 }
 

@@ -65,17 +65,19 @@ pub fn client_addr(i: usize) -> String {
 }
 
 /// The TOML configuration of broker node `i` (`flush`: `sync` or `async`), with
-/// small CommitLog segments ([`crate::retention::SEGMENT_BYTES`]).
+/// small CommitLog segments ([`crate::retention::SEGMENT_BYTES`]) and frequent
+/// retention runs ([`crate::retention::RETENTION_INTERVAL`]).
 pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
     let mut s = format!(
         "cluster = \"JepsenCluster\"\nbroker_group = \"broker-a\"\nnode_id = {i}\n\
          client_addr = \"{}\"\nnamesrv_addrs = [\"{}\"]\nstore_root = \"{}\"\n\
          flush = \"{flush}\"\ncommit_log_segment_bytes = {}\nnamesrv_heartbeat_ms = 1000\n\
-         disk_space_warning_ratio = 0.99\n\n[peers]\n",
+         disk_space_warning_ratio = 0.99\nretention_interval_ms = {}\n\n[peers]\n",
         client_addr(i),
         namesrv_addr(),
         store_root.display(),
         crate::retention::SEGMENT_BYTES,
+        crate::retention::RETENTION_INTERVAL.as_millis(),
     );
     for j in 0..NODES {
         s.push_str(&format!("{j} = \"{}:{RAFT_PORT}\"\n", host_addr(j)));

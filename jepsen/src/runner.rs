@@ -25,7 +25,7 @@ use crate::nemesis::{plan, FaultKind, Grudge};
 use crate::net::NS_PREFIX;
 use crate::procs::{client_addr, Cluster, CLIENT_HOST, HOSTS, NODES};
 use crate::report::{self, Shade};
-use crate::workload::{in_namespace, Recorder, WorkloadOptions};
+use crate::workload::{in_namespace, Recorder, SendingEnd, WorkloadOptions};
 use crate::JepsenError;
 
 /// What to run.
@@ -132,6 +132,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         opts.fault_ms,
         opts.gap_ms,
     );
+    let sending_end = SendingEnd::new(time_limit_ms);
     let wl = WorkloadOptions {
         nodes: nodes.clone(),
         topic: "JNormal".into(),
@@ -142,7 +143,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         pinned_producers: 3,
         fifo_producers: 3,
         consumers: 3,
-        duration: Duration::from_millis(time_limit_ms),
+        sending_end: sending_end.clone(),
         drain: Duration::from_secs(300),
         quiet: Duration::from_secs(20),
         settle: Duration::from_secs(5),
@@ -200,6 +201,9 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             break;
         }
         let began_ms = rec.now_ms();
+        // Sending goes on while the fault is injected and in effect, and for a
+        // calm gap after its heal, even past the time limit if it overran.
+        sending_end.hold();
         let (u, detail, target) = match inject(f.kind, &mut rng, f.pick, &mut c, &net, &dir) {
             Ok(x) => x,
             Err(e) => {
@@ -251,6 +255,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         }
         // The calm counts from here: the route check and restarts above take time.
         prev_end_ms = Some(rec.now_ms());
+        sending_end.end_at(time_limit_ms.max(rec.now_ms() + opts.gap_ms));
         done.push(FaultRecord {
             kind: f.kind,
             began_ms,
@@ -266,6 +271,8 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             pinned_ratio: None,
         });
     }
+    // A fault that failed to inject or heal left sending held.
+    sending_end.end_at(time_limit_ms.max(rec.now_ms()));
     // Heal everything: network, paused and stopped nodes. A network left cut would
     // turn the drain's misses into false losses.
     if let Err(e) = net.apply(&Grudge::new()) {

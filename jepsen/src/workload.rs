@@ -5,7 +5,7 @@
 //! network.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,37 @@ pub const PINNED_RETRY_BACKOFF_MS: u64 = 100;
 
 /// The invisible duration the consumers ask for, s (the FIFO checker's bound).
 pub const INVISIBLE_S: i64 = 10;
+
+/// When the producers stop sending, ms after the run's start. The nemesis holds it
+/// open while it injects a fault and sets it again at the heal, so a fault that
+/// overran the plan (the retention fault waits for a purge) is never measured
+/// after sending stopped.
+#[derive(Debug, Clone)]
+pub struct SendingEnd(Arc<AtomicU64>);
+
+impl SendingEnd {
+    /// Sending ends `ms` after the start.
+    pub fn new(ms: u64) -> Self {
+        Self(Arc::new(AtomicU64::new(ms)))
+    }
+
+    /// Sending goes on until [`Self::end_at`] is called.
+    pub fn hold(&self) {
+        self.0.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// Sending ends `ms` after the start.
+    pub fn end_at(&self, ms: u64) {
+        self.0.store(ms, Ordering::Relaxed);
+    }
+
+    /// The instant sending ends, for a run that started at `start` (far in the
+    /// future while held).
+    pub fn instant(&self, start: Instant) -> Instant {
+        let ms = self.0.load(Ordering::Relaxed).min(365 * 24 * 3_600_000);
+        start + Duration::from_millis(ms)
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -58,8 +89,8 @@ pub struct WorkloadOptions {
     pub fifo_producers: usize,
     /// Consumer processes per topic.
     pub consumers: usize,
-    /// How long producers send.
-    pub duration: Duration,
+    /// When producers stop sending ([`SendingEnd`]).
+    pub sending_end: SendingEnd,
     /// Longest the consumers keep draining after producers stop. The drain ends
     /// earlier once every acknowledged send was received, every queue's committed
     /// consumer offset reached the queue's end ([`crate::drain`]) and nothing new
@@ -207,7 +238,8 @@ pub async fn run(
         .iter()
         .map(|a| channel(a, opts.call_timeout))
         .collect::<Result<_, _>>()?;
-    let stop_sending = rec.start + opts.duration;
+    let (end, start) = (opts.sending_end.clone(), rec.start);
+    let stop_sending = move || end.instant(start);
     let mut tasks = Vec::new();
     let mut process = 0u64;
     // Process ids: spread producers, FIFO producers (their message groups are
@@ -218,11 +250,12 @@ pub async fn run(
         let pinned_to = (p >= opts.producers + opts.fifo_producers)
             .then(|| (p - opts.producers - opts.fifo_producers) % chans.len());
         let (chans, rec, opts) = (chans.clone(), rec.clone(), opts.clone());
+        let stop_sending = stop_sending.clone();
         process += 1;
         let pid = process;
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
-            while Instant::now() < stop_sending && !opts.stop.load(Ordering::Relaxed) {
+            while Instant::now() < stop_sending() && !opts.stop.load(Ordering::Relaxed) {
                 let group = fifo.then(|| format!("g{pid}"));
                 let sent = Sent {
                     id: format!("p{pid}-{n}"),
@@ -272,8 +305,11 @@ pub async fn run(
             offsets_at_end.clone(),
             consumers_done.clone(),
         );
+        let stop_sending = stop_sending.clone();
         tokio::spawn(async move {
-            tokio::time::sleep_until(stop_sending.into()).await;
+            while Instant::now() < stop_sending() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             crate::drain::watch(nodes, pairs, at_end, done).await
         })
     };
@@ -294,16 +330,18 @@ pub async fn run(
                 opts.stop.clone(),
                 offsets_at_end.clone(),
             );
-            let (drain_until, quiet, settle) = (stop_sending + opts.drain, opts.quiet, opts.settle);
+            let (drain, quiet, settle) = (opts.drain, opts.quiet, opts.settle);
+            let stop_sending = stop_sending.clone();
             consumer_tasks.push(tokio::spawn(async move {
                 let mut i = pid as usize;
                 loop {
                     let now = Instant::now();
                     let idle = now.duration_since(*last.lock().unwrap());
                     let caught_up = rec.outstanding() == 0 && at_end.load(Ordering::Relaxed);
+                    let sending_ended = stop_sending();
                     let drained =
-                        now > stop_sending && (idle > quiet || (idle > settle && caught_up));
-                    if now > drain_until || drained || stop.load(Ordering::Relaxed) {
+                        now > sending_ended && (idle > quiet || (idle > settle && caught_up));
+                    if now > sending_ended + drain || drained || stop.load(Ordering::Relaxed) {
                         return;
                     }
                     i += 1;

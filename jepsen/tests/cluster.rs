@@ -58,7 +58,7 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
     use ledgermq_jepsen::checker::{order, total_queue};
     use ledgermq_jepsen::history::OpType;
     use ledgermq_jepsen::procs::{client_addr, CLIENT_HOST, NODES};
-    use ledgermq_jepsen::workload::{in_namespace, run, Recorder, WorkloadOptions};
+    use ledgermq_jepsen::workload::{in_namespace, run, Recorder, SendingEnd, WorkloadOptions};
 
     let dir = tempfile::tempdir().unwrap();
     let net = Network::create(&format!("lmqw{}-", std::process::id()), HOSTS).unwrap();
@@ -82,7 +82,7 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
         pinned_producers: 3,
         fifo_producers: 2,
         consumers: 2,
-        duration: Duration::from_secs(4),
+        sending_end: SendingEnd::new(4_000),
         drain: Duration::from_secs(20),
         quiet: Duration::from_secs(3),
         settle: Duration::from_secs(1),

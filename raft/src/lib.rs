@@ -8,6 +8,8 @@
 //!   hold the metadata and every queue's next offset.
 //! - [`boundary`]: snapshots at CommitLog segment boundaries; retention purges only
 //!   through one, and that is the snapshot a lagging follower gets.
+//! - [`purge_point`]: the group's retention point (what a member proposes; every
+//!   member purges through the committed one).
 //! - [`network`], [`server`]: tonic peer transport with deadlines and lazy channels.
 //! - [`contact`]: whether a majority of the group was heard from lately (a cut-off
 //!   node refuses writes at once).
@@ -33,6 +35,7 @@ pub mod log_store;
 pub mod meta;
 pub mod network;
 pub mod node;
+pub mod purge_point;
 pub mod repair;
 pub mod server;
 pub mod state_machine;

@@ -113,8 +113,13 @@ impl LogStore {
         }
     }
 
+    /// The last purged log id. Stored as `Option<LogId>` ([`RaftLogStorage::purge`]
+    /// writes `Some(id)`); reading it as a bare `LogId` took the option's tag for
+    /// the term and the term for the index, so a node that had purged its log
+    /// could not start again (openraft read entries below the real purge point).
     fn last_purged(&self) -> Result<Option<LogId>, StorageError> {
-        MetaDb::get(&self.meta.raft, "last_purged")
+        MetaDb::get::<Option<LogId>>(&self.meta.raft, "last_purged")
+            .map(Option::flatten)
             .map_err(|e| StorageIOError::read_logs(io_err(e)).into())
     }
 

@@ -155,6 +155,7 @@ impl RaftNode {
         let sm = StateMachine::open(store.clone(), meta.clone())?;
         let shared = sm.shared();
         let snapshot_target = sm.snapshot_target();
+        let purge_point_moved = sm.purge_point_moved();
         let config = openraft::Config {
             cluster_name: cfg.cluster_name.clone(),
             heartbeat_interval: cfg.timing.heartbeat_interval_ms,
@@ -315,6 +316,7 @@ impl RaftNode {
             tokio::spawn(retention_loop(
                 Arc::downgrade(&node),
                 Duration::from_millis(cfg.retention_interval_ms),
+                purge_point_moved,
             ));
         }
         if !node

@@ -20,9 +20,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::RaftNodeError;
 use crate::meta::{offset_key, parse_offset_key, MetaDb};
 use crate::types::{
-    Command, Entry, FifoLease, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
+    Entry, FifoLease, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
     TopicConfig, TypeConfig,
 };
+
+mod commands;
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
@@ -43,6 +45,12 @@ pub struct GroupMeta {
     /// of exactly this index (replica audits). Not part of a snapshot.
     #[serde(skip)]
     pub applied_index: Option<u64>,
+    /// The group's retention point ([`crate::types::Command::PurgeThrough`]): every member purges
+    /// its log through the highest segment boundary at or below it. Kept in the
+    /// `sm` tree under `purge_point`, not in a snapshot (whose encoding it would
+    /// change): a member that installs one starts its log there anyway.
+    #[serde(skip)]
+    pub purge_point: Option<u64>,
 }
 
 /// Metadata shared with readers (the broker); updated on every apply.
@@ -70,6 +78,8 @@ pub struct StateMachine {
     /// Log index of the segment-boundary snapshot the next build returns
     /// ([`NO_SNAPSHOT_TARGET`]: none set; the current state is built).
     snapshot_target: Arc<AtomicU64>,
+    /// Notified when the group's retention point moves.
+    purge_point_moved: Arc<tokio::sync::Notify>,
 }
 
 /// [`StateMachine::snapshot_target`] when no boundary is set.
@@ -164,6 +174,7 @@ impl StateMachine {
             store.rebuild_consume_queues_from(next_applied)?;
         }
         meta.applied_index = last_applied.map(|l| l.index);
+        meta.purge_point = MetaDb::get::<u64>(&db.sm, "purge_point")?;
         Ok(Self {
             store,
             db,
@@ -172,7 +183,14 @@ impl StateMachine {
             membership,
             last_segment: None,
             snapshot_target: Arc::new(AtomicU64::new(NO_SNAPSHOT_TARGET)),
+            purge_point_moved: Arc::new(tokio::sync::Notify::new()),
         })
+    }
+
+    /// Notified each time an applied [`crate::types::Command::PurgeThrough`] moves the group's
+    /// retention point (the node's retention loop then purges at once).
+    pub fn purge_point_moved(&self) -> Arc<tokio::sync::Notify> {
+        self.purge_point_moved.clone()
     }
 
     /// The metadata readers see.
@@ -187,143 +205,6 @@ impl StateMachine {
     /// before it asks openraft for a snapshot.
     pub fn snapshot_target(&self) -> Arc<AtomicU64> {
         self.snapshot_target.clone()
-    }
-
-    /// Stores FIFO leases that passed the term check: each replaces its queue's
-    /// stored lease unless that one has a higher delivery id (a newer delivery).
-    fn apply_leases(
-        &self,
-        meta: &mut GroupMeta,
-        leases: Vec<FifoLease>,
-    ) -> Result<(), RaftNodeError> {
-        for l in leases {
-            let key = (l.group.clone(), l.topic.clone(), l.queue_id);
-            if meta
-                .fifo_leases
-                .get(&key)
-                .is_some_and(|cur| cur.delivery_id > l.delivery_id)
-            {
-                continue;
-            }
-            // Everything below a FIFO delivery is acked or skipped: the group's
-            // offset is at least the leased offset, so a new leader adopts the
-            // lease even if the last offset commit did not land.
-            let cur = meta.offsets.get(&key).copied().unwrap_or(0);
-            if l.queue_offset > cur {
-                self.db.offsets.insert(
-                    offset_key(&l.group, &l.topic, l.queue_id),
-                    &l.queue_offset.to_be_bytes(),
-                )?;
-                meta.offsets.insert(key.clone(), l.queue_offset);
-            }
-            let db_key = offset_key(&l.group, &l.topic, l.queue_id);
-            self.db
-                .fifo_leases
-                .insert(db_key, postcard::to_stdvec(&l)?)?;
-            meta.fifo_leases.insert(key, l);
-        }
-        Ok(())
-    }
-
-    /// Applies a metadata command from an entry of `entry_term`.
-    fn apply_command(
-        &self,
-        meta: &mut GroupMeta,
-        cmd: Command,
-        entry_term: u64,
-    ) -> Result<Response, RaftNodeError> {
-        match cmd {
-            Command::CommitOffsets(commits) => {
-                for mut c in commits {
-                    // Offsets only move forward: commits from concurrent paths on
-                    // the leader may land out of order. (Rewinding a group is a
-                    // command of its own.)
-                    let key = (c.group.clone(), c.topic.clone(), c.queue_id);
-                    if let Some(&cur) = meta.offsets.get(&key) {
-                        c.offset = c.offset.max(cur);
-                    }
-                    self.db.offsets.insert(
-                        offset_key(&c.group, &c.topic, c.queue_id),
-                        &c.offset.to_be_bytes(),
-                    )?;
-                    meta.offsets
-                        .insert((c.group, c.topic, c.queue_id), c.offset);
-                }
-            }
-            Command::EnsureTopic(t) => {
-                if !meta.topics.contains_key(&t.name) {
-                    MetaDb::put(&self.db.topics, &t.name, &t)?;
-                    meta.topics.insert(t.name.clone(), t);
-                }
-            }
-            Command::EnsureGroup(g) => {
-                if !meta.groups.contains_key(&g.name) {
-                    MetaDb::put(&self.db.groups, &g.name, &g)?;
-                    meta.groups.insert(g.name.clone(), g);
-                }
-            }
-            Command::FifoLeases(leases) => {
-                // Written by earlier releases (and by tests): the proposer's term is
-                // the one in each delivery id.
-                let stale = leases.iter().find(|l| l.delivery_term() < entry_term);
-                if let Some(l) = stale {
-                    return Ok(Response::StaleTerm {
-                        proposed_term: l.delivery_term(),
-                        entry_term,
-                    });
-                }
-                self.apply_leases(meta, leases)?;
-            }
-            Command::FifoLeasesOfTerm { term, leases } => {
-                // The forward-fifo-leases canary (debug builds, tests only) applies
-                // a lease from an entry of any term.
-                let canary = crate::canary::enabled(crate::canary::Canary::ForwardFifoLeases);
-                if term != entry_term && !canary {
-                    return Ok(Response::StaleTerm {
-                        proposed_term: term,
-                        entry_term,
-                    });
-                }
-                self.apply_leases(meta, leases)?;
-            }
-            Command::UpdateTopic(t) => {
-                MetaDb::put(&self.db.topics, &t.name, &t)?;
-                meta.topics.insert(t.name.clone(), t);
-            }
-            Command::DeleteTopic(name) => {
-                self.db.topics.remove(&name)?;
-                meta.topics.remove(&name);
-            }
-            Command::UpdateGroup(g) => {
-                MetaDb::put(&self.db.groups, &g.name, &g)?;
-                meta.groups.insert(g.name.clone(), g);
-            }
-            Command::DeleteGroup(name) => {
-                self.db.groups.remove(&name)?;
-                let keys: Vec<_> = meta
-                    .offsets
-                    .keys()
-                    .filter(|k| k.0 == name || k.0.starts_with(&format!("{name}@")))
-                    .cloned()
-                    .collect();
-                for k in keys {
-                    self.db.offsets.remove(offset_key(&k.0, &k.1, k.2))?;
-                    meta.offsets.remove(&k);
-                }
-                let leases: Vec<_> = meta
-                    .fifo_leases
-                    .keys()
-                    .filter(|k| k.0 == name || k.0.starts_with(&format!("{name}@")))
-                    .cloned()
-                    .collect();
-                for k in leases {
-                    self.db.fifo_leases.remove(offset_key(&k.0, &k.1, k.2))?;
-                    meta.fifo_leases.remove(&k);
-                }
-                meta.groups.remove(&name);
-            }
-        }
-        Ok(Response::Applied)
     }
 
     /// Start offset of the CommitLog segment holding entry `index`, if this node's
@@ -566,13 +447,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.flush()
         };
         persist().map_err(fail)?;
-        *self.shared.write().unwrap() = GroupMeta {
-            applied_index: meta.last_log_id.map(|l| l.index),
-            ..data.meta
-        };
+        {
+            let mut shared = self.shared.write().unwrap();
+            // The leader purged through this snapshot's index: the group's point is
+            // at least there.
+            let purge_point = shared.purge_point.max(meta.last_log_id.map(|l| l.index));
+            *shared = GroupMeta {
+                applied_index: meta.last_log_id.map(|l| l.index),
+                purge_point,
+                ..data.meta
+            };
+        }
         self.last_applied = meta.last_log_id;
         self.last_segment = None;
         self.membership = meta.last_membership.clone();
+        tracing::info!(
+            last_log_id = ?meta.last_log_id,
+            "installed a snapshot from the leader: the log continues after it"
+        );
         Ok(())
     }
 

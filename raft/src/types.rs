@@ -77,6 +77,17 @@ pub enum Command {
         /// The deliveries.
         leases: Vec<FifoLease>,
     },
+    /// The group's retention point: every member purges its Raft log, and with it
+    /// the CommitLog segments that log holds, through the highest segment boundary
+    /// at or below `index` ([`crate::boundary`]) once it has applied this, so every
+    /// member retains the same messages and a failover loses none the leader still
+    /// served. Any member may propose it ([`crate::RaftNode::run_retention_once`]);
+    /// the point only moves forward. Appended after the older variants, so logs
+    /// written by earlier releases still decode.
+    PurgeThrough {
+        /// Raft log index to purge through.
+        index: u64,
+    },
 }
 
 /// A FIFO consumer group's delivery in flight on one queue (one at a time per

@@ -2,7 +2,7 @@
 
 use crate::error::IoContext;
 use crate::error::Result;
-use crate::retention::{cleaning_due, segments_to_delete, RetentionClock, SegmentAge};
+use crate::retention::{cleaning_due, segments_due, RetentionClock, SegmentAge, SegmentsDue};
 use crate::store::MessageStore;
 
 /// Entries read after a segment to find the first message, which dates it (Raft
@@ -32,6 +32,16 @@ pub struct PurgeReport {
     pub first_log_index: u64,
 }
 
+/// Where retention would cut the CommitLog now ([`MessageStore::retention_offsets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionOffsets {
+    /// Segments ending at or before this offset have expired.
+    pub expired_below: u64,
+    /// Segments ending at or before this offset are what forced cleaning takes
+    /// (the oldest offset when the disk is not past `disk_force_clean_ratio`).
+    pub forced_below: u64,
+}
+
 impl MessageStore {
     /// One retention run (call it periodically, e.g. every 10 s as RocketMQ does):
     /// deletes expired or, under disk pressure, the oldest CommitLog segments, but
@@ -39,19 +49,24 @@ impl MessageStore {
     /// `limit_offset` (what the Raft layer allows to be purged). ConsumeQueue minimum
     /// offsets and IndexFiles follow.
     pub fn run_retention(&self, clock: RetentionClock, limit_offset: u64) -> Result<PurgeReport> {
-        let offset = self.retention_offset(clock)?;
-        self.remove_segments_below(offset.min(limit_offset))
+        let due = self.retention_offsets(clock)?;
+        self.remove_segments_below(due.expired_below.max(due.forced_below).min(limit_offset))
     }
 
-    /// The CommitLog offset below which retention would delete segments now (the
-    /// oldest offset if nothing is due). The Raft layer turns it into a log purge.
-    /// A segment's age is that of the first message after it: Raft system entries
+    /// The CommitLog offsets below which retention would delete segments now, by
+    /// age and by forced cleaning ([`SegmentsDue`]; the oldest offset where nothing
+    /// is due). The Raft layer turns them into the group's retention point. A
+    /// segment's age is that of the first message after it: Raft system entries
     /// are stored with store timestamp 0 and never make a segment look expired.
-    pub fn retention_offset(&self, clock: RetentionClock) -> Result<u64> {
+    pub fn retention_offsets(&self, clock: RetentionClock) -> Result<RetentionOffsets> {
         let log = self.commit_log();
         let cfg = &self.config().retention;
+        let nothing = RetentionOffsets {
+            expired_below: log.min_offset(),
+            forced_below: log.min_offset(),
+        };
         if !cleaning_due(cfg, clock) {
-            return Ok(log.min_offset());
+            return Ok(nothing);
         }
         let segments = log.segments().segments();
         let looked_at = segments.len().min(cfg.delete_files_batch_max);
@@ -78,10 +93,46 @@ impl MessageStore {
                 newest_store_timestamp_ms: newest,
             });
         }
-        let n = segments_to_delete(cfg, &ages, clock);
-        Ok(segments
-            .get(n)
-            .map_or(log.min_offset(), |s| s.start_offset()))
+        let SegmentsDue { expired, forced } = segments_due(cfg, &ages, clock);
+        let below = |n: usize| {
+            segments
+                .get(n)
+                .map_or(nothing.expired_below, |s| s.start_offset())
+        };
+        Ok(RetentionOffsets {
+            expired_below: below(expired),
+            forced_below: below(forced),
+        })
+    }
+
+    /// The CommitLog offset of the oldest message some consumer has not consumed:
+    /// for each `(consumer, topic)` of `consumers`, every queue of `topic` this
+    /// store holds counts, from the consumer's offset in `offsets` (the next queue
+    /// offset it consumes, keyed by (consumer, topic, queue id)) or, where it has
+    /// none, from the queue's start. `u64::MAX` when everything is consumed. Forced
+    /// cleaning stops there. Errors: `Io`, `Corrupted` (a ConsumeQueue entry that
+    /// cannot be read or rebuilt).
+    pub fn unconsumed_from<'a>(
+        &self,
+        consumers: impl IntoIterator<Item = (&'a str, &'a str)>,
+        offsets: impl Fn(&str, &str, i32) -> Option<u64>,
+    ) -> Result<u64> {
+        let queues = self.consume_queues().all();
+        let mut from = u64::MAX;
+        for (consumer, topic) in consumers {
+            for ((t, queue_id), cq) in &queues {
+                if t != topic {
+                    continue;
+                }
+                let next = offsets(consumer, topic, *queue_id)
+                    .unwrap_or(0)
+                    .max(cq.min_offset());
+                if next < cq.max_offset() {
+                    from = from.min(self.queue_entry(cq, next)?.commit_log_offset);
+                }
+            }
+        }
+        Ok(from)
     }
 
     /// The last log index held wholly below CommitLog `offset` (what a Raft purge

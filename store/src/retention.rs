@@ -2,13 +2,13 @@
 //!
 //! CommitLog segments whose newest message is older than `file_reserved_time_hours`
 //! are deleted at the `delete_when_hour` o'clock, or at any time once disk usage passes
-//! `disk_max_used_space_ratio`. Past `disk_force_clean_ratio` the oldest segments go
-//! even if they have not expired; that is off by default (RocketMQ: 0.85): each
-//! node runs retention on its own disk, so a node whose disk alone filled up
-//! would delete messages the rest of its group retains, and a failover to it
-//! would lose them (the jepsen disk-full runs found it). At most
+//! `disk_max_used_space_ratio`. Past `disk_force_clean_ratio` (0.85, RocketMQ's
+//! default) the oldest segments go even if they have not expired. At most
 //! `delete_files_batch_max` segments go per run, and never the segment being
-//! written.
+//! written. In a broker group these are one member's proposals: the group deletes
+//! together, and forced cleaning only what every consumer group has consumed
+//! (`ledgermq_raft::purge_point`); a member deciding alone would delete messages
+//! the rest of its group serves (the jepsen disk-full runs found it).
 
 /// Retention settings with RocketMQ's names and defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,8 +21,7 @@ pub struct RetentionConfig {
     /// any hour (0.75).
     pub disk_max_used_space_ratio: f64,
     /// `diskSpaceCleanForciblyRatio`: above it, the oldest segments are deleted even if
-    /// not expired (1.0: never; RocketMQ's 0.85 deletes, on a node whose disk alone
-    /// fills up, messages the rest of the group retains: see the module docs).
+    /// not expired (0.85; 1.0: never). See the module docs for how a group bounds it.
     pub disk_force_clean_ratio: f64,
     /// `deleteCommitLogFilesBatchMax`-like cap per run (10).
     pub delete_files_batch_max: usize,
@@ -43,7 +42,7 @@ impl Default for RetentionConfig {
             file_reserved_time_hours: 72,
             delete_when_hour: 4,
             disk_max_used_space_ratio: 0.75,
-            disk_force_clean_ratio: 1.0,
+            disk_force_clean_ratio: 0.85,
             delete_files_batch_max: 10,
             disk_space_warning_ratio: 0.90,
             disk_reserve_bytes: 64 << 20,
@@ -80,25 +79,64 @@ pub fn cleaning_due(cfg: &RetentionConfig, clock: RetentionClock) -> bool {
         || clock.disk_used_ratio > cfg.disk_force_clean_ratio
 }
 
-/// How many of the oldest `segments` to delete now (only the first
-/// `delete_files_batch_max` are looked at).
+/// How many of the oldest `segments` are due now, and why (only the first
+/// `delete_files_batch_max` are looked at; never the segment being written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentsDue {
+    /// Expired ones (older than `file_reserved_time_hours`), at the delete hour or
+    /// under disk pressure: every member dates them alike, since it holds the same
+    /// messages.
+    pub expired: usize,
+    /// What forced cleaning would take (0 unless the disk is past
+    /// `disk_force_clean_ratio`): the oldest segments, expired or not. The Raft
+    /// layer takes only those every consumer group has consumed.
+    pub forced: usize,
+}
+
+impl SegmentsDue {
+    /// The larger of the two counts.
+    pub fn most(&self) -> usize {
+        self.expired.max(self.forced)
+    }
+}
+
+/// Which of the oldest `segments` are due now ([`SegmentsDue`]).
+pub fn segments_due(
+    cfg: &RetentionConfig,
+    segments: &[SegmentAge],
+    clock: RetentionClock,
+) -> SegmentsDue {
+    let reserved_ms = (cfg.file_reserved_time_hours as i64).saturating_mul(3_600_000);
+    let time_to_clean = clock.local_hour == cfg.delete_when_hour
+        || clock.disk_used_ratio > cfg.disk_max_used_space_ratio;
+    let force = clock.disk_used_ratio > cfg.disk_force_clean_ratio;
+    let looked_at = || segments.iter().take(cfg.delete_files_batch_max);
+    SegmentsDue {
+        expired: looked_at()
+            .take_while(|s| {
+                s.newest_store_timestamp_ms.is_some_and(|ts| {
+                    time_to_clean && clock.now_ms.saturating_sub(ts) > reserved_ms
+                })
+            })
+            .count(),
+        forced: if force {
+            looked_at()
+                .take_while(|s| s.newest_store_timestamp_ms.is_some())
+                .count()
+        } else {
+            0
+        },
+    }
+}
+
+/// How many of the oldest `segments` to delete now on a lone store (expired or
+/// forced alike).
 pub fn segments_to_delete(
     cfg: &RetentionConfig,
     segments: &[SegmentAge],
     clock: RetentionClock,
 ) -> usize {
-    let reserved_ms = (cfg.file_reserved_time_hours as i64).saturating_mul(3_600_000);
-    let time_to_clean = clock.local_hour == cfg.delete_when_hour
-        || clock.disk_used_ratio > cfg.disk_max_used_space_ratio;
-    let force = clock.disk_used_ratio > cfg.disk_force_clean_ratio;
-    segments
-        .iter()
-        .take(cfg.delete_files_batch_max)
-        .take_while(|s| match s.newest_store_timestamp_ms {
-            None => false,
-            Some(ts) => force || (time_to_clean && clock.now_ms.saturating_sub(ts) > reserved_ms),
-        })
-        .count()
+    segments_due(cfg, segments, clock).most()
 }
 
 #[cfg(test)]
@@ -141,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_disk_deletes_no_unexpired_segment_unless_forcing_is_turned_on() {
+    fn a_full_disk_deletes_no_unexpired_segment_with_forcing_off() {
         // One node's disk fills (jepsen disk-full): its copy of messages the rest
         // of the group retains must stay, or a failover to it loses them.
         let now = 1000 * H;
@@ -151,13 +189,50 @@ mod tests {
             local_hour: 3,
             disk_used_ratio: 1.0,
         };
-        let cfg = RetentionConfig::default();
+        let cfg = RetentionConfig {
+            disk_force_clean_ratio: 1.0,
+            ..Default::default()
+        };
         assert_eq!(segments_to_delete(&cfg, &segs, full), 0);
         let forcing = RetentionConfig {
             disk_force_clean_ratio: 0.85,
             ..cfg
         };
         assert_eq!(segments_to_delete(&forcing, &segs, full), 2);
+    }
+
+    #[test]
+    fn forced_and_expired_segments_are_told_apart() {
+        let cfg = RetentionConfig {
+            disk_force_clean_ratio: 0.85,
+            ..Default::default()
+        };
+        let now = 1000 * H;
+        let segs = ages(&[
+            Some(now - 100 * H),
+            Some(now - H),
+            Some(now - 100 * H),
+            None,
+        ]);
+        let at = |ratio| RetentionClock {
+            now_ms: now,
+            local_hour: 3,
+            disk_used_ratio: ratio,
+        };
+        assert_eq!(
+            segments_due(&cfg, &segs, at(0.8)),
+            SegmentsDue {
+                expired: 1,
+                forced: 0
+            }
+        );
+        assert_eq!(
+            segments_due(&cfg, &segs, at(0.9)),
+            SegmentsDue {
+                expired: 1,
+                forced: 3
+            }
+        );
     }
 
     #[test]

@@ -84,7 +84,7 @@ async fn main() -> Result<()> {
             store_host: cfg.client_addr.parse().context("client_addr")?,
             write_timeout_ms: 2500,
             cluster_name: cfg.broker_group.clone(),
-            retention_interval_ms: 10_000,
+            retention_interval_ms: cfg.retention_interval_ms,
         },
         NetworkFilter::default(),
     )

@@ -32,6 +32,7 @@ fn view(id: u64, applied: u64, entries: &[(u64, u64, u32)], queue: (u64, u64)) -
                 topics: 2,
                 groups_crc32: 14,
                 groups: 2,
+                purge_point: None,
             }),
             ..Default::default()
         },
@@ -191,6 +192,30 @@ fn a_node_missing_messages_the_leader_serves_is_flagged() {
     set_min(&mut leader, 1);
     let r = check(&digest_shared(vec![leader, a]));
     assert_eq!((r.queues_missing_retained, r.valid), (0, true), "{r:?}");
+}
+
+#[test]
+fn a_node_that_purged_first_through_the_group_retention_point_is_not_flagged() {
+    // Node 1 purged entry 0 (its log begins at 1, T#0 at 1) on the group's
+    // retention point 0; the leader applied the point and has yet to purge.
+    let with_point = |mut v: NodeView, point: Option<u64>| {
+        v.state.state.as_mut().unwrap().purge_point = point;
+        v
+    };
+    let mut purged = with_point(view(1, 2, &E[1..], (3, 900)), Some(0));
+    set_min(&mut purged, 1);
+    let leader = with_point(view(0, 2, &E, (3, 900)), Some(0));
+    let r = check(&digest_shared(vec![leader.clone(), purged.clone()]));
+    assert_eq!((r.queues_missing_retained, r.valid), (0, true), "{r:?}");
+    // Without a point that covers entry 0, node 1 lacks what the group retains.
+    let r = check(&digest_shared(vec![
+        with_point(leader.clone(), None),
+        with_point(purged.clone(), None),
+    ]));
+    assert_eq!((r.queues_missing_retained, r.valid), (1, false), "{r:?}");
+    // Retention points that differ at the same applied index are a mismatch.
+    let r = check(&digest_shared(vec![leader, with_point(purged, Some(1))]));
+    assert_eq!(r.state_mismatches, 1, "{r:?}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! boundaries), pinging peers it has not heard from, and rejoining elections once
 //! a node that lost acknowledged entries has them back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +13,8 @@ use super::RaftNode;
 use crate::error::RaftNodeError;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
 use crate::network::peer_request;
+use crate::purge_point::RetentionView;
+use crate::types::Command;
 use crate::types::NodeId;
 
 impl RaftNode {
@@ -67,27 +69,93 @@ impl RaftNode {
         Ok(Some(upto))
     }
 
-    /// One retention run: the store decides which old CommitLog segments are due
-    /// (age at `delete_when_hour`, or disk pressure); the Raft log is purged through
-    /// the last entry they hold, which deletes them. Never past what was applied.
-    /// Returns the log index purged through, if any.
+    /// One retention run. This member's store says which old CommitLog segments
+    /// are due (expired, or forced by disk pressure); forced ones are cut at the
+    /// oldest message some consumer group has not consumed. If that moves the
+    /// group's retention point ([`crate::purge_point`]), the point is proposed
+    /// ([`Command::PurgeThrough`]; a follower forwards it to the leader). Then this
+    /// member purges through the committed point ([`Self::purge_to_group_point`]).
+    /// Returns the log index purged through, if any. Errors: `Store`, `Meta`,
+    /// `Raft`, `Timeout`, `ShuttingDown`; a proposal that fails is logged, and the
+    /// purge goes on.
     pub async fn run_retention_once(&self) -> Result<Option<u64>, RaftNodeError> {
         let store = self.store.clone();
-        let plan = tokio::task::spawn_blocking(move || -> Result<Option<u64>, RaftNodeError> {
+        let shared = self.shared.clone();
+        let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
+        let view = tokio::task::spawn_blocking(move || -> Result<RetentionView, RaftNodeError> {
             if let Err(e) = store.ensure_disk_reserve() {
                 tracing::warn!(error = %e, "the disk reserve could not be made; retention goes on");
             }
             let clock = store.retention_clock_now()?;
-            let below = store.retention_offset(clock)?;
-            Ok(store.last_log_index_below(below)?)
+            let due = store.retention_offsets(clock)?;
+            let (offsets, current) = {
+                let m = shared.read().unwrap();
+                (m.offsets.clone(), m.purge_point)
+            };
+            let min = store.commit_log().min_offset();
+            let consumed_through = if due.forced_below > min {
+                let consumers: BTreeSet<(&str, &str)> = offsets
+                    .keys()
+                    .map(|(c, t, _)| (c.as_str(), t.as_str()))
+                    .collect();
+                let from = store.unconsumed_from(consumers, |c, t, q| {
+                    offsets.get(&(c.to_owned(), t.to_owned(), q)).copied()
+                })?;
+                store.last_log_index_below(from)?
+            } else {
+                None
+            };
+            let through = |below: u64| -> Result<Option<u64>, RaftNodeError> {
+                Ok(if below > min {
+                    store.last_log_index_below(below)?
+                } else {
+                    None
+                })
+            };
+            Ok(RetentionView {
+                expired_through: through(due.expired_below)?,
+                forced_through: through(due.forced_below)?,
+                consumed_through,
+                applied,
+                current,
+            })
         })
         .await
         .map_err(|e| RaftNodeError::Raft(e.to_string()))??;
-        let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
-        let Some(upto) = plan.zip(applied).map(|(p, a)| p.min(a)) else {
+        if let Some(index) = crate::purge_point::to_propose(view) {
+            match self.write_command(Command::PurgeThrough { index }).await {
+                Ok(_) => tracing::info!(
+                    index,
+                    forced = view.forced_through.is_some(),
+                    "retention point proposed"
+                ),
+                Err(e) => tracing::warn!(index, error = %e, "proposing a retention point failed"),
+            }
+        }
+        self.purge_to_group_point().await
+    }
+
+    /// Purges this member's log through the group's committed retention point
+    /// (never past what it applied), at the highest segment boundary at or below
+    /// it ([`Self::purge_log_through`]), unless the log already begins past that
+    /// boundary. Returns the log index purged through, if anything was purged.
+    /// Errors: as [`Self::purge_log_through`].
+    pub async fn purge_to_group_point(&self) -> Result<Option<u64>, RaftNodeError> {
+        let point = self.shared.read().unwrap().purge_point;
+        let (applied, purged) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.last_applied.map(|l| l.index), m.purged.map(|l| l.index))
+        };
+        let Some(upto) = point.zip(applied).map(|(p, a)| p.min(a)) else {
             return Ok(None);
         };
-        self.purge_log_through(upto, Duration::from_secs(30)).await
+        match crate::boundary::latest_at_or_below(&self.meta, upto)? {
+            Some(b) if purged.is_none_or(|p| p < b) => {
+                self.purge_log_through(b, Duration::from_secs(30)).await
+            }
+            _ => Ok(None),
+        }
     }
 }
 
@@ -164,16 +232,31 @@ pub(super) async fn rejoin_elections_when_caught_up(
     }
 }
 
-pub(super) async fn retention_loop(node: std::sync::Weak<RaftNode>, every: Duration) {
+/// Every `every`, a retention run ([`RaftNode::run_retention_once`]); in between,
+/// a purge as soon as the group's retention point moves, so members purge within
+/// moments of each other.
+pub(super) async fn retention_loop(
+    node: std::sync::Weak<RaftNode>,
+    every: Duration,
+    moved: Arc<tokio::sync::Notify>,
+) {
     let mut tick = tokio::time::interval(every);
     tick.tick().await;
     loop {
-        tick.tick().await;
+        let run = tokio::select! {
+            _ = tick.tick() => true,
+            _ = moved.notified() => false,
+        };
         let Some(node) = node.upgrade() else { return };
         if node.store.is_closed() {
             return;
         }
-        match node.run_retention_once().await {
+        let done = if run {
+            node.run_retention_once().await
+        } else {
+            node.purge_to_group_point().await
+        };
+        match done {
             Ok(Some(upto)) => tracing::info!(upto, "retention purged the Raft log"),
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "retention run failed"),
