@@ -61,8 +61,9 @@ const DELETED_MARKER: &str = "CommitLog segments deleted";
 struct LeaderLog {
     /// CommitLog offset where its last applied entry ends.
     applied_end: u64,
-    /// Its last applied log index.
-    applied_index: u64,
+    /// Its last log index (no member holds a later entry: a follower's log ends
+    /// at or before it).
+    last_index: u64,
     /// Its first log index (past what it purged).
     first_index: u64,
 }
@@ -82,7 +83,7 @@ async fn ask(addr: String) -> Option<LeaderLog> {
         .into_inner();
     (d.error.is_empty() && d.leader_id == Some(d.node_id)).then_some(LeaderLog {
         applied_end: d.applied_end_offset,
-        applied_index: d.applied_index.unwrap_or(0),
+        last_index: d.next_index.saturating_sub(1),
         first_index: d.first_index,
     })
 }
@@ -129,10 +130,20 @@ pub fn force(
     leader: usize,
     follower: usize,
 ) -> Result<String, JepsenError> {
-    // The follower must miss entries the purge takes: the leader's log end now.
-    let missed = leader_log(net, leader);
     c.kill(follower);
-    let (missed_end, missed_index) = missed.map_or((0, 0), |m| (m.applied_end, m.applied_index));
+    // The follower must miss entries the purge takes. Asked after the kill, the
+    // leader's last log index bounds every entry the follower got.
+    let missed = leader_log(net, leader);
+    let Some(LeaderLog {
+        applied_end: missed_end,
+        last_index: missed_index,
+        ..
+    }) = missed
+    else {
+        return Ok(format!(
+            "node {follower} killed (SIGKILL); retention not forced: node {leader} (leader) did not say where its log ended"
+        ));
+    };
     let dir = c.dir().to_path_buf();
     let root = Cluster::store_root(&dir, leader);
     let first = crate::disk::segments(&root.join("commitlog"))?

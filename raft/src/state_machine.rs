@@ -410,6 +410,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.store
             .skip_dispatch_to(next, &data.queues)
             .map_err(|e| fail(e.into()))?;
+        // The leader purged through this snapshot's index: the group's point is at
+        // least there.
+        let purge_point = self
+            .shared
+            .read()
+            .unwrap()
+            .purge_point
+            .max(meta.last_log_id.map(|l| l.index));
         let persist = || -> Result<(), RaftNodeError> {
             self.db.offsets.clear()?;
             self.db.topics.clear()?;
@@ -435,6 +443,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             MetaDb::put(&self.db.sm, "last_applied", &meta.last_log_id)?;
             MetaDb::put(&self.db.sm, "membership", &meta.last_membership)?;
             MetaDb::put(&self.db.sm, "snapshot_meta", meta)?;
+            if let Some(p) = purge_point {
+                MetaDb::put(&self.db.sm, "purge_point", &p)?;
+            }
             self.db.sm.insert("snapshot", bytes.as_slice())?;
             // The log restarts right after it: the snapshot to serve from here.
             crate::boundary::save(
@@ -447,17 +458,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.flush()
         };
         persist().map_err(fail)?;
-        {
-            let mut shared = self.shared.write().unwrap();
-            // The leader purged through this snapshot's index: the group's point is
-            // at least there.
-            let purge_point = shared.purge_point.max(meta.last_log_id.map(|l| l.index));
-            *shared = GroupMeta {
-                applied_index: meta.last_log_id.map(|l| l.index),
-                purge_point,
-                ..data.meta
-            };
-        }
+        *self.shared.write().unwrap() = GroupMeta {
+            applied_index: meta.last_log_id.map(|l| l.index),
+            purge_point,
+            ..data.meta
+        };
         self.last_applied = meta.last_log_id;
         self.last_segment = None;
         self.membership = meta.last_membership.clone();

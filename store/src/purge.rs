@@ -43,8 +43,10 @@ pub struct RetentionOffsets {
 }
 
 impl MessageStore {
-    /// One retention run (call it periodically, e.g. every 10 s as RocketMQ does):
-    /// deletes expired or, under disk pressure, the oldest CommitLog segments, but
+    /// One retention run of a lone store (call it periodically, e.g. every 10 s as
+    /// RocketMQ does): deletes expired or, past `disk_force_clean_ratio`, the
+    /// oldest CommitLog segments, consumed or not (a broker group decides through
+    /// the Raft layer instead, which spares unconsumed messages), but
     /// never a segment holding entries that are not yet dispatched, nor one past
     /// `limit_offset` (what the Raft layer allows to be purged). ConsumeQueue minimum
     /// offsets and IndexFiles follow.

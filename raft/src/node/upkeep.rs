@@ -75,14 +75,39 @@ impl RaftNode {
     /// group's retention point ([`crate::purge_point`]), the point is proposed
     /// ([`Command::PurgeThrough`]; a follower forwards it to the leader). Then this
     /// member purges through the committed point ([`Self::purge_to_group_point`]).
-    /// Returns the log index purged through, if any. Errors: `Store`, `Meta`,
-    /// `Raft`, `Timeout`, `ShuttingDown`; a proposal that fails is logged, and the
-    /// purge goes on.
+    /// Returns the log index purged through, if any. Errors: as
+    /// [`Self::purge_to_group_point`]; a failure to decide what is due or to
+    /// propose it is logged, and the purge to the committed point goes on.
     pub async fn run_retention_once(&self) -> Result<Option<u64>, RaftNodeError> {
+        match self.retention_view().await {
+            Ok(view) => {
+                if let Some(index) = crate::purge_point::to_propose(view) {
+                    match self.write_command(Command::PurgeThrough { index }).await {
+                        Ok(_) => tracing::info!(
+                            index,
+                            forced = view.forced_through.is_some(),
+                            "retention point proposed"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(index, error = %e, "proposing a retention point failed")
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention could not decide what is due; purging to the group's point only")
+            }
+        }
+        self.purge_to_group_point().await
+    }
+
+    /// What this member's store says is due for retention, as log indexes
+    /// ([`RetentionView`]). Errors: `Store`, `Meta`, `Raft` (the blocking task).
+    async fn retention_view(&self) -> Result<RetentionView, RaftNodeError> {
         let store = self.store.clone();
         let shared = self.shared.clone();
         let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
-        let view = tokio::task::spawn_blocking(move || -> Result<RetentionView, RaftNodeError> {
+        tokio::task::spawn_blocking(move || -> Result<RetentionView, RaftNodeError> {
             if let Err(e) = store.ensure_disk_reserve() {
                 tracing::warn!(error = %e, "the disk reserve could not be made; retention goes on");
             }
@@ -121,18 +146,7 @@ impl RaftNode {
             })
         })
         .await
-        .map_err(|e| RaftNodeError::Raft(e.to_string()))??;
-        if let Some(index) = crate::purge_point::to_propose(view) {
-            match self.write_command(Command::PurgeThrough { index }).await {
-                Ok(_) => tracing::info!(
-                    index,
-                    forced = view.forced_through.is_some(),
-                    "retention point proposed"
-                ),
-                Err(e) => tracing::warn!(index, error = %e, "proposing a retention point failed"),
-            }
-        }
-        self.purge_to_group_point().await
+        .map_err(|e| RaftNodeError::Raft(e.to_string()))?
     }
 
     /// Purges this member's log through the group's committed retention point
@@ -241,6 +255,8 @@ pub(super) async fn retention_loop(
     moved: Arc<tokio::sync::Notify>,
 ) {
     let mut tick = tokio::time::interval(every);
+    // A purge can wait up to 30 s for its snapshot: no burst of runs after it.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         let run = tokio::select! {
