@@ -283,14 +283,25 @@ pub fn inject(
                 _ => disk::Part::Metadata,
             };
             let role = role_of(c, net, random);
-            c.kill(random);
+            // The metadata store is written out only at a flush (a purge, a
+            // snapshot, a clean stop): half the time the node is stopped cleanly
+            // first, so that the damage lands in everything it holds.
+            let stopped = if part == disk::Part::Metadata && rng.gen_bool(0.5) {
+                match c.terminate(random, TERMINATE_GRACE)? {
+                    Some(_) => "stopped (SIGTERM)",
+                    None => "killed (did not stop on SIGTERM)",
+                }
+            } else {
+                c.kill(random);
+                "killed"
+            };
             let what = match disk::corrupt(&Cluster::store_root(dir, random), part, rng)? {
                 Some(f) => f.what,
                 None => format!("nothing of {part:?} to damage; left intact"),
             };
             (
                 Undo::Restart(random),
-                format!("node {random} ({role}) killed, {what}"),
+                format!("node {random} ({role}) {stopped}, {what}"),
                 Some(random),
             )
         }

@@ -2,9 +2,9 @@
 //! reverted" (openraft, allowed by the `loosen-follower-log-revert` feature) when a
 //! follower no longer holds entries it had acknowledged. Under SYNC_FLUSH a
 //! follower acknowledges only what it fsynced, so that happens only when stored
-//! bytes were damaged: after a fault that damages a tail it is expected, after
-//! anything else (a power loss included, which takes only unflushed bytes) it
-//! means a promised fsync was not done.
+//! bytes were damaged: after a fault that damages a tail or the metadata store
+//! it is expected, after anything else (a power loss included, which takes only
+//! unflushed bytes) it means a promised fsync was not done.
 
 use crate::nemesis::FaultKind;
 
@@ -50,11 +50,17 @@ pub fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// Whether a fault kind damages bytes a node had fsynced.
+/// Whether a fault kind damages bytes a node had fsynced so that its log may
+/// go back: a damaged tail is cut, and a node whose damaged metadata store can
+/// no longer speak for its log sets the log aside and starts empty
+/// (`ledgermq_raft`'s `node/storage.rs`).
 pub fn damages_stored_bytes(kind: FaultKind) -> bool {
     matches!(
         kind,
-        FaultKind::CorruptTail | FaultKind::QuickRestart | FaultKind::QuickRestartLagging
+        FaultKind::CorruptTail
+            | FaultKind::QuickRestart
+            | FaultKind::QuickRestartLagging
+            | FaultKind::CorruptMetadata
     )
 }
 
@@ -131,5 +137,9 @@ mod tests {
         let odd = "garbled follower log is reverted from 1-2 to 1-1\n";
         assert_eq!(revert_times(odd), vec![None]);
         assert_eq!(unexplained(&[(2, None)], &faults).len(), 1);
+        // A damaged metadata store: the node may set its log aside and start empty.
+        let damaged = [(FaultKind::CorruptMetadata, 10_000, 15_000)];
+        assert!(unexplained(&rel(16_000), &damaged).is_empty());
+        assert_eq!(unexplained(&rel(30_000), &damaged).len(), 1);
     }
 }

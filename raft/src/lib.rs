@@ -33,6 +33,7 @@ pub mod elections;
 pub mod error;
 pub mod log_store;
 pub mod meta;
+pub mod meta_check;
 pub mod network;
 pub mod node;
 pub mod purge_point;
@@ -40,6 +41,7 @@ pub mod repair;
 pub mod server;
 pub mod state_machine;
 pub mod types;
+pub mod vote_file;
 pub mod writer;
 
 pub use error::RaftNodeError;

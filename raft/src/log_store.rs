@@ -31,6 +31,7 @@ use crate::error::RaftNodeError;
 use crate::meta::MetaDb;
 use crate::repair::EntryRepair;
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig};
+use crate::vote_file::VoteFile;
 
 /// The Raft log of one node. Cheap to clone (readers are clones).
 #[derive(Clone)]
@@ -44,18 +45,22 @@ pub struct LogStore {
     stopping: Arc<AtomicBool>,
     /// Fetches an entry that reads back damaged from a peer (`crate::repair`).
     repair: Arc<EntryRepair>,
+    /// Where the vote is kept (`crate::vote_file`).
+    vote: Arc<std::sync::Mutex<VoteFile>>,
 }
 
 use crate::error::any_err as io_err;
 
 impl LogStore {
-    /// The log of node `node_id`'s `store`, with vote and purge state in `meta`;
+    /// The log of node `node_id`'s `store`, with purge state in `meta` and the
+    /// vote in `vote`;
     /// one AppendEntries carries at most `max_replication_bytes` of entries (or one
     /// entry, if that alone is larger); an entry that reads back damaged is
     /// fetched again through `repair` before it is returned.
     pub fn new(
         store: Arc<MessageStore>,
         meta: MetaDb,
+        vote: VoteFile,
         node_id: NodeId,
         max_replication_bytes: usize,
         repair: Arc<EntryRepair>,
@@ -63,6 +68,7 @@ impl LogStore {
         Self {
             store,
             meta,
+            vote: Arc::new(std::sync::Mutex::new(vote)),
             node_id,
             max_replication_bytes,
             stopping: repair.stop_flag(),
@@ -227,23 +233,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
-        // Durable before returning: sled's flush writes and fsyncs (off the async
-        // runtime's threads).
-        // A full disk gives the reserve up first: sled stops for good after one
-        // failed write.
-        let (meta, vote, store) = (self.meta.clone(), *vote, self.store.clone());
-        blocking(move || {
-            keep_room_for_metadata(&store);
-            MetaDb::put(&meta.raft, "vote", &vote).and_then(|_| meta.flush())
-        })
-        .await
-        .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
+        // Durable before returning: written in place and fdatasync'd (off the
+        // async runtime's threads). The file is full-sized from its creation, so
+        // a full disk cannot refuse it.
+        let (file, vote) = (self.vote.clone(), *vote);
+        blocking(move || file.lock().unwrap().save(&vote))
+            .await
+            .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        // Read once, at startup.
-        let vote: Option<Vote<NodeId>> = MetaDb::get(&self.meta.raft, "vote")
-            .map_err(|e| StorageIOError::read_vote(io_err(e)))?;
+        let vote = self.vote.lock().unwrap().current();
         Ok(vote.map(|v| resume_vote(v, self.node_id)))
     }
 

@@ -1,6 +1,10 @@
-//! The node's small durable metadata in sled: Raft vote, committed and purged log
-//! ids, and the state machine's metadata (consumer offsets, topic and group configs,
-//! last applied log id, membership, current snapshot). Message bytes never go here.
+//! The node's small durable metadata in sled: committed and purged log ids, and
+//! the state machine's metadata (consumer offsets, topic and group configs, last
+//! applied log id, membership, current snapshot). Message bytes never go here,
+//! nor does the Raft vote (`crate::vote_file`: sled silently rolls back past a
+//! damaged page, and a forgotten vote can elect two leaders in one term). A store
+//! written by an earlier release keeps its vote under the `vote` key here; it is
+//! moved to the vote file at the first start (`crate::node` opening the storage).
 
 use std::path::Path;
 
@@ -13,7 +17,8 @@ use crate::error::RaftNodeError;
 #[derive(Clone)]
 pub struct MetaDb {
     db: sled::Db,
-    /// Raft log-store keys: `vote`, `committed`, `last_purged`.
+    /// Raft log-store keys: `committed`, `last_purged`; `vote` in stores written
+    /// before the vote file.
     pub raft: sled::Tree,
     /// State machine keys: `last_applied`, `membership`, `snapshot`, `snapshot_meta`.
     pub sm: sled::Tree,
@@ -54,10 +59,14 @@ impl MetaDb {
         // explicit flushes where Raft needs them (vote, purge point, snapshot,
         // shutdown); what the state machine writes between them is re-derived on
         // restart by re-applying the log from the last persisted `last_applied`.
-        let db = sled::Config::new().path(dir).flush_every_ms(None).open()?;
+        let db = sled::Config::new()
+            .path(dir)
+            .flush_every_ms(None)
+            .open()
+            .map_err(damage_of)?;
         sync_created(dir).map_err(sled::Error::Io)?;
         Ok(Self {
-            raft: db.open_tree("raft")?,
+            raft: db.open_tree("raft").map_err(damage_of)?,
             sm: db.open_tree("sm")?,
             offsets: db.open_tree("offsets")?,
             topics: db.open_tree("topics")?,
@@ -66,6 +75,22 @@ impl MetaDb {
             boundaries: db.open_tree("boundary_snapshots")?,
             db,
         })
+    }
+
+    /// Reads every row of every tree, so that sled checks every page it holds
+    /// now, at start, rather than at some later read in the middle of an apply.
+    /// Returns the rows read. Errors: `MetadataDamaged` when sled reports
+    /// corruption, `Meta` for its other failures.
+    pub fn scan(&self) -> Result<usize, RaftNodeError> {
+        let mut rows = 0;
+        for name in self.db.tree_names() {
+            let tree = self.db.open_tree(&name).map_err(damage_of)?;
+            for kv in tree.iter() {
+                kv.map_err(damage_of)?;
+                rows += 1;
+            }
+        }
+        Ok(rows)
     }
 
     /// Durably writes everything inserted so far (sled's `flush`: writes and fsyncs).
@@ -89,6 +114,15 @@ impl MetaDb {
     pub fn put<T: Serialize>(tree: &sled::Tree, key: &str, value: &T) -> Result<(), RaftNodeError> {
         tree.insert(key, postcard::to_stdvec(value)?)?;
         Ok(())
+    }
+}
+
+/// A sled error as this crate reports it: corruption sled found in its own
+/// files is `MetadataDamaged`, anything else `Meta`.
+pub fn damage_of(e: sled::Error) -> RaftNodeError {
+    match e {
+        sled::Error::Corruption { .. } => RaftNodeError::MetadataDamaged(format!("sled: {e}")),
+        e => RaftNodeError::Meta(e),
     }
 }
 

@@ -25,6 +25,7 @@ use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
 use crate::writer::{BatchConfig, Writer};
 
 mod disk;
+mod storage;
 mod upkeep;
 use upkeep::{probe_peers, rejoin_elections_when_caught_up, retention_loop};
 
@@ -133,8 +134,12 @@ impl RaftNode {
                 cfg.node_id
             )));
         }
-        let store = MessageStore::open(cfg.store.clone())?;
-        let meta = MetaDb::open(&cfg.store.root.join("meta"))?;
+        let storage::Storage {
+            store,
+            meta,
+            vote_file,
+            set_aside,
+        } = storage::open(&cfg.store)?;
         // Before openraft reads the log (it does at start): a damaged entry is
         // fetched from a peer then too.
         let repair = Arc::new(crate::repair::EntryRepair::new(
@@ -147,6 +152,7 @@ impl RaftNode {
         let log_store = LogStore::new(
             store.clone(),
             meta.clone(),
+            vote_file,
             cfg.node_id,
             cfg.batch.max_replication_bytes,
             repair.clone(),
@@ -265,6 +271,12 @@ impl RaftNode {
             tokio::spawn(rejoin_elections_when_caught_up(
                 elections.clone(),
                 store.clone(),
+            ));
+        }
+        if let Some(into) = set_aside {
+            tokio::spawn(storage::remove_set_aside_when_caught_up(
+                store.clone(),
+                into,
             ));
         }
         tokio::spawn(crate::elections::retry_campaigns(

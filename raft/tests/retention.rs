@@ -6,8 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{message, Cluster};
-use ledgermq_raft::{Command, OffsetCommit};
+use common::{commit_offset as commit, message, Cluster};
 use ledgermq_store::FlushMode;
 
 const T: Duration = Duration::from_secs(20);
@@ -38,15 +37,6 @@ async fn wait_same_start_above(c: &Cluster, topic: &str, above: u64) -> u64 {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-fn commit(group: &str, topic: &str, offset: u64) -> Command {
-    Command::CommitOffsets(vec![OffsetCommit {
-        group: group.into(),
-        topic: topic.into(),
-        queue_id: 0,
-        offset,
-    }])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,7 +77,7 @@ fn decode(b: &[u8]) -> Option<AckedId> {
 /// Opens `<root>/<name>` for reading and writing, creating it (and fsyncing it and
 /// its directory) if missing; returns its path, the file and its bytes. Errors:
 /// `Io`.
-pub(crate) fn open_small_file(root: &Path, name: &str) -> Result<(PathBuf, File, Vec<u8>)> {
+pub fn open_small_file(root: &Path, name: &str) -> Result<(PathBuf, File, Vec<u8>)> {
     let path = root.join(name);
     let existed = path.exists();
     let file = std::fs::OpenOptions::new()

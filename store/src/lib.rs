@@ -38,6 +38,7 @@ pub mod recovery;
 pub mod reserve;
 pub mod retention;
 pub mod room;
+pub mod set_aside;
 pub mod store;
 
 pub use commit_log::{CommitLog, CommitLogConfig, StoredEntry};

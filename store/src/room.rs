@@ -3,7 +3,7 @@
 //! A node's disk can fill up under it (another process, an operator's copy). New
 //! messages are refused long before (`MessageStore::check_room_for_writes`), but a
 //! follower still receives the leader's entries, and the metadata database (sled:
-//! vote, commit index, consumer offsets) poisons itself for good after one failed
+//! commit index, purge point, consumer offsets) poisons itself for good after one failed
 //! write, which stops the node. So:
 //!
 //! - the disk reserve ([`crate::reserve`]) is given up as soon as less than half

@@ -224,25 +224,31 @@ pub(super) async fn probe_peers(
     }
 }
 
+/// Waits until `store` holds again everything it had acknowledged (its log is
+/// back past its acknowledged mark), looking every 100 ms; false if the store
+/// closes first.
+pub(super) async fn caught_up(store: &MessageStore) -> bool {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if store.is_closed() {
+            return false;
+        }
+        if !store.commit_log().lost_acknowledged() {
+            return true;
+        }
+    }
+}
+
 /// Re-enables elections once the store holds again everything it had acknowledged
 /// (see `RaftNode::start`).
 pub(super) async fn rejoin_elections_when_caught_up(
     elections: Arc<crate::elections::ElectionGate>,
     store: Arc<MessageStore>,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    loop {
-        tick.tick().await;
-        if store.is_closed() {
-            return;
-        }
-        if !store.commit_log().lost_acknowledged() {
-            tracing::info!(
-                "caught up past every acknowledged entry: taking part in elections again"
-            );
-            elections.release(crate::elections::Hold::LostEntries);
-            return;
-        }
+    if caught_up(&store).await {
+        tracing::info!("caught up past every acknowledged entry: taking part in elections again");
+        elections.release(crate::elections::Hold::LostEntries);
     }
 }
 

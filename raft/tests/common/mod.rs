@@ -24,6 +24,16 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A command committing `group`'s consumer offset of (`topic`, queue 0).
+pub fn commit_offset(group: &str, topic: &str, offset: u64) -> ledgermq_raft::Command {
+    ledgermq_raft::Command::CommitOffsets(vec![ledgermq_raft::OffsetCommit {
+        group: group.into(),
+        topic: topic.into(),
+        queue_id: 0,
+        offset,
+    }])
+}
+
 pub fn message(topic: &str, queue_id: i32, body: &str) -> MessageRecord {
     MessageRecord::message(topic, queue_id, body.as_bytes().to_vec(), 0).with_property("KEYS", body)
 }
