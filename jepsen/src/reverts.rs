@@ -51,9 +51,10 @@ pub fn strip_ansi(s: &str) -> String {
 }
 
 /// Whether a fault kind damages bytes a node had fsynced so that its log may
-/// go back: a damaged tail is cut, and a node whose damaged metadata store can
-/// no longer speak for its log sets the log aside and starts empty
-/// (`ledgermq_raft`'s `node/storage.rs`).
+/// go back: a damaged tail is cut, and a node whose damaged metadata store its
+/// log cannot replay sets the log aside and starts empty (`ledgermq_raft`'s
+/// `node/storage.rs`; such a fault explains reverts only if its node logged
+/// that, see [`explaining_faults`]).
 pub fn damages_stored_bytes(kind: FaultKind) -> bool {
     matches!(
         kind,
@@ -62,6 +63,38 @@ pub fn damages_stored_bytes(kind: FaultKind) -> bool {
             | FaultKind::QuickRestartLagging
             | FaultKind::CorruptMetadata
     )
+}
+
+/// The times (ms since the Unix epoch) at which one node's log says it set its
+/// messages aside ([`ledgermq_raft::node::SET_ASIDE_MESSAGES_LOG`]); lines whose
+/// time cannot be read are left out.
+pub fn set_aside_times(log: &str) -> Vec<i64> {
+    log.lines()
+        .filter(|l| l.contains(ledgermq_raft::node::SET_ASIDE_MESSAGES_LOG))
+        .filter_map(line_time_ms)
+        .collect()
+}
+
+/// The faults, (kind, began ms, healed ms), that may explain a revert, of
+/// `faults` (kind, began ms, healed ms, node hit): every one but a
+/// `corrupt-metadata` fault whose node did not set its messages aside between
+/// the fault's start and [`REJOIN_MS`] after its heal (`set_asides`: node, ms
+/// since the run started); without that, the node's log was whole and no revert
+/// follows from the fault.
+pub fn explaining_faults(
+    faults: &[(FaultKind, u64, u64, Option<usize>)],
+    set_asides: &[(usize, i64)],
+) -> Vec<(FaultKind, u64, u64)> {
+    faults
+        .iter()
+        .filter(|&&(k, began, healed, node)| {
+            k != FaultKind::CorruptMetadata
+                || set_asides.iter().any(|&(n, t)| {
+                    Some(n) == node && began as i64 <= t && t <= (healed + REJOIN_MS) as i64
+                })
+        })
+        .map(|&(k, b, h, _)| (k, b, h))
+        .collect()
 }
 
 /// How long after a damaging fault's heal its node may still rejoin and be seen
@@ -137,9 +170,23 @@ mod tests {
         let odd = "garbled follower log is reverted from 1-2 to 1-1\n";
         assert_eq!(revert_times(odd), vec![None]);
         assert_eq!(unexplained(&[(2, None)], &faults).len(), 1);
-        // A damaged metadata store: the node may set its log aside and start empty.
-        let damaged = [(FaultKind::CorruptMetadata, 10_000, 15_000)];
-        assert!(unexplained(&rel(16_000), &damaged).is_empty());
-        assert_eq!(unexplained(&rel(30_000), &damaged).len(), 1);
+        // A damaged metadata store: the node may set its log aside and start
+        // empty; only a node that logged doing so explains a revert.
+        let damaged = [(FaultKind::CorruptMetadata, 10_000, 15_000, Some(2))];
+        let set_aside_line = format!(
+            "2026-12-01T13:55:21.879203Z ERROR ledgermq_raft::node::storage: {}",
+            ledgermq_raft::node::SET_ASIDE_MESSAGES_LOG
+        );
+        let at = set_aside_times(&set_aside_line);
+        assert_eq!(at.len(), 1);
+        let base = at[0] - 12_000;
+        let explaining = explaining_faults(&damaged, &[(2, at[0] - base)]);
+        assert!(unexplained(&rel(16_000), &explaining).is_empty());
+        assert_eq!(unexplained(&rel(30_000), &explaining).len(), 1);
+        // Another node set its messages aside, or none did: not explained.
+        for set_asides in [vec![(1, 12_000)], vec![]] {
+            let explaining = explaining_faults(&damaged, &set_asides);
+            assert_eq!(unexplained(&rel(16_000), &explaining).len(), 1);
+        }
     }
 }

@@ -360,25 +360,34 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
 /// read is a finding too. `start_unix_ms`: the run clock's start.
 fn sync_reverts(dir: &Path, start_unix_ms: i64, done: &[FaultRecord]) -> Vec<String> {
     let mut reverts = Vec::new();
+    let mut set_asides = Vec::new();
     let mut unreadable = Vec::new();
     for n in 0..NODES {
         let path = dir.join(format!("n{n}.log"));
         match std::fs::read_to_string(&path) {
-            Ok(log) => reverts.extend(
-                crate::reverts::revert_times(&log)
-                    .into_iter()
-                    .map(|t| (n, t.map(|t| t - start_unix_ms))),
-            ),
+            Ok(log) => {
+                reverts.extend(
+                    crate::reverts::revert_times(&log)
+                        .into_iter()
+                        .map(|t| (n, t.map(|t| t - start_unix_ms))),
+                );
+                set_asides.extend(
+                    crate::reverts::set_aside_times(&log)
+                        .into_iter()
+                        .map(|t| (n, t - start_unix_ms)),
+                );
+            }
             Err(e) => unreadable.push(format!(
                 "{}: {e}; its reverts were not checked",
                 path.display()
             )),
         }
     }
-    let faults: Vec<(FaultKind, u64, u64)> = done
+    let faults: Vec<(FaultKind, u64, u64, Option<usize>)> = done
         .iter()
-        .map(|f| (f.kind, f.began_ms, f.end_ms))
+        .map(|f| (f.kind, f.began_ms, f.end_ms, f.target))
         .collect();
+    let faults = crate::reverts::explaining_faults(&faults, &set_asides);
     unreadable.extend(crate::reverts::unexplained(&reverts, &faults));
     unreadable
 }

@@ -88,17 +88,20 @@ pub enum RaftNodeError {
     /// The node is shutting down.
     #[error("the node is shutting down")]
     ShuttingDown,
-    /// The vote file (`crate::vote_file`) holds bytes but no valid slot: this
-    /// node cannot know whom it voted for, and voting again could elect two
-    /// leaders in one term. It does not start: replacing the node is left to an
-    /// operator (membership changes are not built yet).
-    #[error("the Raft vote in {path} is damaged in both slots; refusing to start")]
-    VoteDamaged {
+    /// The Raft vote is lost: the vote file (`crate::vote_file`) has no valid
+    /// slot, or is missing while the store holds a log and no earlier release's
+    /// vote. This node cannot know whom it voted for, and voting again could
+    /// elect two leaders in one term. It does not start: replacing the node is
+    /// left to an operator (membership changes are not built yet).
+    #[error("the Raft vote in {path} is lost ({why}); refusing to start")]
+    VoteLost {
         /// The vote file.
         path: String,
+        /// What was found.
+        why: String,
     },
-    /// The metadata store is damaged (sled reported corruption, a row does not
-    /// decode, or it contradicts the log: `crate::meta_check`).
+    /// The metadata store is damaged: sled reported corruption, or it
+    /// contradicts the log (`crate::meta_check`).
     #[error("the metadata store is damaged: {0}")]
     MetadataDamaged(String),
     /// Network or server setup failed.

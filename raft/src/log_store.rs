@@ -234,12 +234,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         // Durable before returning: written in place and fdatasync'd (off the
-        // async runtime's threads). The file is full-sized from its creation, so
-        // a full disk cannot refuse it.
-        let (file, vote) = (self.vote.clone(), *vote);
-        blocking(move || file.lock().unwrap().save(&vote))
-            .await
-            .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
+        // async runtime's threads) into a file whose blocks were written at its
+        // creation.
+        // A full disk gives the disk reserve up first (on a file system that
+        // writes a new block for an overwrite).
+        let (file, vote, store) = (self.vote.clone(), *vote, self.store.clone());
+        blocking(move || {
+            keep_room_for_metadata(&store);
+            file.lock().unwrap().save(&vote)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_vote(io_err(e)).into())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {

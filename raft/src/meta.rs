@@ -52,11 +52,12 @@ fn sync_created(dir: &Path) -> std::io::Result<()> {
 }
 
 impl MetaDb {
-    /// Opens (creating) the database in `dir`.
+    /// Opens (creating) the database in `dir`. Errors: `MetadataDamaged` when
+    /// sled reports corruption, `Meta` otherwise.
     pub fn open(dir: &Path) -> Result<Self, RaftNodeError> {
         // No periodic background flush: sled's flush stalls every insert while it
         // runs (tens of ms here), which would stall every apply. Durability comes from
-        // explicit flushes where Raft needs them (vote, purge point, snapshot,
+        // explicit flushes where Raft needs them (purge point, snapshot,
         // shutdown); what the state machine writes between them is re-derived on
         // restart by re-applying the log from the last persisted `last_applied`.
         let db = sled::Config::new()
@@ -67,12 +68,12 @@ impl MetaDb {
         sync_created(dir).map_err(sled::Error::Io)?;
         Ok(Self {
             raft: db.open_tree("raft").map_err(damage_of)?,
-            sm: db.open_tree("sm")?,
-            offsets: db.open_tree("offsets")?,
-            topics: db.open_tree("topics")?,
-            groups: db.open_tree("groups")?,
-            fifo_leases: db.open_tree("fifo_leases")?,
-            boundaries: db.open_tree("boundary_snapshots")?,
+            sm: db.open_tree("sm").map_err(damage_of)?,
+            offsets: db.open_tree("offsets").map_err(damage_of)?,
+            topics: db.open_tree("topics").map_err(damage_of)?,
+            groups: db.open_tree("groups").map_err(damage_of)?,
+            fifo_leases: db.open_tree("fifo_leases").map_err(damage_of)?,
+            boundaries: db.open_tree("boundary_snapshots").map_err(damage_of)?,
             db,
         })
     }

@@ -7,15 +7,18 @@
 //! `raft/tests/damaged_metadata.rs` saw `last_applied` fall from 303 to 68 with
 //! no error). So the vote lives in its own small file, written in place and
 //! fdatasync'd before `save_vote` returns, in two slots written in turn: a torn
-//! or damaged write of one slot leaves the other, and a file with no valid slot
-//! is refused ([`RaftNodeError::VoteDamaged`]) rather than read as "never voted".
+//! or damaged write of one slot leaves the other. The file is created holding a
+//! valid slot (the migrated vote, or "no vote" for a new node), so a file with no
+//! valid slot, all zeros included, is refused ([`RaftNodeError::VoteLost`]) rather
+//! than read as "never voted"; so is a missing file where the store holds a log
+//! (`crate::node` opening the storage).
 //!
 //! File format (`<store root>/raft_vote`, [`VOTE_FILE_BYTES`] = two slots of
 //! [`SLOT_BYTES`]), each slot big-endian:
 //! `magic "LVOT" (4) | format version 1 (1) | committed 0/1 (1) | has voted_for 0/1 (1) | 0 (1)
 //! | sequence (8) | term (8) | voted_for (8) | CRC32 of the 32 bytes before (4) | 0 (4)`.
 //! The slot with the higher sequence among the valid ones holds the vote; the
-//! next write goes to the other slot. An all-zero file never held a vote.
+//! next write goes to the other slot.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -81,8 +84,6 @@ pub fn decode_slot(b: &[u8]) -> Option<(u64, Vote<NodeId>)> {
 /// What a vote file's bytes say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
-    /// No vote was ever written (missing, empty or all-zero file).
-    Never,
     /// The vote of the newest valid slot, written as number `seq`.
     Vote {
         /// The write's sequence number.
@@ -90,15 +91,13 @@ pub enum Stored {
         /// The vote.
         vote: Vote<NodeId>,
     },
-    /// Bytes were written but no slot is valid: the vote is lost.
+    /// No slot is valid (all-zero bytes included: a file is created holding a
+    /// valid slot): the vote is lost.
     Damaged,
 }
 
-/// Reads a vote file's bytes (any length; a short file is damaged unless all zero).
+/// Reads a vote file's bytes (any length).
 pub fn read_slots(bytes: &[u8]) -> Stored {
-    if bytes.iter().all(|&b| b == 0) {
-        return Stored::Never;
-    }
     let newest = bytes
         .chunks(SLOT_BYTES)
         .take(2)
@@ -118,42 +117,72 @@ pub struct VoteFile {
     current: Option<Vote<NodeId>>,
 }
 
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> RaftNodeError + '_ {
+    move |e| {
+        RaftNodeError::Store(ledgermq_store::StoreError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
+    }
+}
+
 impl VoteFile {
-    /// Opens (creating at full size, fsynced with its directory) `<root>/raft_vote`
-    /// and reads the vote it holds. Errors: `Store` for I/O, `VoteDamaged` when
-    /// the file holds bytes but no valid slot.
-    pub fn open(root: &Path) -> Result<(Self, Option<Vote<NodeId>>), RaftNodeError> {
-        let (path, file, bytes) = ledgermq_store::ack_mark::open_small_file(root, VOTE_FILE_NAME)?;
-        if bytes.is_empty() {
-            // Full size from the start: a later write never needs a new block,
-            // so a full disk cannot refuse a vote.
-            file.set_len(VOTE_FILE_BYTES as u64)
-                .and_then(|_| file.sync_all())
-                .map_err(|e| {
-                    RaftNodeError::Store(ledgermq_store::StoreError::Io {
-                        path: path.clone(),
-                        source: e,
-                    })
-                })?;
-        }
-        let (seq, vote) = match read_slots(&bytes) {
-            Stored::Never => (0, None),
-            Stored::Vote { seq, vote } => (seq, Some(vote)),
-            Stored::Damaged => {
-                return Err(RaftNodeError::VoteDamaged {
-                    path: path.display().to_string(),
-                })
-            }
+    /// Opens `<root>/raft_vote` if it exists (`None` if not) and reads its vote.
+    /// Errors: `Store` for I/O, `VoteLost` when no slot is valid.
+    pub fn open_existing(root: &Path) -> Result<Option<Self>, RaftNodeError> {
+        let path = root.join(VOTE_FILE_NAME);
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
         };
-        Ok((
-            Self {
+        let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+        match read_slots(&bytes) {
+            Stored::Vote { seq, vote } => Ok(Some(Self {
                 path,
                 file,
                 seq,
-                current: vote,
-            },
-            vote,
-        ))
+                current: Some(vote),
+            })),
+            Stored::Damaged => Err(RaftNodeError::VoteLost {
+                path: path.display().to_string(),
+                why: "no slot of the file is valid".into(),
+            }),
+        }
+    }
+
+    /// Creates `<root>/raft_vote` holding `vote` (`Vote::default()`, term 0 and
+    /// no candidate, for a node that never voted) at its full size: written to
+    /// a temporary file, fsynced, renamed into place, the directory fsynced. So
+    /// the file never exists without a valid slot, and its blocks are allocated
+    /// (an overwrite in place needs none on file systems that overwrite in
+    /// place). Errors: `Store` for I/O.
+    pub fn create(root: &Path, vote: &Vote<NodeId>) -> Result<Self, RaftNodeError> {
+        let path = root.join(VOTE_FILE_NAME);
+        let tmp = root.join(format!("{VOTE_FILE_NAME}.tmp"));
+        let mut bytes = [0u8; VOTE_FILE_BYTES];
+        bytes[SLOT_BYTES..].copy_from_slice(&encode_slot(1, vote));
+        std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+        File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        ledgermq_store::mapped_file::fsync_dir(root)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        Ok(Self {
+            path,
+            file,
+            seq: 1,
+            current: Some(*vote),
+        })
     }
 
     /// Writes `vote` to the slot not holding the current one and fdatasyncs it:
@@ -164,12 +193,7 @@ impl VoteFile {
         self.file
             .write_all_at(&encode_slot(seq, vote), at)
             .and_then(|_| self.file.sync_data())
-            .map_err(|e| {
-                RaftNodeError::Store(ledgermq_store::StoreError::Io {
-                    path: self.path.clone(),
-                    source: e,
-                })
-            })?;
+            .map_err(io_err(&self.path))?;
         self.seq = seq;
         self.current = Some(*vote);
         Ok(())
@@ -220,7 +244,7 @@ mod tests {
     #[test]
     fn the_newest_valid_slot_wins_and_a_damaged_one_falls_back() {
         let mut f = [0u8; VOTE_FILE_BYTES];
-        assert_eq!(read_slots(&f), Stored::Never);
+        assert_eq!(read_slots(&f), Stored::Damaged, "all zeros: lost");
         f[SLOT_BYTES..].copy_from_slice(&encode_slot(1, &vote(3, Some(1), false)));
         f[..SLOT_BYTES].copy_from_slice(&encode_slot(2, &vote(4, Some(2), false)));
         assert_eq!(
@@ -239,7 +263,7 @@ mod tests {
                 vote: vote(3, Some(1), false)
             }
         );
-        // Both damaged: lost, never "never voted".
+        // Both damaged: lost.
         f[SLOT_BYTES + 20] ^= 0xff;
         assert_eq!(read_slots(&f), Stored::Damaged);
         assert_eq!(read_slots(&[1, 2, 3]), Stored::Damaged);
@@ -248,34 +272,40 @@ mod tests {
     #[test]
     fn writes_alternate_slots_and_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut f, v) = VoteFile::open(dir.path()).unwrap();
-        assert_eq!(v, None);
+        assert!(VoteFile::open_existing(dir.path()).unwrap().is_none());
+        let mut f = VoteFile::create(dir.path(), &Vote::default()).unwrap();
+        let path = dir.path().join(VOTE_FILE_NAME);
         assert_eq!(
-            std::fs::metadata(dir.path().join(VOTE_FILE_NAME))
-                .unwrap()
-                .len(),
+            std::fs::metadata(&path).unwrap().len(),
             VOTE_FILE_BYTES as u64
         );
+        assert!(!dir.path().join(format!("{VOTE_FILE_NAME}.tmp")).exists());
+        let f2 = VoteFile::open_existing(dir.path()).unwrap().unwrap();
+        assert_eq!(f2.current(), Some(Vote::default()), "created with no vote");
         f.save(&vote(1, Some(0), false)).unwrap();
         f.save(&vote(2, Some(1), true)).unwrap();
         drop(f);
-        let (mut f, v) = VoteFile::open(dir.path()).unwrap();
-        assert_eq!(v, Some(vote(2, Some(1), true)));
+        let mut f = VoteFile::open_existing(dir.path()).unwrap().unwrap();
+        assert_eq!(f.current(), Some(vote(2, Some(1), true)));
         f.save(&vote(3, Some(2), false)).unwrap();
-        // Damage the slot just written (write 3 goes to the second slot): the
+        // Damage the slot just written (write 4 goes to the first slot): the
         // one before it is read.
-        let path = dir.path().join(VOTE_FILE_NAME);
         let mut b = std::fs::read(&path).unwrap();
-        b[SLOT_BYTES + 17] ^= 0x40;
-        std::fs::write(&path, &b).unwrap();
-        let (_, v) = VoteFile::open(dir.path()).unwrap();
-        assert_eq!(v, Some(vote(2, Some(1), true)));
-        // Both slots damaged: refused.
         b[17] ^= 0x40;
         std::fs::write(&path, &b).unwrap();
+        let f = VoteFile::open_existing(dir.path()).unwrap().unwrap();
+        assert_eq!(f.current(), Some(vote(2, Some(1), true)));
+        // Both slots damaged, or zeroed: lost.
+        b[SLOT_BYTES + 17] ^= 0x40;
+        std::fs::write(&path, &b).unwrap();
         assert!(matches!(
-            VoteFile::open(dir.path()),
-            Err(RaftNodeError::VoteDamaged { .. })
+            VoteFile::open_existing(dir.path()),
+            Err(RaftNodeError::VoteLost { .. })
+        ));
+        std::fs::write(&path, [0u8; VOTE_FILE_BYTES]).unwrap();
+        assert!(matches!(
+            VoteFile::open_existing(dir.path()),
+            Err(RaftNodeError::VoteLost { .. })
         ));
     }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{commit_offset as commit, message, Cluster};
+use ledgermq_store::set_aside::holds_messages;
 use ledgermq_store::FlushMode;
 
 const T: Duration = Duration::from_secs(30);
@@ -163,7 +164,9 @@ async fn a_member_whose_metadata_store_rolled_back_applies_its_log_again() {
     damage_middle(&root.join("meta").join("db"));
     c.restart(follower).await;
     takes_part_again(&mut c, leader, follower).await;
-    assert!(set_aside_dirs(&root).is_empty());
+    // The log replays whatever sled forgot: no message is set aside (sled may
+    // have reported the damage, and its store been set aside, or not).
+    assert!(set_aside_dirs(&root).iter().all(|d| !holds_messages(d)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,4 +213,59 @@ async fn a_store_from_before_the_vote_file_keeps_its_vote() {
     assert!(root.join(ledgermq_raft::vote_file::VOTE_FILE_NAME).exists());
     c.filter.heal();
     takes_part_again(&mut c, leader, follower).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_member_refuses_candidates_below_its_old_log_even_without_its_mark() {
+    let (mut c, leader) = loaded_group(true, 300).await;
+    let f = (leader + 1) % 3;
+    let t = (leader + 2) % 3;
+    // t falls behind: cut off while 50 more messages commit on the leader and f.
+    c.filter.isolate(t, [0, 1, 2]);
+    for i in 0..50 {
+        c.node(leader)
+            .write_messages(vec![message("TopicM", 0, &format!("late-{i}"))])
+            .await
+            .unwrap();
+    }
+    let last = c.node(leader).raft().metrics().borrow().last_log_index;
+    let deadline = Instant::now() + T;
+    while c.node(f).raft().metrics().borrow().last_log_index != last {
+        assert!(Instant::now() < deadline, "f did not take the late entries");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.crash(f).await;
+    // f's metadata store is damaged, and its acknowledged mark lost as well.
+    let root = c.cfgs[&f].store.root.clone();
+    damage_middle(&root.join("meta").join("db"));
+    for mark in ["ack_mark", "ack_bound"] {
+        let _ = std::fs::remove_file(root.join(mark));
+    }
+    // It restarts cut off from the leader: it sets its log aside, cannot catch up.
+    c.filter.isolate(f, [0, 1, 2]);
+    c.restart(f).await;
+    assert!(
+        set_aside_dirs(&root).iter().any(|d| holds_messages(d)),
+        "f set its messages aside"
+    );
+    c.crash(leader).await;
+    c.filter.heal();
+    // t lacks the 50 entries f had acknowledged: f must not elect it, nor lead.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let leaders: Vec<u64> = c.live().filter(|n| n.is_leader()).map(|n| n.id()).collect();
+    assert!(
+        leaders.is_empty(),
+        "elected without the late entries: {leaders:?}"
+    );
+    // The old leader comes back: the group goes on, with every message.
+    c.restart(leader).await;
+    let l = c.wait_leader(T).await;
+    let p = c
+        .node(l)
+        .write_messages(vec![message("TopicM", 0, "after")])
+        .await
+        .unwrap();
+    assert_eq!(p[0].queue_offset, 350);
+    c.wait_converged(T).await;
+    c.audit();
 }

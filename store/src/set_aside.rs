@@ -43,6 +43,11 @@ pub fn set_aside_messages(root: &Path, into: &Path) -> Result<Vec<PathBuf>> {
     Ok(moved)
 }
 
+/// True if `dir` holds any of the [`MESSAGE_FILES`].
+pub fn holds_messages(dir: &Path) -> bool {
+    MESSAGE_FILES.iter().any(|n| dir.join(n).exists())
+}
+
 /// Removes the [`MESSAGE_FILES`] that [`set_aside_messages`] moved into `into`,
 /// leaving anything else there (the caller's own files). Errors: `Io`.
 pub fn remove_set_aside(into: &Path) -> Result<()> {
@@ -83,12 +88,35 @@ mod tests {
         let aside = root.join("aside");
         let moved = set_aside_messages(&root, &aside).unwrap();
         assert!(moved.iter().any(|p| p.ends_with("commitlog")), "{moved:?}");
+        assert!(holds_messages(&aside));
         let store = MessageStore::open(cfg.clone()).unwrap();
         assert_eq!(store.commit_log().last_log_id().unwrap(), None);
         assert!(store.commit_log().lost_acknowledged(), "the mark stayed");
         store.shutdown().unwrap();
         remove_set_aside(&aside).unwrap();
-        assert!(!aside.join("commitlog").exists());
+        assert!(!aside.join("commitlog").exists() && !holds_messages(&aside));
         assert!(aside.exists());
+    }
+
+    #[test]
+    fn a_missing_mark_is_raised_to_the_log_before_the_log_is_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("n0");
+        let cfg = StoreConfig::small(root.clone(), 64 * 1024);
+        let store = MessageStore::open(cfg.clone()).unwrap();
+        for i in 0..3u64 {
+            let r = MessageRecord::message("T", 0, vec![1; 10], 0);
+            store.append_entry(2, i, &[r]).unwrap();
+        }
+        assert_eq!(store.commit_log().acked_log_id(), None);
+        let raised = store.commit_log().raise_ack_mark_to_last().unwrap();
+        let last = crate::ack_mark::AckedId { term: 2, index: 2 };
+        assert_eq!(raised, Some(last));
+        store.shutdown().unwrap();
+        drop(store);
+        set_aside_messages(&root, &root.join("aside")).unwrap();
+        let store = MessageStore::open(cfg).unwrap();
+        assert_eq!(store.commit_log().acked_log_id(), Some(last), "durable");
+        assert!(store.commit_log().lost_acknowledged());
     }
 }

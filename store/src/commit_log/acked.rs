@@ -43,6 +43,21 @@ impl CommitLog {
         Ok(before)
     }
 
+    /// Raises the acknowledged mark and its bound, durably, to the log's last log
+    /// id if that is higher, and returns the mark. Called before a log is set
+    /// aside (`crate::set_aside`): the emptied node then refuses votes and stays
+    /// out of elections as its log would have had it, even if its mark was
+    /// missing or damaged. Errors: `Io`, `Corrupted`.
+    pub fn raise_ack_mark_to_last(&self) -> Result<Option<AckedId>> {
+        let last = self.last_log_id()?;
+        let cur = self.acked_log_id();
+        if last > cur {
+            self.ack_mark.reset_to(last)?;
+            return Ok(last);
+        }
+        Ok(cur)
+    }
+
     /// Records that the entries through `id` are acknowledged though only written
     /// (ASYNC_FLUSH), before the acknowledgement is sent: the mark is written, not
     /// fsynced ([`crate::ack_mark::AckMark::raise_written`]). Errors: `Io`.

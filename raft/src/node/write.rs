@@ -1,0 +1,260 @@
+//! Writes from any node: proposing on the leader, forwarding from a follower,
+//! and telling apart what a failed forward may have done.
+
+use super::*;
+
+impl RaftNode {
+    /// Commits `messages` and returns where each was placed, from any node: a
+    /// follower forwards to the leader, and while no leader takes the write it waits
+    /// for one. Fails with `Timeout` if the commit takes longer than the write
+    /// timeout (the messages may still commit later), `NotLeader` if this node lost
+    /// leadership with the write in its hands (not committed), `Forward` if the
+    /// leader got it and failed or its answer was lost (it may have committed),
+    /// `CutOff` at once when this node has not heard from a majority of its group
+    /// for an election timeout (not written), `DiskFull` when the leader's disk is
+    /// full (through a follower: `Forward` saying so).
+    pub async fn write_messages(
+        &self,
+        messages: Vec<MessageRecord>,
+    ) -> Result<Vec<Placed>, RaftNodeError> {
+        // Refuse bad input here with a typed error, whichever node leads.
+        let mut encoded_bytes = 0usize;
+        for m in &messages {
+            encoded_bytes += self.store.validate_message(m)?;
+        }
+        // Before it is forwarded: the leader would refuse it too.
+        self.writer
+            .check_request_bytes(messages.len(), encoded_bytes)?;
+        // This node's own disk does not matter here: the leader checks its own
+        // (`Writer`) and the entry commits on a majority, so a follower whose disk
+        // is full forwards (it falls behind and catches up once it has room).
+        match self.write(Request::Messages(messages)).await? {
+            Response::Messages(p) => Ok(p),
+            Response::Applied | Response::StaleTerm { .. } => Err(RaftNodeError::Raft(
+                "a message write applied as a command".into(),
+            )),
+        }
+    }
+
+    /// Commits a metadata command, from any node. Errors: as
+    /// [`Self::write_messages`], and `StaleTerm` when the command is bound to an
+    /// earlier term than the entry that carried it (it was not applied).
+    pub async fn write_command(&self, command: Command) -> Result<Response, RaftNodeError> {
+        applied(self.write(Request::Command(command)).await?)
+    }
+
+    /// Commits a metadata command only as this node's own proposal while it leads
+    /// (never forwarded): a write that must not outlive this node's leadership, such
+    /// as a FIFO delivery lease. An entry proposed in a term commits only with that
+    /// term's quorum, or as part of a later leader's log before that leader serves.
+    /// Errors: `NotLeader` (also when leadership is lost before the commit),
+    /// `Timeout`, `StaleTerm` (the command is bound to a term other than the one
+    /// its entry was proposed in: not applied).
+    pub async fn write_command_as_leader(
+        &self,
+        command: Command,
+    ) -> Result<Response, RaftNodeError> {
+        if !self.is_leader() {
+            return Err(RaftNodeError::NotLeader {
+                leader: self.leader().map(|l| l.0),
+            });
+        }
+        self.check_in_contact()?;
+        let timeout_ms = self.write_timeout.as_millis() as u64;
+        applied(
+            tokio::time::timeout(
+                self.write_timeout,
+                self.writer.write_local(Request::Command(command)),
+            )
+            .await
+            .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))?,
+        )
+    }
+
+    /// Proposes `request` here while this node leads, else forwards it to the
+    /// leader. Until some leader takes it (an election, a leader that cannot be
+    /// reached, one that just stepped down) it is tried again every 50 ms: nothing
+    /// was proposed, so that cannot duplicate it. The local path takes the request
+    /// by value, so message bytes are never copied for a retry.
+    async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
+        // A node cut off from its group answers at once: the caller can try
+        // another node instead of waiting out the timeout.
+        self.check_in_contact()?;
+        let timeout_ms = self.write_timeout.as_millis() as u64;
+        let deadline = tokio::time::Instant::now() + self.write_timeout;
+        // The leader last forwarded to (u64::MAX: none).
+        let forwarded_to = std::sync::atomic::AtomicU64::new(u64::MAX);
+        let attempt = async {
+            loop {
+                if self.is_leader() {
+                    return self.writer.write_local(request).await;
+                }
+                match self.forward(&request, deadline, &forwarded_to).await {
+                    Err(RaftNodeError::NoLeader | RaftNodeError::Forward { sent: false, .. }) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        let result = tokio::time::timeout(self.write_timeout, attempt)
+            .await
+            .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }));
+        // The deadline passed while the leader was being asked (a call it never
+        // answered, or connections to it that never opened: packets lost one
+        // way): until it answers a call again (a ping, `upkeep::probe_peers`),
+        // writes here are refused at once.
+        let leader = forwarded_to.load(std::sync::atomic::Ordering::Relaxed);
+        if matches!(result, Err(RaftNodeError::Timeout { .. })) && leader != u64::MAX {
+            self.contacts.call_unanswered(leader);
+        }
+        result
+    }
+
+    /// Forwards `request` to the leader with the time left until `deadline` (when
+    /// this node gives up on it, on its monotonic clock): the leader does not
+    /// propose it after that time has passed on its own monotonic clock, counted
+    /// from the request's arrival (so up to one network transit after this node
+    /// gave up; wall clocks play no part: [`crate::network::TIMEOUT_HEADER`]).
+    async fn forward(
+        &self,
+        request: &Request,
+        deadline: tokio::time::Instant,
+        forwarded_to: &std::sync::atomic::AtomicU64,
+    ) -> Result<Response, RaftNodeError> {
+        let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
+        if leader == self.id {
+            // Elected but not yet serving as leader: look again shortly.
+            return Err(RaftNodeError::NoLeader);
+        }
+        forwarded_to.store(leader, std::sync::atomic::Ordering::Relaxed);
+        let unsent = |reason: String| RaftNodeError::Forward {
+            leader,
+            reason,
+            sent: false,
+        };
+        if self.filter.is_blocked(self.id, leader) {
+            return Err(unsent("blocked by the network filter".into()));
+        }
+        let sent = |reason: String| RaftNodeError::Forward {
+            leader,
+            reason,
+            sent: true,
+        };
+        let channel = self.channel(&addr).map_err(unsent)?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(RaftNodeError::Timeout {
+                timeout_ms: self.write_timeout.as_millis() as u64,
+            });
+        }
+        let mut req = peer_request(self.id, request, left).map_err(|s| unsent(s.to_string()))?;
+        let request_bytes = req.get_ref().data.len();
+        set_forward_budget(&mut req, left, ledgermq_store::store::now_ms());
+        let (filter, from) = (&self.filter, self.id);
+        let call = async {
+            // The test network's latency, as the Raft calls get it.
+            tokio::time::sleep(filter.transfer_delay(from, leader, request_bytes)).await;
+            RaftPeerClient::new(channel).forward(req).await
+        };
+        // No answer in time: `write` marks the leader unanswered.
+        let reply =
+            tokio::time::timeout_at(deadline, call)
+                .await
+                .map_err(|_| RaftNodeError::Timeout {
+                    timeout_ms: self.write_timeout.as_millis() as u64,
+                })?;
+        let reply = reply.map_err(|s| {
+            // Only a failed connection proves the request never left; UNAVAILABLE
+            // also covers connections lost after sending (keep-alive timeouts).
+            if s.code() == tonic::Code::Unavailable && is_connect_error(&s) {
+                unsent(s.to_string())
+            } else {
+                sent(s.to_string())
+            }
+        })?;
+        self.contacts.call_answered(leader);
+        let result: Result<Response, String> =
+            decode(reply.get_ref()).map_err(|s| sent(s.to_string()))?;
+        result.map_err(|reason| {
+            if refused_unproposed(&reason) {
+                unsent(reason)
+            } else {
+                sent(reason)
+            }
+        })
+    }
+}
+
+/// A command's response as a result: `StaleTerm` (committed, not applied) is an
+/// error to the caller.
+fn applied(r: Response) -> Result<Response, RaftNodeError> {
+    match r {
+        Response::StaleTerm {
+            proposed_term,
+            entry_term,
+        } => Err(RaftNodeError::StaleTerm {
+            proposed_term,
+            entry_term,
+        }),
+        other => Ok(other),
+    }
+}
+
+/// True if a forwarded write's error (as the leader's `RaftNodeError` rendered it)
+/// says the leader refused it before proposing anything: it was no longer leader.
+fn refused_unproposed(reason: &str) -> bool {
+    let not_leader = RaftNodeError::NotLeader { leader: None }.to_string();
+    let prefix = not_leader.split(" (").next().unwrap_or(&not_leader);
+    reason.starts_with(prefix)
+        || reason == RaftNodeError::NoLeader.to_string()
+        || reason == RaftNodeError::Expired.to_string()
+}
+
+/// True if the status comes from failing to connect (hyper's connect error), so the
+/// request was never sent.
+fn is_connect_error(s: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(s);
+    while let Some(e) = source {
+        if format!("{e:?}").starts_with("ConnectError") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_told_apart_from_other_unavailability() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port(); // released: nothing listens there now
+        let ch = lazy_channel(&format!("127.0.0.1:{port}"), Duration::from_millis(500)).unwrap();
+        let req = peer_request(
+            1,
+            &Request::Command(Command::DeleteTopic("t".into())),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let s = RaftPeerClient::new(ch).forward(req).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert!(is_connect_error(&s), "{s:?}");
+        assert!(!is_connect_error(&tonic::Status::unavailable(
+            "connection reset"
+        )));
+        assert!(refused_unproposed(
+            &RaftNodeError::NotLeader { leader: Some(2) }.to_string()
+        ));
+        assert!(refused_unproposed(&RaftNodeError::NoLeader.to_string()));
+        assert!(refused_unproposed(&RaftNodeError::Expired.to_string()));
+        assert!(!refused_unproposed(
+            &RaftNodeError::Timeout { timeout_ms: 5 }.to_string()
+        ));
+    }
+}
