@@ -21,6 +21,7 @@
 //! next write goes to the other slot.
 
 use std::fs::File;
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,7 @@ use openraft::{LeaderId, Vote};
 
 use crate::error::RaftNodeError;
 use crate::types::NodeId;
+use ledgermq_store::error::IoContext;
 
 /// Bytes of one slot.
 pub const SLOT_BYTES: usize = 40;
@@ -117,15 +119,6 @@ pub struct VoteFile {
     current: Option<Vote<NodeId>>,
 }
 
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> RaftNodeError + '_ {
-    move |e| {
-        RaftNodeError::Store(ledgermq_store::StoreError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })
-    }
-}
-
 impl VoteFile {
     /// Opens `<root>/raft_vote` if it exists (`None` if not) and reads its vote.
     /// Errors: `Store` for I/O, `VoteLost` when no slot is valid.
@@ -136,11 +129,11 @@ impl VoteFile {
             .write(true)
             .open(&path)
         {
-            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(&path)(e)),
+            r => r.at(&path)?,
         };
-        let bytes = std::fs::read(&path).map_err(io_err(&path))?;
+        let mut bytes = Vec::new();
+        (&file).read_to_end(&mut bytes).at(&path)?;
         match read_slots(&bytes) {
             Stored::Vote { seq, vote } => Ok(Some(Self {
                 path,
@@ -166,17 +159,15 @@ impl VoteFile {
         let tmp = root.join(format!("{VOTE_FILE_NAME}.tmp"));
         let mut bytes = [0u8; VOTE_FILE_BYTES];
         bytes[SLOT_BYTES..].copy_from_slice(&encode_slot(1, vote));
-        std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-        File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        std::fs::write(&tmp, bytes).at(&tmp)?;
+        File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
+        std::fs::rename(&tmp, &path).at(&path)?;
         ledgermq_store::mapped_file::fsync_dir(root)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(io_err(&path))?;
+            .at(&path)?;
         Ok(Self {
             path,
             file,
@@ -193,7 +184,7 @@ impl VoteFile {
         self.file
             .write_all_at(&encode_slot(seq, vote), at)
             .and_then(|_| self.file.sync_data())
-            .map_err(io_err(&self.path))?;
+            .at(&self.path)?;
         self.seq = seq;
         self.current = Some(*vote);
         Ok(())

@@ -125,7 +125,8 @@ impl StoreError {
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Attaches a path to an `std::io::Error`.
-pub(crate) trait IoContext<T> {
+pub trait IoContext<T> {
+    /// Tags an I/O error with the path it was about, as `StoreError::Io`.
     fn at(self, path: &std::path::Path) -> Result<T>;
 }
 

@@ -30,6 +30,7 @@ use crate::meta::MetaDb;
 use crate::meta_check::{check, MetaFacts};
 use crate::types::{LogId, NodeId};
 use crate::vote_file::VoteFile;
+use ledgermq_store::error::IoContext;
 
 /// A node's opened storage.
 pub(crate) struct Storage {
@@ -41,15 +42,6 @@ pub(crate) struct Storage {
     /// Directories holding messages set aside (at this start or an earlier one),
     /// to remove once the node is caught up.
     pub set_aside: Vec<PathBuf>,
-}
-
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> RaftNodeError + '_ {
-    move |e| {
-        RaftNodeError::Store(ledgermq_store::StoreError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })
-    }
 }
 
 /// Opens the metadata store in `<root>/meta` and checks it against `store`'s
@@ -74,8 +66,8 @@ fn open_meta(cfg: &StoreConfig, store: &MessageStore) -> Result<MetaDb, RaftNode
 /// The `damaged-*` directories under `root` that still hold messages.
 fn leftover_set_asides(root: &Path) -> Result<Vec<PathBuf>, RaftNodeError> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir(root).map_err(io_err(root))? {
-        let p = e.map_err(io_err(root))?.path();
+    for e in std::fs::read_dir(root).at(root)? {
+        let p = e.at(root)?.path();
         let named = p
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("damaged-"));
@@ -113,8 +105,8 @@ pub(crate) fn open(cfg: &StoreConfig) -> Result<Storage, RaftNodeError> {
                     .map_or(0, |d| d.as_millis())
             ));
             tracing::error!(%why, set_aside = %into.display(), "the metadata store is damaged: setting it aside");
-            std::fs::create_dir_all(&into).map_err(io_err(&into))?;
-            std::fs::rename(&meta_dir, into.join("meta")).map_err(io_err(&meta_dir))?;
+            std::fs::create_dir_all(&into).at(&into)?;
+            std::fs::rename(&meta_dir, into.join("meta")).at(&meta_dir)?;
             ledgermq_store::mapped_file::fsync_dir(&into)?;
             ledgermq_store::mapped_file::fsync_dir(&cfg.root)?;
             match open_meta(cfg, &store) {
