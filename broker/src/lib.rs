@@ -24,6 +24,7 @@ pub mod message;
 pub mod pop;
 pub mod progress;
 pub mod receipt;
+mod relay;
 pub mod route;
 pub mod send;
 pub mod server;

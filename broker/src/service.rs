@@ -16,6 +16,7 @@ use crate::error::{ok_status, refuse};
 use crate::message::duration;
 use crate::pb::messaging_service_server::MessagingService;
 use crate::pb::{self, telemetry_command, Code};
+use crate::relay::{Attempt, Next, Relay};
 use crate::route::EndpointStyle;
 
 /// The service handle.
@@ -80,29 +81,15 @@ fn onward<T>(msg: T, client: Option<&str>, timeout: Duration) -> Request<T> {
     r
 }
 
-/// The failure a call gets when no leader answered it before its deadline:
-/// `HA_NOT_AVAILABLE` (nothing was done) if it was never passed on, else
-/// `PROXY_TIMEOUT`, an unknown outcome: a leader may have taken a call whose
-/// answer was lost (an ack may have been applied, so a FIFO group's next message
-/// may go out). `reason` is the last failure, for the message only.
-fn pass_on_failure(passed_on: bool, reason: &str) -> crate::error::BrokerError {
-    if passed_on {
-        refuse(
-            Code::ProxyTimeout,
-            format!("the leader did not answer; the call may have taken effect ({reason})"),
-        )
-    } else {
-        refuse(Code::HaNotAvailable, format!("leader: {reason}"))
-    }
-}
-
 /// Deadline for finding the leader of a short call.
 const CALL_LEADER_WAIT: Duration = Duration::from_millis(2500);
 
 /// Runs a consumption call on the ready leader: here, or passed on to the leader.
-/// A leader that cannot be reached (this node may not have noticed it died yet) is
-/// tried again until [`CALL_LEADER_WAIT`] passes; the calls passed on this way
-/// (ack, change invisible duration, dead-lettering) may be repeated safely.
+/// A leader that cannot be reached (this node may not have noticed it died yet),
+/// or a node that says it does not lead, is looked for again until
+/// [`CALL_LEADER_WAIT`] passes; the calls passed on this way (ack, change invisible
+/// duration, dead-lettering) may be repeated safely. What the client is told is
+/// decided by [`Relay`]: an unknown outcome once an attempt went unanswered.
 macro_rules! on_leader {
     ($self:ident, $req:ident, $method:ident, $local:ident, $err:expr) => {{
         let md = $req.metadata().clone();
@@ -113,31 +100,33 @@ macro_rules! on_leader {
         let msg = $req.into_inner();
         let b = &$self.0;
         let deadline = Instant::now() + CALL_LEADER_WAIT;
-        // Whether a call was passed on and not answered: the leader may have
-        // taken it (its answer lost), so a final failure is an unknown outcome.
-        let mut unanswered = false;
+        let mut relay = Relay::default();
         let r = loop {
             match b.target(forwarded(&md), deadline).await {
                 Ok(Target::Local) => break b.$local(msg, cid.as_deref()).await,
                 Ok(Target::Leader(mut c)) => {
                     let left = deadline.saturating_duration_since(Instant::now());
-                    let req = onward(msg.clone(), cid.as_deref(), left.max(Duration::from_millis(200)));
-                    match c.$method(req).await {
-                        Ok(r) => break r.into_inner(),
-                        Err(s) => {
-                            unanswered = true;
-                            if Instant::now() >= deadline {
-                                break ($err)(pass_on_failure(unanswered, s.message()).to_status());
-                            }
-                            tracing::debug!(error = %s, "leader unreachable; looking again");
+                    let req = onward(
+                        msg.clone(),
+                        cid.as_deref(),
+                        left.max(Duration::from_millis(200)),
+                    );
+                    let attempt = match c.$method(req).await {
+                        Ok(r) => Attempt::Answered(r.into_inner()),
+                        Err(s) => Attempt::Unanswered(s.message().to_owned()),
+                    };
+                    match relay.after(attempt, Instant::now() >= deadline) {
+                        Next::Pass(r) => break r,
+                        Next::Fail(e) => break ($err)(e.to_status()),
+                        Next::TryAgain => {
+                            tracing::debug!(
+                                "the leader asked did not serve the call; looking again"
+                            );
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                     }
                 }
-                Err(e) if unanswered => {
-                    break ($err)(pass_on_failure(unanswered, &e.to_string()).to_status())
-                }
-                Err(e) => break ($err)(e.to_status()),
+                Err(e) => break ($err)(relay.no_leader(e).to_status()),
             }
         };
         Ok(Response::new(r))
@@ -504,24 +493,4 @@ pub fn merged_settings(b: &Broker, mut s: pb::Settings) -> pb::Settings {
         None => {}
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_call_passed_on_and_unanswered_has_an_unknown_outcome() {
-        // Before, an ack passed on to a leader that applied it but whose answer
-        // was lost got HA_NOT_AVAILABLE, a definite failure. The jepsen FIFO
-        // check, once it stopped counting failed acks as releases, saw one
-        // group's next message go out while its previous one's ack had failed
-        // (1 of 5 runs of the sync seed-2 list; that run's folder was not kept,
-        // this is the path found by reading the code).
-        assert_eq!(pass_on_failure(true, "timeout").code(), Code::ProxyTimeout);
-        assert_eq!(
-            pass_on_failure(false, "no leader").code(),
-            Code::HaNotAvailable
-        );
-    }
 }

@@ -11,10 +11,15 @@
 //! - one delivery of a message in flight at a time: a message is delivered again
 //!   only once an ack of it was invoked or its previous delivery's invisible time
 //!   ran out (the same bounds as above; deliveries are taken in the order they
-//!   were answered). An ack releases the message whatever its outcome, failed
-//!   ones included, and the workload acks at once, so this sees two consumers
-//!   holding a message only when the second delivery is answered before the first
-//!   consumer's ack was invoked.
+//!   were answered).
+//!
+//! An ack releases its message from its invoke on, unless it was answered with a
+//! definite failure (`fail`: the broker says it did nothing), which releases
+//! nothing; one answered OK or with an unknown outcome (`info`, or no answer by
+//! the end of the history) may have taken effect, so it counts. The workload
+//! acks at once, so a release is seldom far from its delivery: these checks see
+//! two consumers holding a message mostly when an ack failed, or when the second
+//! delivery is answered before the first consumer's ack was invoked.
 //!
 //! Plain functions of the history: no I/O.
 
@@ -58,13 +63,24 @@ struct Delivery<'a> {
     receive: usize,
 }
 
+/// Records that the FIFO messages of ack `invoke`, invoked at `t` ms, may be
+/// released from then on (the earliest such time per message is kept).
+fn release<'a>(first: &mut HashMap<&'a str, u64>, invoke: &'a Op, t: u64) {
+    for d in invoke.delivered.iter().filter(|d| d.group.is_some()) {
+        let e = first.entry(&d.id).or_insert(t);
+        *e = (*e).min(t);
+    }
+}
+
 /// Runs the checker; `invisible_ms` is the invisible duration the consumers ask.
 pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
     let mut receive_invoked: HashMap<u64, u64> = HashMap::new();
     let mut deliveries: Vec<Delivery<'_>> = Vec::new();
-    // Per message: when an ack was first invoked, and first answered OK.
+    // Per message: when an ack that may have taken effect was first invoked, and
+    // when one was first answered OK. Per process: the ack it has in flight.
     let mut first_ack_invoke: HashMap<&str, u64> = HashMap::new();
     let mut first_ack_ok: HashMap<&str, u64> = HashMap::new();
+    let mut ack_in_flight: HashMap<u64, (u64, &Op)> = HashMap::new();
     for (i, o) in ops.iter().enumerate() {
         match (o.f, o.op_type) {
             (OpFn::Receive, OpType::Invoke) => {
@@ -90,11 +106,18 @@ pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
                 }
             }
             (OpFn::Ack, OpType::Invoke) => {
-                for d in o.delivered.iter().filter(|d| d.group.is_some()) {
-                    first_ack_invoke.entry(&d.id).or_insert(o.time_ms);
+                // An earlier one never answered: unknown, it releases.
+                if let Some((t, prev)) = ack_in_flight.insert(o.process, (o.time_ms, o)) {
+                    release(&mut first_ack_invoke, prev, t);
                 }
             }
             (OpFn::Ack, t) => {
+                let Some((invoked_ms, invoke)) = ack_in_flight.remove(&o.process) else {
+                    continue;
+                };
+                if t != OpType::Fail {
+                    release(&mut first_ack_invoke, invoke, invoked_ms);
+                }
                 if t == OpType::Ok {
                     for d in o.delivered.iter().filter(|d| d.group.is_some()) {
                         first_ack_ok.entry(&d.id).or_insert(o.time_ms);
@@ -103,6 +126,9 @@ pub fn fifo_delivery(ops: &[Op], invisible_ms: u64) -> FifoDelivery {
             }
             (OpFn::Send, _) => {}
         }
+    }
+    for (t, invoke) in ack_in_flight.into_values() {
+        release(&mut first_ack_invoke, invoke, t);
     }
     let mut r = FifoDelivery {
         deliveries: deliveries.len(),
@@ -269,12 +295,39 @@ mod tests {
         // After its invisible time (counted from the first receive's invoke).
         assert!(fifo_delivery(&h, 110).valid);
         assert!(!fifo_delivery(&h, 111).valid);
-        // After an ack was invoked (answered unknown or failed: it may come back).
-        let mut nacked = Vec::new();
-        receive(&mut nacked, 0, 1, &["a"]);
-        ack(&mut nacked, 50, 1, "a", OpType::Fail);
-        receive(&mut nacked, 100, 2, &["a"]);
-        assert!(fifo_delivery(&nacked, 1_000).valid);
+        // After an ack was invoked whose outcome is unknown (answered so, or
+        // never answered): it may have taken effect.
+        for outcome in [Some(OpType::Info), None] {
+            let mut unknown = Vec::new();
+            receive(&mut unknown, 0, 1, &["a"]);
+            match outcome {
+                Some(t) => ack(&mut unknown, 50, 1, "a", t),
+                None => unknown.push(op(50, 3, OpFn::Ack, OpType::Invoke, &["a"])),
+            }
+            receive(&mut unknown, 100, 2, &["a"]);
+            assert!(fifo_delivery(&unknown, 1_000).valid, "{outcome:?}");
+        }
+        // An ack answered with a definite failure released nothing.
+        let mut failed = Vec::new();
+        receive(&mut failed, 0, 1, &["a"]);
+        ack(&mut failed, 50, 1, "a", OpType::Fail);
+        receive(&mut failed, 100, 2, &["a"]);
+        let r = fifo_delivery(&failed, 1_000);
+        assert_eq!(r.delivered_again_while_in_flight, 1, "{r:?}");
+        // Nor does it let the group's next message out.
+        let mut next = Vec::new();
+        receive(&mut next, 0, 1, &["a"]);
+        ack(&mut next, 50, 1, "a", OpType::Fail);
+        receive(&mut next, 100, 2, &["b"]);
+        let r = fifo_delivery(&next, 1_000);
+        assert_eq!(r.delivered_while_previous_in_flight, 1, "{r:?}");
+        // A later ack of unknown outcome, invoked before the delivery, does.
+        let mut retried = Vec::new();
+        receive(&mut retried, 0, 1, &["a"]);
+        ack(&mut retried, 50, 1, "a", OpType::Fail);
+        ack(&mut retried, 60, 1, "a", OpType::Info);
+        receive(&mut retried, 100, 2, &["a"]);
+        assert!(fifo_delivery(&retried, 1_000).valid);
         // Twice in one answer is one delivery, not two.
         let mut batch = Vec::new();
         receive(&mut batch, 0, 1, &["a", "a"]);
