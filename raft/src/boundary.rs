@@ -26,9 +26,9 @@ use crate::types::{NodeId, StorageError, TypeConfig};
 /// openraft's snapshot metadata for this crate's types.
 pub type SnapMeta = SnapshotMeta<NodeId, BasicNode>;
 
-/// A snapshot saved at a segment boundary (postcard in sled, keyed by the
-/// big-endian log index it was taken at).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A snapshot saved at a segment boundary (in sled as [`crate::format`] says,
+/// keyed by the big-endian log index it was taken at).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BoundarySnapshot {
     /// openraft's metadata: last log id, membership, id.
     pub meta: SnapMeta,
@@ -42,14 +42,14 @@ pub struct BoundarySnapshot {
 pub fn save(db: &MetaDb, snapshot: &BoundarySnapshot) -> Result<(), RaftNodeError> {
     let index = snapshot.meta.last_log_id.map_or(0, |l| l.index);
     db.boundaries
-        .insert(index.to_be_bytes(), postcard::to_stdvec(snapshot)?)?;
+        .insert(index.to_be_bytes(), crate::format::encode(snapshot)?)?;
     Ok(())
 }
 
 /// The snapshot saved at exactly `index`, if any. Errors: `Meta`, `Codec`.
 pub fn at(db: &MetaDb, index: u64) -> Result<Option<BoundarySnapshot>, RaftNodeError> {
     match db.boundaries.get(index.to_be_bytes())? {
-        Some(v) => Ok(Some(postcard::from_bytes(&v)?)),
+        Some(v) => Ok(Some(crate::format::decode("boundary snapshot", &v)?)),
         None => Ok(None),
     }
 }

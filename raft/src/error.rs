@@ -104,6 +104,17 @@ pub enum RaftNodeError {
     /// contradicts the log (`crate::meta_check`).
     #[error("the metadata store is damaged: {0}")]
     MetadataDamaged(String),
+    /// A stored value (a metadata row, a snapshot) is in a format version this
+    /// release does not read (`crate::format`): written by a later release.
+    #[error("{what} is in format version {version}; this release reads up to {supported}")]
+    FormatTooNew {
+        /// What the value is.
+        what: String,
+        /// Its format version.
+        version: u8,
+        /// The highest version this release reads.
+        supported: u8,
+    },
     /// Network or server setup failed.
     #[error("transport: {0}")]
     Transport(String),

@@ -31,6 +31,7 @@ pub mod codec;
 pub mod contact;
 pub mod elections;
 pub mod error;
+pub mod format;
 pub mod log_store;
 pub mod meta;
 pub mod meta_check;

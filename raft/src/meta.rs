@@ -100,20 +100,22 @@ impl MetaDb {
         Ok(())
     }
 
-    /// Reads and decodes `key` of `tree`.
+    /// Reads and decodes `key` of `tree` (any format version this release reads:
+    /// [`crate::format`]).
     pub fn get<T: DeserializeOwned>(
         tree: &sled::Tree,
         key: &str,
     ) -> Result<Option<T>, RaftNodeError> {
         match tree.get(key)? {
-            Some(v) => Ok(Some(postcard::from_bytes(&v)?)),
+            Some(v) => Ok(Some(crate::format::decode(key, &v)?)),
             None => Ok(None),
         }
     }
 
-    /// Encodes and writes `value` at `key` of `tree` (not flushed).
+    /// Encodes (in the current format version) and writes `value` at `key` of
+    /// `tree` (not flushed).
     pub fn put<T: Serialize>(tree: &sled::Tree, key: &str, value: &T) -> Result<(), RaftNodeError> {
-        tree.insert(key, postcard::to_stdvec(value)?)?;
+        tree.insert(key, crate::format::encode(value)?)?;
         Ok(())
     }
 }

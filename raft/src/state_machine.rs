@@ -18,6 +18,7 @@ use openraft::{EntryPayload, OptionalSend, SnapshotMeta, StorageIOError, StoredM
 use serde::{Deserialize, Serialize};
 
 use crate::error::RaftNodeError;
+use crate::format;
 use crate::meta::{offset_key, parse_offset_key, MetaDb};
 use crate::types::{
     Entry, FifoLease, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
@@ -57,10 +58,10 @@ pub struct GroupMeta {
 pub type SharedMeta = Arc<RwLock<GroupMeta>>;
 
 /// What a snapshot holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct SnapshotData {
-    meta: GroupMeta,
-    queues: Vec<QueuePosition>,
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SnapshotData {
+    pub(crate) meta: GroupMeta,
+    pub(crate) queues: Vec<QueuePosition>,
 }
 
 use crate::error::any_err as io_err;
@@ -122,23 +123,31 @@ impl StateMachine {
         let mut meta = GroupMeta::default();
         for kv in db.offsets.iter() {
             let (k, v) = kv?;
-            if let (Some(key), Ok(v)) = (parse_offset_key(&k), <[u8; 8]>::try_from(v.as_ref())) {
-                meta.offsets.insert(key, u64::from_be_bytes(v));
+            let Some(key) = parse_offset_key(&k) else {
+                continue;
+            };
+            match format::decode_offset(&v) {
+                Ok(offset) => {
+                    meta.offsets.insert(key, offset);
+                }
+                Err(e @ RaftNodeError::FormatTooNew { .. }) => return Err(e),
+                // As before the format version: a row that is no offset is skipped.
+                Err(e) => tracing::warn!(?key, error = %e, "skipping a consumer offset row"),
             }
         }
         for kv in db.topics.iter() {
             let (_, v) = kv?;
-            let t: TopicConfig = postcard::from_bytes(&v)?;
+            let t: TopicConfig = format::decode("topic config", &v)?;
             meta.topics.insert(t.name.clone(), t);
         }
         for kv in db.groups.iter() {
             let (_, v) = kv?;
-            let g: GroupConfig = postcard::from_bytes(&v)?;
+            let g: GroupConfig = format::decode("group config", &v)?;
             meta.groups.insert(g.name.clone(), g);
         }
         for kv in db.fifo_leases.iter() {
             let (_, v) = kv?;
-            let l: FifoLease = postcard::from_bytes(&v)?;
+            let l: FifoLease = format::decode("FIFO lease", &v)?;
             meta.fifo_leases
                 .insert((l.group.clone(), l.topic.clone(), l.queue_id), l);
         }
@@ -150,7 +159,7 @@ impl StateMachine {
                 let snap_meta: Option<SnapshotMeta<NodeId, openraft::BasicNode>> =
                     MetaDb::get(&db.sm, "snapshot_meta")?;
                 if let (Some(m), Some(bytes)) = (snap_meta, db.sm.get("snapshot")?) {
-                    let data: SnapshotData = postcard::from_bytes(&bytes)?;
+                    let data: SnapshotData = format::decode("snapshot", &bytes)?;
                     store
                         .skip_dispatch_to(m.last_log_id.map_or(0, |l| l.index + 1), &data.queues)?;
                 }
@@ -231,7 +240,7 @@ impl StateMachine {
                         last_membership: self.membership.clone(),
                         snapshot_id: format!("{}-{}-segment", prev.leader_id.term, prev.index),
                     },
-                    data: postcard::to_stdvec(&self.snapshot_data())?,
+                    data: format::encode(&self.snapshot_data())?,
                 };
                 crate::boundary::save(&self.db, &snapshot)?;
             }
@@ -405,7 +414,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let fail = |e: RaftNodeError| {
             StorageError::from(StorageIOError::read_snapshot(sig.clone(), io_err(e)))
         };
-        let data: SnapshotData = postcard::from_bytes(&bytes).map_err(|e| fail(e.into()))?;
+        let data: SnapshotData = format::decode("snapshot", &bytes).map_err(fail)?;
         let next = meta.last_log_id.map_or(0, |l| l.index + 1);
         self.store
             .skip_dispatch_to(next, &data.queues)
@@ -426,13 +435,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             for l in data.meta.fifo_leases.values() {
                 self.db.fifo_leases.insert(
                     offset_key(&l.group, &l.topic, l.queue_id),
-                    postcard::to_stdvec(l)?,
+                    format::encode(l)?,
                 )?;
             }
             for ((g, t, q), off) in &data.meta.offsets {
                 self.db
                     .offsets
-                    .insert(offset_key(g, t, *q), &off.to_be_bytes())?;
+                    .insert(offset_key(g, t, *q), format::encode_offset(*off))?;
             }
             for t in data.meta.topics.values() {
                 MetaDb::put(&self.db.topics, &t.name, t)?;

@@ -71,14 +71,7 @@ async fn loaded_group(purge: bool, consumed: u64) -> (Cluster, u64) {
         .unwrap();
     c.wait_converged(T).await;
     if purge {
-        let deadline = Instant::now() + T;
-        while c
-            .live()
-            .any(|n| n.store().commit_log().first_log_index() == 0)
-        {
-            assert!(Instant::now() < deadline, "the members did not purge");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        c.wait_purged(T).await;
     }
     (c, leader)
 }

@@ -2,6 +2,7 @@
 
 use super::{GroupMeta, StateMachine};
 use crate::error::RaftNodeError;
+use crate::format;
 use crate::meta::{offset_key, MetaDb};
 use crate::types::{Command, FifoLease, Response};
 
@@ -29,14 +30,12 @@ impl StateMachine {
             if l.queue_offset > cur {
                 self.db.offsets.insert(
                     offset_key(&l.group, &l.topic, l.queue_id),
-                    &l.queue_offset.to_be_bytes(),
+                    format::encode_offset(l.queue_offset),
                 )?;
                 meta.offsets.insert(key.clone(), l.queue_offset);
             }
             let db_key = offset_key(&l.group, &l.topic, l.queue_id);
-            self.db
-                .fifo_leases
-                .insert(db_key, postcard::to_stdvec(&l)?)?;
+            self.db.fifo_leases.insert(db_key, format::encode(&l)?)?;
             meta.fifo_leases.insert(key, l);
         }
         Ok(())
@@ -61,7 +60,7 @@ impl StateMachine {
                     }
                     self.db.offsets.insert(
                         offset_key(&c.group, &c.topic, c.queue_id),
-                        &c.offset.to_be_bytes(),
+                        format::encode_offset(c.offset),
                     )?;
                     meta.offsets
                         .insert((c.group, c.topic, c.queue_id), c.offset);

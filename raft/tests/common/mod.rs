@@ -78,6 +78,20 @@ impl Cluster {
 
     /// The configuration of `n` nodes on free loopback ports, none started.
     fn configure(n: u64, flush: FlushMode, tweak: impl Fn(&mut RaftNodeConfig)) -> Self {
+        let members: BTreeMap<NodeId, String> = (0..n)
+            .map(|i| (i, format!("127.0.0.1:{}", free_port())))
+            .collect();
+        Self::configure_in(tempfile::tempdir().unwrap(), members, flush, tweak)
+    }
+
+    /// The configuration of `members` (id → peer address), each storing under
+    /// `dir/n<id>`, none started.
+    pub fn configure_in(
+        dir: tempfile::TempDir,
+        members: BTreeMap<NodeId, String>,
+        flush: FlushMode,
+        tweak: impl Fn(&mut RaftNodeConfig),
+    ) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -85,10 +99,6 @@ impl Cluster {
             )
             .with_test_writer()
             .try_init();
-        let dir = tempfile::tempdir().unwrap();
-        let members: BTreeMap<NodeId, String> = (0..n)
-            .map(|i| (i, format!("127.0.0.1:{}", free_port())))
-            .collect();
         let mut cfgs = BTreeMap::new();
         for (&id, addr) in &members {
             let mut store = StoreConfig::small(dir.path().join(format!("n{id}")), 64 * 1024);
@@ -182,6 +192,18 @@ impl Cluster {
                 "no single leader within {timeout:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every live member has purged the start of its log.
+    pub async fn wait_purged(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self
+            .live()
+            .any(|n| n.store().commit_log().first_log_index() == 0)
+        {
+            assert!(Instant::now() < deadline, "the members did not purge");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

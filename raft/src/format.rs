@@ -1,0 +1,108 @@
+//! Format versions of what a node stores outside its CommitLog: the rows of its
+//! metadata store (sled) and the snapshots (stored, and sent to followers).
+//! Plain functions: no I/O.
+//!
+//! **Envelope.** Every value this release stores is written as the two bytes
+//! [`MAGIC`] (`0x80 0x00`), one byte of format version, then the value's bytes in
+//! that version's layout: postcard for every value but a consumer offset, which is
+//! its 8 bytes big-endian. A value without the envelope was written by an earlier
+//! release (commit 44a2fd3 and before; `tests/fixtures/store-44a2fd3`) and is read
+//! as version 1, whose layout is exactly what those releases wrote. The two bytes
+//! cannot begin such a value: every stored postcard value begins with a varint (a
+//! length, an enum's variant, an integer), which postcard writes in the fewest
+//! bytes (0 is `0x00`, never `0x80 0x00`), or with an `Option`'s tag (0 or 1); a
+//! consumer offset was exactly 8 bytes, and an envelope around one is 11.
+//!
+//! **Versions.** Version 1 is the layout of the types as they are now. A type
+//! that changes (a field added to `TopicConfig`, say) gets version 2: values are
+//! then written as 2, and the decoder reads 1 by converting. A version above
+//! [`CURRENT`] (written by a later release) is refused with
+//! [`RaftNodeError::FormatTooNew`], so a node never misreads it.
+//!
+//! **The log.** Commands travel in Raft entries, which are never rewritten. Their
+//! encoding (`crate::codec::SystemPayload`, postcard) is versioned by variant:
+//! variants are only appended, and a variant's layout never changes (a changed
+//! command is a new variant). The golden-byte tests below pin every variant's
+//! bytes as this release writes them.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::RaftNodeError;
+
+/// The two bytes that begin every enveloped value.
+pub const MAGIC: [u8; 2] = [0x80, 0x00];
+/// The format version this release writes.
+pub const CURRENT: u8 = 1;
+
+/// A stored value's version and its bytes in that version's layout.
+fn open_envelope(bytes: &[u8]) -> (u8, &[u8]) {
+    match bytes {
+        [0x80, 0x00, version, rest @ ..] => (*version, rest),
+        // Written before the envelope: version 1's layout.
+        legacy => (1, legacy),
+    }
+}
+
+fn check_version(what: &str, version: u8) -> Result<(), RaftNodeError> {
+    if version == 0 || version > CURRENT {
+        return Err(RaftNodeError::FormatTooNew {
+            what: what.to_owned(),
+            version,
+            supported: CURRENT,
+        });
+    }
+    Ok(())
+}
+
+fn envelope(capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAGIC.len() + 1 + capacity);
+    out.extend_from_slice(&MAGIC);
+    out.push(CURRENT);
+    out
+}
+
+/// `value` in the current format: the envelope, then its postcard encoding.
+/// Errors: `Codec` if postcard cannot encode it.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, RaftNodeError> {
+    Ok(postcard::to_extend(value, envelope(64))?)
+}
+
+/// Decodes a stored value of any version this release reads; `what` names it in
+/// errors. Errors: `FormatTooNew` for a version above [`CURRENT`] (or 0), `Codec`
+/// when the bytes do not decode.
+pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, RaftNodeError> {
+    let (version, body) = open_envelope(bytes);
+    check_version(what, version)?;
+    Ok(postcard::from_bytes(body)?)
+}
+
+/// A consumer offset in the current format (11 bytes: the envelope, then the
+/// offset big-endian).
+pub fn encode_offset(offset: u64) -> Vec<u8> {
+    let mut out = envelope(8);
+    out.extend_from_slice(&offset.to_be_bytes());
+    out
+}
+
+/// Decodes a stored consumer offset: 8 bytes big-endian (written before the
+/// envelope) or an envelope around them. Errors: `FormatTooNew`; `MetadataDamaged`
+/// when the bytes are not an offset.
+pub fn decode_offset(bytes: &[u8]) -> Result<u64, RaftNodeError> {
+    let (version, body) = match bytes.len() {
+        8 => (1, bytes),
+        _ => open_envelope(bytes),
+    };
+    check_version("consumer offset", version)?;
+    <[u8; 8]>::try_from(body)
+        .map(u64::from_be_bytes)
+        .map_err(|_| {
+            RaftNodeError::MetadataDamaged(format!(
+                "a consumer offset row holds {} bytes",
+                bytes.len()
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests;

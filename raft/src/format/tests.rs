@@ -1,0 +1,234 @@
+//! Golden bytes: what commit 44a2fd3 (the last release without the envelope)
+//! wrote for every stored type and every log payload, decoded by this release.
+//! A change to any of these types' layout fails here: give the type a new format
+//! version (rows, snapshots) or a new variant (log) instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+
+use openraft::{BasicNode, Membership, StoredMembership};
+use proptest::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::*;
+use crate::boundary::{BoundarySnapshot, SnapMeta};
+use crate::codec::{log_id, SystemPayload};
+use crate::state_machine::{GroupMeta, SnapshotData};
+use crate::types::{
+    Command, FifoLease, GroupConfig, LogId, NodeId, OffsetCommit, Request, TopicConfig,
+    TopicMessageType,
+};
+
+fn unhex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `value` as a stored row: the bytes 44a2fd3 wrote (`legacy_hex`) decode to it,
+/// and this release writes the envelope around the same layout.
+fn stored<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: T, legacy_hex: &str) {
+    let legacy = unhex(legacy_hex);
+    assert_eq!(
+        hex(&postcard::to_stdvec(&value).unwrap()),
+        hex(&legacy),
+        "layout of {value:?}"
+    );
+    assert!(!legacy.starts_with(&MAGIC), "{value:?}");
+    assert_eq!(decode::<T>("v", &legacy).unwrap(), value);
+    let now = encode(&value).unwrap();
+    assert_eq!(now[..3], [0x80, 0x00, CURRENT]);
+    assert_eq!(now[3..], legacy[..]);
+    assert_eq!(decode::<T>("v", &now).unwrap(), value);
+}
+
+fn topic() -> TopicConfig {
+    TopicConfig {
+        name: "TopicF".into(),
+        queue_count: 8,
+        perm: 6,
+        message_type: TopicMessageType::Fifo,
+    }
+}
+
+fn group() -> GroupConfig {
+    GroupConfig {
+        name: "GF".into(),
+        fifo: true,
+        broadcast: false,
+        max_delivery_attempts: 16,
+    }
+}
+
+fn lease() -> FifoLease {
+    FifoLease {
+        group: "GF".into(),
+        topic: "TopicF".into(),
+        queue_id: 3,
+        queue_offset: 300,
+        delivery_id: (5 << FifoLease::DELIVERY_TERM_SHIFT) | 9,
+        attempt: 2,
+        visible_at_ms: 1_764_000_000_000,
+    }
+}
+
+fn commit() -> OffsetCommit {
+    OffsetCommit {
+        group: "GN".into(),
+        topic: "TopicM".into(),
+        queue_id: 1,
+        offset: 1_000,
+    }
+}
+
+fn membership() -> Membership<NodeId, BasicNode> {
+    let ids: BTreeSet<NodeId> = [0, 1, 2].into();
+    let nodes: BTreeMap<NodeId, BasicNode> = ids
+        .iter()
+        .map(|&i| (i, BasicNode::new(format!("127.0.0.1:{}", 9000 + i))))
+        .collect();
+    Membership::new(vec![ids], nodes)
+}
+
+fn group_meta() -> GroupMeta {
+    let key = |g: &str| (g.to_string(), "TopicF".to_string(), 3);
+    GroupMeta {
+        offsets: [(key("GF"), 300), (key("GN"), 12)].into(),
+        topics: [("TopicF".to_string(), topic())].into(),
+        groups: [("GF".to_string(), group())].into(),
+        fifo_leases: [(key("GF"), lease())].into(),
+        applied_index: None,
+        purge_point: None,
+    }
+}
+
+#[test]
+fn stored_rows_of_the_previous_release_decode() {
+    stored(topic(), "06546f70696346080601");
+    stored(group(), "024746010010");
+    stored(
+        lease(),
+        "02474606546f7069634606ac028980808080a0010280a0bfe9d666",
+    );
+    stored(Some(log_id(5, 1234)), "0105d209");
+    stored(None::<LogId>, "00");
+    stored(4096u64, "8020");
+    stored(StoredMembership::new(Some(log_id(1, 2)), membership()), "010102010300010203000e3132372e302e302e313a39303030010e3132372e302e302e313a39303031020e3132372e302e302e313a39303032");
+    let meta = SnapMeta {
+        last_log_id: Some(log_id(5, 2048)),
+        last_membership: StoredMembership::new(Some(log_id(1, 2)), membership()),
+        snapshot_id: "5-2048".into(),
+    };
+    stored(meta.clone(), "01058010010102010300010203000e3132372e302e302e313a39303030010e3132372e302e302e313a39303031020e3132372e302e302e313a3930303206352d32303438");
+    let data = SnapshotData {
+        meta: group_meta(),
+        queues: vec![ledgermq_store::QueuePosition {
+            topic: "TopicF".into(),
+            queue_id: 3,
+            next_offset: 301,
+        }],
+    };
+    stored(data.clone(), "0202474606546f7069634606ac0202474e06546f70696346060c0106546f7069634606546f70696346080601010247460247460100100102474606546f706963460602474606546f7069634606ac028980808080a0010280a0bfe9d6660106546f7069634606ad02");
+    // A boundary snapshot holds the snapshot data as it was encoded then.
+    stored(
+        BoundarySnapshot {
+            meta,
+            data: postcard::to_stdvec(&data).unwrap(),
+        },
+        "01058010010102010300010203000e3132372e302e302e313a39303030010e3132372e302e302e313a39303031020e3132372e302e302e313a3930303206352d32303438680202474606546f7069634606ac0202474e06546f70696346060c0106546f7069634606546f70696346080601010247460247460100100102474606546f706963460602474606546f7069634606ac028980808080a0010280a0bfe9d6660106546f7069634606ad02",
+    );
+}
+
+#[test]
+fn consumer_offsets_of_the_previous_release_decode() {
+    let legacy = 4096u64.to_be_bytes();
+    assert_eq!(decode_offset(&legacy).unwrap(), 4096);
+    let now = encode_offset(4096);
+    assert_eq!(now.len(), 11);
+    assert_eq!(decode_offset(&now).unwrap(), 4096);
+    assert!(matches!(
+        decode_offset(&[1, 2, 3]),
+        Err(RaftNodeError::MetadataDamaged(_))
+    ));
+}
+
+#[test]
+fn a_later_version_is_refused_not_misread() {
+    let mut later = encode(&topic()).unwrap();
+    later[2] = CURRENT + 1;
+    match decode::<TopicConfig>("topic config", &later) {
+        Err(RaftNodeError::FormatTooNew {
+            version, supported, ..
+        }) => assert_eq!((version, supported), (CURRENT + 1, CURRENT)),
+        other => panic!("{other:?}"),
+    }
+    let mut offset = encode_offset(7);
+    offset[2] = CURRENT + 1;
+    assert!(matches!(
+        decode_offset(&offset),
+        Err(RaftNodeError::FormatTooNew { .. })
+    ));
+}
+
+/// Every log payload as 44a2fd3 encoded it in a system record's body.
+#[test]
+fn log_payloads_of_the_previous_release_decode() {
+    let cases: Vec<(SystemPayload, &str)> = vec![
+        (SystemPayload::Blank, "00"),
+        (SystemPayload::Membership(membership()), "01010300010203000e3132372e302e302e313a39303030010e3132372e302e302e313a39303031020e3132372e302e302e313a39303032"),
+        (
+            SystemPayload::Normal(Request::Messages(vec![])),
+            "020000",
+        ),
+        (cmd(Command::CommitOffsets(vec![commit()])), "0201000102474e06546f7069634d02e807"),
+        (cmd(Command::UpdateTopic(topic())), "02010106546f70696346080601"),
+        (cmd(Command::DeleteTopic("TopicF".into())), "02010206546f70696346"),
+        (cmd(Command::UpdateGroup(group())), "020103024746010010"),
+        (cmd(Command::DeleteGroup("GF".into())), "020104024746"),
+        (cmd(Command::EnsureTopic(topic())), "02010506546f70696346080601"),
+        (cmd(Command::EnsureGroup(group())), "020106024746010010"),
+        (cmd(Command::FifoLeases(vec![lease()])), "0201070102474606546f7069634606ac028980808080a0010280a0bfe9d666"),
+        (
+            cmd(Command::FifoLeasesOfTerm {
+                term: 5,
+                leases: vec![lease()],
+            }),
+            "020108050102474606546f7069634606ac028980808080a0010280a0bfe9d666",
+        ),
+        (cmd(Command::PurgeThrough { index: 4096 }), "0201098020"),
+    ];
+    for (payload, golden) in cases {
+        let bytes = unhex(golden);
+        assert_eq!(
+            hex(&postcard::to_stdvec(&payload).unwrap()),
+            hex(&bytes),
+            "layout of {payload:?}"
+        );
+        assert_eq!(
+            postcard::from_bytes::<SystemPayload>(&bytes).unwrap(),
+            payload
+        );
+    }
+}
+
+fn cmd(c: Command) -> SystemPayload {
+    SystemPayload::Normal(Request::Command(c))
+}
+
+proptest! {
+    /// The envelope's two bytes never begin a varint as postcard writes it
+    /// (lengths, variants and integers all begin so).
+    #[test]
+    fn no_varint_begins_with_the_envelope(n in any::<u64>(), len in 0usize..100_000) {
+        prop_assert!(!postcard::to_stdvec(&n).unwrap().starts_with(&MAGIC));
+        let s = "x".repeat(len);
+        prop_assert!(!postcard::to_stdvec(&s).unwrap().starts_with(&MAGIC));
+    }
+}
