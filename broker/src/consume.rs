@@ -244,7 +244,10 @@ impl Broker {
     }
 
     /// Copies a message to its group's dead-letter queue (creating that topic, one
-    /// queue, readable and writable), then acks the delivery.
+    /// queue, readable and writable), then acks the delivery. Errors: the copy's
+    /// failure; once the copy is written, an ack failure is `PROXY_TIMEOUT` (the
+    /// call took effect in part: the message may be delivered, and copied, again),
+    /// never a failure that says nothing was done.
     async fn dead_letter(&self, consumer: &Consumer, dead: DeadLetter) -> Result<(), BrokerError> {
         let topic = dlq_topic(&consumer.group);
         if self.topic(&topic).is_none() {
@@ -269,6 +272,14 @@ impl Broker {
         self.consumers
             .ack(&consumer.key, &dead.handle, consumer.fifo)
             .await
+            .map_err(|e| {
+                refuse(
+                    Code::ProxyTimeout,
+                    format!(
+                        "the message was copied to the dead-letter queue, but its ack failed: {e}"
+                    ),
+                )
+            })
     }
 
     /// AckMessage on the leader: one result per entry.

@@ -5,9 +5,12 @@
 //! The one rule that matters for correctness: once an attempt went unanswered,
 //! the node asked may have taken the call (its answer lost), so the call's final
 //! failure is an unknown outcome (`PROXY_TIMEOUT`), never a definite one, whatever
-//! later attempts say. A client told `HA_NOT_AVAILABLE` for an ack that took
-//! effect would think the message still held, while a FIFO group's next message
-//! goes out.
+//! later attempts say: only an OK answer is passed on as it is. A client told
+//! `HA_NOT_AVAILABLE` for an ack that took effect would think the message still
+//! held, while a FIFO group's next message goes out; one told
+//! `INVALID_RECEIPT_HANDLE` for a dead-lettering the lost attempt made (the
+//! retry finds the delivery gone) would think it undone. The call served here
+//! (this node became the leader meanwhile) goes through the same rule.
 
 use crate::error::{refuse, BrokerError};
 use crate::pb::{self, Code};
@@ -18,6 +21,13 @@ pub(crate) trait Answer {
     /// for the call or any of its entries): it did nothing, and the leader may be
     /// found elsewhere.
     fn not_served(&self) -> bool;
+
+    /// True when the call and every entry of it are answered OK.
+    fn ok(&self) -> bool;
+}
+
+fn is_ok(s: Option<&pb::Status>) -> bool {
+    s.is_some_and(|s| s.code == Code::Ok as i32)
 }
 
 fn is_not_served(s: Option<&pb::Status>) -> bool {
@@ -32,17 +42,29 @@ impl Answer for pb::AckMessageResponse {
                 .iter()
                 .any(|e| is_not_served(e.status.as_ref()))
     }
+
+    fn ok(&self) -> bool {
+        is_ok(self.status.as_ref()) && self.entries.iter().all(|e| is_ok(e.status.as_ref()))
+    }
 }
 
 impl Answer for pb::ChangeInvisibleDurationResponse {
     fn not_served(&self) -> bool {
         is_not_served(self.status.as_ref())
     }
+
+    fn ok(&self) -> bool {
+        is_ok(self.status.as_ref())
+    }
 }
 
 impl Answer for pb::ForwardMessageToDeadLetterQueueResponse {
     fn not_served(&self) -> bool {
         is_not_served(self.status.as_ref())
+    }
+
+    fn ok(&self) -> bool {
+        is_ok(self.status.as_ref())
     }
 }
 
@@ -87,6 +109,11 @@ impl Relay {
                 (true, false) => Next::Pass(a),
                 (true, true) => Next::Fail(self.failure("the node asked does not lead")),
             },
+            // A failure after an unanswered attempt may be of the call that
+            // attempt already made.
+            Attempt::Answered(a) if self.unanswered && !a.ok() => {
+                Next::Fail(self.failure("a later attempt failed"))
+            }
             Attempt::Answered(a) => Next::Pass(a),
             Attempt::Unanswered(reason) => {
                 self.unanswered = true;
@@ -133,6 +160,23 @@ mod tests {
     impl Answer for Served {
         fn not_served(&self) -> bool {
             !self.0
+        }
+
+        fn ok(&self) -> bool {
+            self.0
+        }
+    }
+
+    /// A served answer that is a failure (e.g. INVALID_RECEIPT_HANDLE).
+    #[derive(Debug, Clone, Copy)]
+    struct Refused;
+    impl Answer for Refused {
+        fn not_served(&self) -> bool {
+            false
+        }
+
+        fn ok(&self) -> bool {
+            false
         }
     }
 
@@ -192,6 +236,28 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_after_an_unanswered_attempt_is_an_unknown_outcome() {
+        // Dead-lettering: the lost attempt copied the message and acked it; the
+        // retry finds the delivery gone (INVALID_RECEIPT_HANDLE), which is no
+        // proof that nothing was done.
+        let mut r = Relay::default();
+        assert!(matches!(
+            r.after(Attempt::<Refused>::Unanswered("reset".into()), false),
+            Next::TryAgain
+        ));
+        match r.after(Attempt::Answered(Refused), false) {
+            Next::Fail(e) => assert_eq!(e.code(), Code::ProxyTimeout),
+            other => panic!("{other:?}"),
+        }
+        // Without a lost attempt the refusal stands.
+        let mut fresh = Relay::default();
+        assert!(matches!(
+            fresh.after(Attempt::Answered(Refused), false),
+            Next::Pass(Refused)
+        ));
+    }
+
+    #[test]
     fn answers_read_not_served_from_the_call_or_any_entry() {
         let ok = crate::error::ok_status();
         let not = refuse(Code::HaNotAvailable, "x").to_status();
@@ -203,6 +269,8 @@ mod tests {
             }],
         };
         assert!(!ack(&ok, &ok).not_served());
+        assert!(ack(&ok, &ok).ok());
+        assert!(!ack(&ok, &not).ok());
         assert!(ack(&not, &not).not_served());
         let multiple = pb::Status {
             code: Code::MultipleResults as i32,

@@ -87,9 +87,11 @@ const CALL_LEADER_WAIT: Duration = Duration::from_millis(2500);
 /// Runs a consumption call on the ready leader: here, or passed on to the leader.
 /// A leader that cannot be reached (this node may not have noticed it died yet),
 /// or a node that says it does not lead, is looked for again until
-/// [`CALL_LEADER_WAIT`] passes; the calls passed on this way (ack, change invisible
-/// duration, dead-lettering) may be repeated safely. What the client is told is
-/// decided by [`Relay`]: an unknown outcome once an attempt went unanswered.
+/// [`CALL_LEADER_WAIT`] passes. Acks and changes of invisible duration may be
+/// repeated safely; a repeated dead-lettering whose first attempt copied the
+/// message but did not ack it copies it again (at least once). What the client
+/// is told is decided by [`Relay`]: once an attempt went unanswered, any failure
+/// is an unknown outcome.
 macro_rules! on_leader {
     ($self:ident, $req:ident, $method:ident, $local:ident, $err:expr) => {{
         let md = $req.metadata().clone();
@@ -103,7 +105,16 @@ macro_rules! on_leader {
         let mut relay = Relay::default();
         let r = loop {
             match b.target(forwarded(&md), deadline).await {
-                Ok(Target::Local) => break b.$local(msg, cid.as_deref()).await,
+                // Served here, through the same rule: this node may have become
+                // the leader after an attempt elsewhere went unanswered.
+                Ok(Target::Local) => {
+                    let answer = b.$local(msg.clone(), cid.as_deref()).await;
+                    match relay.after(Attempt::Answered(answer), Instant::now() >= deadline) {
+                        Next::Pass(r) => break r,
+                        Next::Fail(e) => break ($err)(e.to_status()),
+                        Next::TryAgain => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
+                }
                 Ok(Target::Leader(mut c)) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     let req = onward(
