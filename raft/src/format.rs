@@ -2,16 +2,21 @@
 //! metadata store (sled) and the snapshots (stored, and sent to followers).
 //! Plain functions: no I/O.
 //!
-//! **Envelope.** Every value this release stores is written as the two bytes
-//! [`MAGIC`] (`0x80 0x00`), one byte of format version, then the value's bytes in
+//! **Envelope.** Every value this release stores is written as the ten bytes
+//! [`MAGIC`] (`0xff` each), one byte of format version, then the value's bytes in
 //! that version's layout: postcard for every value but a consumer offset, which is
 //! its 8 bytes big-endian. A value without the envelope was written by an earlier
 //! release (commit 44a2fd3 and before; `tests/fixtures/store-44a2fd3`) and is read
-//! as version 1, whose layout is exactly what those releases wrote. The two bytes
-//! cannot begin such a value: every stored postcard value begins with a varint (a
-//! length, an enum's variant, an integer), which postcard writes in the fewest
-//! bytes (0 is `0x00`, never `0x80 0x00`), or with an `Option`'s tag (0 or 1); a
-//! consumer offset was exactly 8 bytes, and an envelope around one is 11.
+//! as version 1, whose layout is exactly what those releases wrote. Every stored
+//! postcard value begins with a varint (a length, an enum's variant, an integer)
+//! or with an `Option`'s tag (0 or 1), and ten bytes with the continuation bit
+//! set are no varint postcard writes or reads (a u64 takes at most ten, the last
+//! without it), nor a tag: so the magic never begins an earlier release's value,
+//! and an earlier release's decoder refuses an enveloped value instead of
+//! misreading it (postcard also reads non-minimal varints, so a shorter magic such
+//! as `0x80 0x00` would read as 0). A consumer offset was exactly 8 bytes; an
+//! earlier release skips the 19-byte enveloped ones, but it fails before it reads
+//! them, on the enveloped `last_purged` and `last_applied`.
 //!
 //! **Versions.** Version 1 is the layout of the types as they are now. A type
 //! that changes (a field added to `TopicConfig`, say) gets version 2: values are
@@ -30,22 +35,27 @@ use serde::Serialize;
 
 use crate::error::RaftNodeError;
 
-/// The two bytes that begin every enveloped value.
-pub const MAGIC: [u8; 2] = [0x80, 0x00];
+/// The bytes that begin every enveloped value: no postcard varint or tag.
+pub const MAGIC: [u8; 10] = [0xff; 10];
 /// The format version this release writes.
 pub const CURRENT: u8 = 1;
 
 /// A stored value's version and its bytes in that version's layout.
 fn open_envelope(bytes: &[u8]) -> (u8, &[u8]) {
-    match bytes {
-        [0x80, 0x00, version, rest @ ..] => (*version, rest),
+    match bytes.strip_prefix(&MAGIC[..]) {
+        Some([version, rest @ ..]) => (*version, rest),
         // Written before the envelope: version 1's layout.
-        legacy => (1, legacy),
+        _ => (1, bytes),
     }
 }
 
 fn check_version(what: &str, version: u8) -> Result<(), RaftNodeError> {
-    if version == 0 || version > CURRENT {
+    if version == 0 {
+        return Err(RaftNodeError::MetadataDamaged(format!(
+            "{what} has format version 0, which no release writes"
+        )));
+    }
+    if version > CURRENT {
         return Err(RaftNodeError::FormatTooNew {
             what: what.to_owned(),
             version,
@@ -69,15 +79,15 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, RaftNodeError> {
 }
 
 /// Decodes a stored value of any version this release reads; `what` names it in
-/// errors. Errors: `FormatTooNew` for a version above [`CURRENT`] (or 0), `Codec`
-/// when the bytes do not decode.
+/// errors. Errors: `FormatTooNew` for a version above [`CURRENT`],
+/// `MetadataDamaged` for version 0, `Codec` when the bytes do not decode.
 pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, RaftNodeError> {
     let (version, body) = open_envelope(bytes);
     check_version(what, version)?;
     Ok(postcard::from_bytes(body)?)
 }
 
-/// A consumer offset in the current format (11 bytes: the envelope, then the
+/// A consumer offset in the current format (19 bytes: the envelope, then the
 /// offset big-endian).
 pub fn encode_offset(offset: u64) -> Vec<u8> {
     let mut out = envelope(8);
@@ -87,7 +97,7 @@ pub fn encode_offset(offset: u64) -> Vec<u8> {
 
 /// Decodes a stored consumer offset: 8 bytes big-endian (written before the
 /// envelope) or an envelope around them. Errors: `FormatTooNew`; `MetadataDamaged`
-/// when the bytes are not an offset.
+/// when the bytes are not an offset (or claim version 0).
 pub fn decode_offset(bytes: &[u8]) -> Result<u64, RaftNodeError> {
     let (version, body) = match bytes.len() {
         8 => (1, bytes),

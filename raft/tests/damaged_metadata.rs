@@ -194,7 +194,10 @@ async fn a_store_from_before_the_vote_file_keeps_its_vote() {
     std::fs::remove_file(root.join(ledgermq_raft::vote_file::VOTE_FILE_NAME)).unwrap();
     {
         let meta = ledgermq_raft::meta::MetaDb::open(&root.join("meta")).unwrap();
-        ledgermq_raft::meta::MetaDb::put(&meta.raft, "vote", &vote).unwrap();
+        // As that release wrote it: plain postcard, no format envelope.
+        meta.raft
+            .insert("vote", postcard::to_stdvec(&vote).unwrap())
+            .unwrap();
         meta.flush().unwrap();
     }
     c.filter.isolate(follower, [0, 1, 2]);

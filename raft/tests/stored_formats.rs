@@ -7,7 +7,8 @@
 //! that left a snapshot in every member's metadata store.
 //!
 //! The fixture's peers listen on fixed loopback ports below the ephemeral range
-//! (membership, with the addresses, is part of what was stored).
+//! (membership, with the addresses, is part of what was stored): 28761-28763,
+//! which nothing else in the test run uses; a failure to bind them is that.
 
 mod common;
 
@@ -16,6 +17,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{message, Cluster};
+use ledgermq_raft::format::MAGIC;
+use ledgermq_raft::meta::MetaDb;
 use ledgermq_raft::{
     Command, FifoLease, GroupConfig, NodeId, OffsetCommit, TopicConfig, TopicMessageType,
 };
@@ -138,41 +141,67 @@ fn holds_the_fixture(c: &Cluster, extra: u64) {
 async fn a_store_written_by_the_previous_release_starts_and_keeps_its_state() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
     let dir = tempfile::tempdir().unwrap();
-    for id in 0..3 {
+    // Nodes 0 and 1 start on their stores; node 2 starts empty, so it installs
+    // the snapshot node 0 or 1 stored (in the earlier format) and replays the log
+    // after it.
+    for id in 0..2 {
         copy_dir(
             &fixture.join(format!("n{id}")),
             &dir.path().join(format!("n{id}")),
         );
     }
+    {
+        // The fixture holds rows in the earlier format (no envelope), or this
+        // test would prove nothing.
+        let db = MetaDb::open(&dir.path().join("n0/meta")).unwrap();
+        let mut rows: Vec<Vec<u8>> = Vec::new();
+        for tree in [&db.topics, &db.groups, &db.fifo_leases, &db.offsets] {
+            rows.extend(tree.iter().map(|kv| kv.unwrap().1.to_vec()));
+        }
+        rows.push(db.sm.get("snapshot").unwrap().expect("a snapshot").to_vec());
+        rows.push(db.sm.get("last_applied").unwrap().unwrap().to_vec());
+        assert!(rows.len() > 8, "{} rows", rows.len());
+        for r in &rows {
+            assert!(!r.starts_with(&MAGIC), "an enveloped row in the fixture");
+        }
+    }
     let mut c = Cluster::configure_in(dir, members(), FlushMode::Sync, |_| {});
     c.start_together(&[0, 1, 2]).await;
-    let leader = c.wait_leader(T).await;
+    c.wait_leader(T).await;
     c.wait_converged(T).await;
     holds_the_fixture(&c, 0);
     c.audit();
     // This release writes next to what the earlier one wrote.
-    let term = c.node(leader).raft().metrics().borrow().current_term;
-    let l = c.node(leader);
-    l.write_command(Command::UpdateTopic(topic(
-        "TopicN",
-        4,
-        TopicMessageType::Normal,
-    )))
-    .await
-    .unwrap();
-    l.write_command(Command::FifoLeasesOfTerm {
-        term,
-        leases: vec![lease(term, 1, 0)],
-    })
-    .await
-    .unwrap();
-    l.write_messages(vec![message(
-        "TopicM",
-        0,
-        &body(BEFORE_PURGE + AFTER_PURGE),
-    )])
-    .await
-    .unwrap();
+    let leader = c.wait_leader(T).await;
+    c.node(leader)
+        .write_command(Command::UpdateTopic(topic(
+            "TopicN",
+            4,
+            TopicMessageType::Normal,
+        )))
+        .await
+        .unwrap();
+    // A lease of the term it is proposed in (again if an election came between).
+    let term = loop {
+        let l = c.node(c.wait_leader(T).await);
+        let term = l.raft().metrics().borrow().current_term;
+        let leases = Command::FifoLeasesOfTerm {
+            term,
+            leases: vec![lease(term, 1, 0)],
+        };
+        match l.write_command(leases).await {
+            Ok(_) => break term,
+            Err(e) => eprintln!("the lease of term {term} was not applied ({e}); again"),
+        }
+    };
+    c.node(c.wait_leader(T).await)
+        .write_messages(vec![message(
+            "TopicM",
+            0,
+            &body(BEFORE_PURGE + AFTER_PURGE),
+        )])
+        .await
+        .unwrap();
     c.wait_converged(T).await;
     for id in 0..3 {
         c.node(id).stop(true).await.unwrap();

@@ -44,9 +44,12 @@ fn stored<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: T, legacy_
     assert!(!legacy.starts_with(&MAGIC), "{value:?}");
     assert_eq!(decode::<T>("v", &legacy).unwrap(), value);
     let now = encode(&value).unwrap();
-    assert_eq!(now[..3], [0x80, 0x00, CURRENT]);
-    assert_eq!(now[3..], legacy[..]);
+    assert_eq!(now[..MAGIC.len()], MAGIC);
+    assert_eq!(now[MAGIC.len()], CURRENT);
+    assert_eq!(now[MAGIC.len() + 1..], legacy[..]);
     assert_eq!(decode::<T>("v", &now).unwrap(), value);
+    // An earlier release (plain postcard) refuses the envelope, never misreads it.
+    assert!(postcard::from_bytes::<T>(&now).is_err(), "{value:?}");
 }
 
 fn topic() -> TopicConfig {
@@ -151,7 +154,7 @@ fn consumer_offsets_of_the_previous_release_decode() {
     let legacy = 4096u64.to_be_bytes();
     assert_eq!(decode_offset(&legacy).unwrap(), 4096);
     let now = encode_offset(4096);
-    assert_eq!(now.len(), 11);
+    assert_eq!(now.len(), 19);
     assert_eq!(decode_offset(&now).unwrap(), 4096);
     assert!(matches!(
         decode_offset(&[1, 2, 3]),
@@ -162,7 +165,7 @@ fn consumer_offsets_of_the_previous_release_decode() {
 #[test]
 fn a_later_version_is_refused_not_misread() {
     let mut later = encode(&topic()).unwrap();
-    later[2] = CURRENT + 1;
+    later[MAGIC.len()] = CURRENT + 1;
     match decode::<TopicConfig>("topic config", &later) {
         Err(RaftNodeError::FormatTooNew {
             version, supported, ..
@@ -170,10 +173,16 @@ fn a_later_version_is_refused_not_misread() {
         other => panic!("{other:?}"),
     }
     let mut offset = encode_offset(7);
-    offset[2] = CURRENT + 1;
+    offset[MAGIC.len()] = CURRENT + 1;
     assert!(matches!(
         decode_offset(&offset),
         Err(RaftNodeError::FormatTooNew { .. })
+    ));
+    let mut zero = encode(&topic()).unwrap();
+    zero[MAGIC.len()] = 0;
+    assert!(matches!(
+        decode::<TopicConfig>("topic config", &zero),
+        Err(RaftNodeError::MetadataDamaged(_))
     ));
 }
 
@@ -223,7 +232,7 @@ fn cmd(c: Command) -> SystemPayload {
 }
 
 proptest! {
-    /// The envelope's two bytes never begin a varint as postcard writes it
+    /// The envelope's bytes never begin a varint as postcard writes it
     /// (lengths, variants and integers all begin so).
     #[test]
     fn no_varint_begins_with_the_envelope(n in any::<u64>(), len in 0usize..100_000) {
