@@ -124,3 +124,41 @@ pub enum RaftNodeError {
 pub(crate) fn any_err(e: impl std::error::Error + 'static) -> openraft::AnyError {
     openraft::AnyError::new(&e)
 }
+
+impl RaftNodeError {
+    /// True when this error, met by the leader a write was forwarded to, means
+    /// the write cannot commit: refused before it was proposed (not the leader, no
+    /// leader, its deadline passed first), or proposed and then truncated away
+    /// (openraft's `ForwardToLeader` after a proposal comes only with the entry's
+    /// truncation). Every other failure may leave it proposed.
+    pub fn cannot_commit(&self) -> bool {
+        matches!(
+            self,
+            RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader | RaftNodeError::Expired
+        )
+    }
+}
+
+/// A leader's refusal of a write forwarded to it, as it travels back to the
+/// follower (postcard, in the `Forward` reply: `Result<Response, ForwardRefusal>`).
+/// Whether the write may still commit is the variant, decided by the leader on
+/// its typed error ([`RaftNodeError::cannot_commit`]), never read from text.
+/// Either carries the leader's error as text, for messages only.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ForwardRefusal {
+    /// The write cannot commit: trying again, at this or the next leader, cannot
+    /// store it twice.
+    NotWritten(String),
+    /// The write may have been proposed and may still commit.
+    MaybeWritten(String),
+}
+
+impl From<RaftNodeError> for ForwardRefusal {
+    fn from(e: RaftNodeError) -> Self {
+        if e.cannot_commit() {
+            ForwardRefusal::NotWritten(e.to_string())
+        } else {
+            ForwardRefusal::MaybeWritten(e.to_string())
+        }
+    }
+}

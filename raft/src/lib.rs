@@ -45,7 +45,7 @@ pub mod types;
 pub mod vote_file;
 pub mod writer;
 
-pub use error::RaftNodeError;
+pub use error::{ForwardRefusal, RaftNodeError};
 pub use network::{LinkShape, NetworkFilter};
 pub use node::{RaftNode, RaftNodeConfig, RaftTiming};
 pub use types::{

@@ -11,7 +11,7 @@ use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use tokio::task::JoinHandle;
 
 use crate::elections::{ElectionGate, Hold};
-use crate::error::RaftNodeError;
+use crate::error::{ForwardRefusal, RaftNodeError};
 use crate::log_store::LogStore;
 use crate::meta::MetaDb;
 use crate::network::pb::raft_peer_client::RaftPeerClient;

@@ -8,7 +8,7 @@ use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
 use tonic::{Request, Response, Status};
 
-use crate::error::RaftNodeError;
+use crate::error::{ForwardRefusal, RaftNodeError};
 use crate::network::pb::raft_peer_server::RaftPeer;
 use crate::network::pb::Payload;
 use crate::network::{decode, encode, forward_budget, ForwardBudget, NetworkFilter, FROM_HEADER};
@@ -160,7 +160,7 @@ impl RaftPeer for PeerService {
             ForwardBudget::Unbounded => None,
             ForwardBudget::Until(deadline) => Some(deadline),
             ForwardBudget::Expired => {
-                let res: Result<WriteResponse, String> = Err(RaftNodeError::Expired.to_string());
+                let res: Result<WriteResponse, ForwardRefusal> = Err(RaftNodeError::Expired.into());
                 return Ok(Response::new(encode(&res)?));
             }
         };
@@ -169,7 +169,7 @@ impl RaftPeer for PeerService {
             .writer
             .write_local_until(request, deadline)
             .await
-            .map_err(|e| e.to_string());
+            .map_err(ForwardRefusal::from);
         Ok(Response::new(encode(&res)?))
     }
 

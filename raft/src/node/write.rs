@@ -174,14 +174,13 @@ impl RaftNode {
             }
         })?;
         self.contacts.call_answered(leader);
-        let result: Result<Response, String> =
+        // A reply that does not decode (a leader of another release) may hide
+        // anything: the write may have been proposed.
+        let result: Result<Response, ForwardRefusal> =
             decode(reply.get_ref()).map_err(|s| sent(s.to_string()))?;
-        result.map_err(|reason| {
-            if refused_unproposed(&reason) {
-                unsent(reason)
-            } else {
-                sent(reason)
-            }
+        result.map_err(|refusal| match refusal {
+            ForwardRefusal::NotWritten(reason) => unsent(reason),
+            ForwardRefusal::MaybeWritten(reason) => sent(reason),
         })
     }
 }
@@ -201,22 +200,13 @@ fn applied(r: Response) -> Result<Response, RaftNodeError> {
     }
 }
 
-/// True if a forwarded write's error (as the leader's `RaftNodeError` rendered it)
-/// says the leader refused it before proposing anything: it was no longer leader.
-fn refused_unproposed(reason: &str) -> bool {
-    let not_leader = RaftNodeError::NotLeader { leader: None }.to_string();
-    let prefix = not_leader.split(" (").next().unwrap_or(&not_leader);
-    reason.starts_with(prefix)
-        || reason == RaftNodeError::NoLeader.to_string()
-        || reason == RaftNodeError::Expired.to_string()
-}
-
-/// True if the status comes from failing to connect (hyper's connect error), so the
+/// True if the status comes from failing to connect (tonic's `ConnectError`,
+/// which its channel wraps every error of the connection's set-up in), so the
 /// request was never sent.
 fn is_connect_error(s: &tonic::Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(s);
     while let Some(e) = source {
-        if format!("{e:?}").starts_with("ConnectError") {
+        if e.is::<tonic::ConnectError>() {
             return true;
         }
         source = e.source();
@@ -248,13 +238,26 @@ mod tests {
         assert!(!is_connect_error(&tonic::Status::unavailable(
             "connection reset"
         )));
-        assert!(refused_unproposed(
-            &RaftNodeError::NotLeader { leader: Some(2) }.to_string()
-        ));
-        assert!(refused_unproposed(&RaftNodeError::NoLeader.to_string()));
-        assert!(refused_unproposed(&RaftNodeError::Expired.to_string()));
-        assert!(!refused_unproposed(
-            &RaftNodeError::Timeout { timeout_ms: 5 }.to_string()
-        ));
+    }
+
+    #[test]
+    fn a_leader_says_by_type_whether_a_forwarded_write_can_still_commit() {
+        let not_written =
+            |e: RaftNodeError| matches!(ForwardRefusal::from(e), ForwardRefusal::NotWritten(_));
+        assert!(not_written(RaftNodeError::NotLeader { leader: Some(2) }));
+        assert!(not_written(RaftNodeError::NoLeader));
+        assert!(not_written(RaftNodeError::Expired));
+        for maybe in [
+            RaftNodeError::Timeout { timeout_ms: 5 },
+            RaftNodeError::ShuttingDown,
+            RaftNodeError::Raft("x".into()),
+        ] {
+            assert!(!not_written(maybe));
+        }
+        // The reply as it travels.
+        let r: Result<Response, ForwardRefusal> = Err(RaftNodeError::NoLeader.into());
+        let p = crate::network::encode(&r).unwrap();
+        let back: Result<Response, ForwardRefusal> = decode(&p).unwrap();
+        assert_eq!(back, r);
     }
 }
