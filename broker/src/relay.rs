@@ -107,18 +107,18 @@ impl Relay {
             Attempt::Answered(a) if a.not_served() => match (past_deadline, self.unanswered) {
                 (false, _) => Next::TryAgain,
                 (true, false) => Next::Pass(a),
-                (true, true) => Next::Fail(self.failure("the node asked does not lead")),
+                (true, true) => Next::Fail(unknown_outcome("the node asked does not lead")),
             },
             // A failure after an unanswered attempt may be of the call that
             // attempt already made.
             Attempt::Answered(a) if self.unanswered && !a.ok() => {
-                Next::Fail(self.failure("a later attempt failed"))
+                Next::Fail(unknown_outcome("a later attempt failed"))
             }
             Attempt::Answered(a) => Next::Pass(a),
             Attempt::Unanswered(reason) => {
                 self.unanswered = true;
                 if past_deadline {
-                    Next::Fail(self.failure(&reason))
+                    Next::Fail(unknown_outcome(&reason))
                 } else {
                     Next::TryAgain
                 }
@@ -130,24 +130,20 @@ impl Relay {
     /// failure by itself) after the attempts so far.
     pub(crate) fn no_leader(&self, e: BrokerError) -> BrokerError {
         if self.unanswered {
-            self.failure(&e.to_string())
+            unknown_outcome(&e.to_string())
         } else {
             e
         }
     }
+}
 
-    /// The failure after the attempts so far: `PROXY_TIMEOUT` (unknown outcome)
-    /// if one went unanswered, else `HA_NOT_AVAILABLE` (nothing was done).
-    fn failure(&self, reason: &str) -> BrokerError {
-        if self.unanswered {
-            refuse(
-                Code::ProxyTimeout,
-                format!("the leader did not answer; the call may have taken effect ({reason})"),
-            )
-        } else {
-            refuse(Code::HaNotAvailable, format!("leader: {reason}"))
-        }
-    }
+/// The failure of a call one of whose attempts went unanswered: `PROXY_TIMEOUT`,
+/// an unknown outcome (that attempt may have taken effect).
+fn unknown_outcome(reason: &str) -> BrokerError {
+    refuse(
+        Code::ProxyTimeout,
+        format!("the leader did not answer; the call may have taken effect ({reason})"),
+    )
 }
 
 #[cfg(test)]

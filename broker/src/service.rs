@@ -104,17 +104,10 @@ macro_rules! on_leader {
         let deadline = Instant::now() + CALL_LEADER_WAIT;
         let mut relay = Relay::default();
         let r = loop {
-            match b.target(forwarded(&md), deadline).await {
+            let attempt = match b.target(forwarded(&md), deadline).await {
                 // Served here, through the same rule: this node may have become
                 // the leader after an attempt elsewhere went unanswered.
-                Ok(Target::Local) => {
-                    let answer = b.$local(msg.clone(), cid.as_deref()).await;
-                    match relay.after(Attempt::Answered(answer), Instant::now() >= deadline) {
-                        Next::Pass(r) => break r,
-                        Next::Fail(e) => break ($err)(e.to_status()),
-                        Next::TryAgain => tokio::time::sleep(Duration::from_millis(50)).await,
-                    }
-                }
+                Ok(Target::Local) => Attempt::Answered(b.$local(msg.clone(), cid.as_deref()).await),
                 Ok(Target::Leader(mut c)) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     let req = onward(
@@ -122,22 +115,20 @@ macro_rules! on_leader {
                         cid.as_deref(),
                         left.max(Duration::from_millis(200)),
                     );
-                    let attempt = match c.$method(req).await {
+                    match c.$method(req).await {
                         Ok(r) => Attempt::Answered(r.into_inner()),
                         Err(s) => Attempt::Unanswered(s.message().to_owned()),
-                    };
-                    match relay.after(attempt, Instant::now() >= deadline) {
-                        Next::Pass(r) => break r,
-                        Next::Fail(e) => break ($err)(e.to_status()),
-                        Next::TryAgain => {
-                            tracing::debug!(
-                                "the leader asked did not serve the call; looking again"
-                            );
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
                     }
                 }
                 Err(e) => break ($err)(relay.no_leader(e).to_status()),
+            };
+            match relay.after(attempt, Instant::now() >= deadline) {
+                Next::Pass(r) => break r,
+                Next::Fail(e) => break ($err)(e.to_status()),
+                Next::TryAgain => {
+                    tracing::debug!("the call was not served; looking for the leader again");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
         };
         Ok(Response::new(r))
