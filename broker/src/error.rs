@@ -63,6 +63,7 @@ impl BrokerError {
                 // and the raft layer's ShuttingDown does not say whether it was
                 // proposed).
                 RaftNodeError::Timeout { .. }
+                | RaftNodeError::Abandoned { .. }
                 | RaftNodeError::Forward { .. }
                 | RaftNodeError::Expired
                 | RaftNodeError::ShuttingDown => Code::ProxyTimeout,

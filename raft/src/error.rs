@@ -40,6 +40,16 @@ pub enum RaftNodeError {
         /// The deadline in ms.
         timeout_ms: u64,
     },
+    /// This node stopped waiting for the write's outcome before its deadline,
+    /// because no answer could come soon: it led with the write proposed and has
+    /// not heard from a majority for an election timeout, or it forwarded the
+    /// write to a leader since replaced by another. The write may still commit
+    /// (the caller learns the outcome by reading, or sends again: at least once).
+    #[error("stopped waiting for the write ({reason}); it may still commit")]
+    Abandoned {
+        /// Why no answer could come soon.
+        reason: String,
+    },
     /// The write's deadline passed before it was proposed: it was not written (the
     /// caller had given up; proposing it late could place it after writes its
     /// sender made since).

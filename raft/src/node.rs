@@ -252,10 +252,6 @@ impl RaftNode {
             cfg.batch.clone(),
             cfg.store_host,
         );
-        let _ = core.set(crate::server::Core {
-            raft: raft.clone(),
-            writer: writer.clone(),
-        });
         let elections = ElectionGate::new(raft.clone());
         // The lost-entries-vote canary (debug builds, tests only) campaigns anyway.
         if store.commit_log().lost_acknowledged()
@@ -275,6 +271,12 @@ impl RaftNode {
                 store.clone(),
             ));
         }
+        // Served only now: a vote that arrives sees the lost-entries hold.
+        let _ = core.set(crate::server::Core {
+            raft: raft.clone(),
+            writer: writer.clone(),
+            elections: elections.clone(),
+        });
         for into in set_aside {
             tokio::spawn(storage::remove_set_aside_when_caught_up(
                 store.clone(),

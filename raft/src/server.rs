@@ -22,6 +22,9 @@ pub struct Core {
     pub raft: Raft,
     /// Leader-local writes (for forwarded requests).
     pub writer: Arc<Writer>,
+    /// The holds on this node's elections (a voter campaigns on refusing a
+    /// shorter log only while none but a retry is set).
+    pub elections: Arc<crate::elections::ElectionGate>,
 }
 
 /// The service; cheap to clone. It serves from before openraft starts (which reads
@@ -128,7 +131,30 @@ impl RaftPeer for PeerService {
             let res: Result<_, RaftError<NodeId>> = Ok(refused);
             return Ok(Response::new(encode(&res)?));
         }
+        let candidate_last = rpc.last_log_id;
         let res: Result<_, RaftError<NodeId>> = core.raft.vote(rpc).await;
+        if let Ok(r) = &res {
+            let held = core.elections.held_except(crate::elections::Hold::Retry);
+            if crate::elections::campaign_after_refusing(
+                r.vote_granted,
+                candidate_last,
+                r.last_log_id,
+                self.contacts.leader_heard_lately(),
+                held,
+            ) {
+                tracing::info!(
+                    node = self.node_id,
+                    ?candidate_last,
+                    own_last = ?r.last_log_id,
+                    "refused a candidate with a shorter log and no leader is heard from: campaigning"
+                );
+                // Not awaited here: the answer goes back first.
+                let raft = core.raft.clone();
+                tokio::spawn(async move {
+                    let _ = raft.trigger().elect().await;
+                });
+            }
+        }
         // A candidate this node voted for counts as a leader heard from, for a
         // moment: openraft shows it as leader here as soon as its first
         // AppendEntries is handled, before `append_entries` above marks it heard,

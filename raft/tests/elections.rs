@@ -142,3 +142,42 @@ async fn a_survivor_with_a_shorter_log_lets_the_other_win() {
         "no leader within {ELECT_WITHIN:?} of the kill: (trial, [(node, term)]): {slow:?}"
     );
 }
+
+/// A voter that refuses a candidate because its own log is longer, with no leader
+/// heard from for an election timeout, campaigns at once: the candidate cannot
+/// win, it can. Jepsen `isolate-leader` found the wait: the follower with the
+/// shorter log campaigned first and was refused, and the one with the longer log
+/// campaigned two election timeouts late (openraft 0.9 adds `smaller_log_timeout`
+/// to a node's election timeout while a `seen_greater_log` flag from an earlier
+/// campaign of its own is set, and clears it only at its next campaign), then
+/// split the vote with the first one's retry: 3 s without a leader. Here the
+/// longer-log voter's own election timer is off, standing for that late timer;
+/// without the rule no leader is ever elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_with_a_longer_log_campaigns_when_it_refuses_a_candidate() {
+    let mut c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(Duration::from_secs(20)).await;
+    let (short, long) = ((leader + 1) % 3, (leader + 2) % 3);
+    c.crash(short).await;
+    for i in 0..3 {
+        c.node(leader)
+            .write_messages(vec![message("TopicE", 0, &format!("m{i}"))])
+            .await
+            .unwrap();
+    }
+    c.node(long).raft().runtime_config().elect(false);
+    c.filter.isolate(leader, [short, long]);
+    c.restart(short).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.node(long).is_leader() {
+        assert!(
+            Instant::now() < deadline,
+            "no leader among {short} (shorter log) and {long} (longer log, timer off): {:?} {:?}",
+            c.node(short).leader(),
+            c.node(long).leader()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.filter.heal();
+    c.wait_leader(Duration::from_secs(20)).await;
+}

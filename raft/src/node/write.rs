@@ -1,6 +1,8 @@
 //! Writes from any node: proposing on the leader, forwarding from a follower,
 //! and telling apart what a failed forward may have done.
 
+use std::sync::atomic::Ordering;
+
 use super::*;
 
 impl RaftNode {
@@ -75,7 +77,9 @@ impl RaftNode {
     /// leader. Until some leader takes it (an election, a leader that cannot be
     /// reached, one that just stepped down) it is tried again every 50 ms: nothing
     /// was proposed, so that cannot duplicate it. The local path takes the request
-    /// by value, so message bytes are never copied for a retry.
+    /// by value, so message bytes are never copied for a retry. A write whose
+    /// answer cannot come soon ([`stall_reason`]) is answered `Abandoned` before
+    /// the deadline.
     async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
         // A node cut off from its group answers at once: the caller can try
         // another node instead of waiting out the timeout.
@@ -84,12 +88,18 @@ impl RaftNode {
         let deadline = tokio::time::Instant::now() + self.write_timeout;
         // The leader last forwarded to (u64::MAX: none).
         let forwarded_to = std::sync::atomic::AtomicU64::new(u64::MAX);
+        // Where the write is while its outcome is awaited (`InFlight::encode`).
+        let in_flight = std::sync::atomic::AtomicU64::new(InFlight::NOTHING);
         let attempt = async {
             loop {
                 if self.is_leader() {
+                    in_flight.store(InFlight::PROPOSED_HERE, Ordering::Relaxed);
                     return self.writer.write_local(request).await;
                 }
-                match self.forward(&request, deadline, &forwarded_to).await {
+                match self
+                    .forward(&request, deadline, &forwarded_to, &in_flight)
+                    .await
+                {
                     Err(RaftNodeError::NoLeader | RaftNodeError::Forward { sent: false, .. }) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -97,18 +107,38 @@ impl RaftNode {
                 }
             }
         };
-        let result = tokio::time::timeout(self.write_timeout, attempt)
-            .await
-            .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }));
+        let result = tokio::select! {
+            r = tokio::time::timeout(self.write_timeout, attempt) => {
+                r.unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
+            }
+            reason = self.stalled(&in_flight) => Err(RaftNodeError::Abandoned { reason }),
+        };
         // The deadline passed while the leader was being asked (a call it never
         // answered, or connections to it that never opened: packets lost one
         // way): until it answers a call again (a ping, `upkeep::probe_peers`),
         // writes here are refused at once.
-        let leader = forwarded_to.load(std::sync::atomic::Ordering::Relaxed);
+        let leader = forwarded_to.load(Ordering::Relaxed);
         if matches!(result, Err(RaftNodeError::Timeout { .. })) && leader != u64::MAX {
             self.contacts.call_unanswered(leader);
         }
         result
+    }
+
+    /// Resolves, with the reason, once the write `in_flight` describes can get no
+    /// answer soon ([`stall_reason`]). It first waits the contact window (an
+    /// election timeout): a healthy group answers well within it, so a write
+    /// costs one timer, and no fault is judged on less than a window's evidence.
+    async fn stalled(&self, in_flight: &std::sync::atomic::AtomicU64) -> String {
+        tokio::time::sleep(Duration::from_millis(self.contacts.window_ms())).await;
+        loop {
+            let now = InFlight::decode(in_flight.load(Ordering::Relaxed));
+            let leader = self.leader().map(|(l, _)| l);
+            if let Some(reason) = stall_reason(now, leader, self.contacts.in_contact_with_quorum())
+            {
+                return reason;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Forwards `request` to the leader with the time left until `deadline` (when
@@ -121,13 +151,14 @@ impl RaftNode {
         request: &Request,
         deadline: tokio::time::Instant,
         forwarded_to: &std::sync::atomic::AtomicU64,
+        in_flight: &std::sync::atomic::AtomicU64,
     ) -> Result<Response, RaftNodeError> {
         let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
         if leader == self.id {
             // Elected but not yet serving as leader: look again shortly.
             return Err(RaftNodeError::NoLeader);
         }
-        forwarded_to.store(leader, std::sync::atomic::Ordering::Relaxed);
+        forwarded_to.store(leader, Ordering::Relaxed);
         let unsent = |reason: String| RaftNodeError::Forward {
             leader,
             reason,
@@ -157,13 +188,13 @@ impl RaftNode {
             tokio::time::sleep(filter.transfer_delay(from, leader, request_bytes)).await;
             RaftPeerClient::new(channel).forward(req).await
         };
+        in_flight.store(InFlight::Forwarded(leader).encode(), Ordering::Relaxed);
         // No answer in time: `write` marks the leader unanswered.
-        let reply =
-            tokio::time::timeout_at(deadline, call)
-                .await
-                .map_err(|_| RaftNodeError::Timeout {
-                    timeout_ms: self.write_timeout.as_millis() as u64,
-                })?;
+        let reply = tokio::time::timeout_at(deadline, call).await;
+        in_flight.store(InFlight::NOTHING, Ordering::Relaxed);
+        let reply = reply.map_err(|_| RaftNodeError::Timeout {
+            timeout_ms: self.write_timeout.as_millis() as u64,
+        })?;
         let reply = reply.map_err(|s| {
             // Only a failed connection proves the request never left; UNAVAILABLE
             // also covers connections lost after sending (keep-alive timeouts).
@@ -182,6 +213,77 @@ impl RaftNode {
             ForwardRefusal::NotWritten(reason) => unsent(reason),
             ForwardRefusal::MaybeWritten(reason) => sent(reason),
         })
+    }
+}
+
+/// Where a write stands while this node awaits its outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InFlight {
+    /// Nothing is out: not yet proposed or forwarded, or a forward came back
+    /// unsent and is about to be tried again.
+    Nothing,
+    /// Proposed to this node's Raft while it led.
+    ProposedHere,
+    /// Forwarded to this leader, no answer yet.
+    Forwarded(NodeId),
+}
+
+impl InFlight {
+    const NOTHING: u64 = u64::MAX;
+    const PROPOSED_HERE: u64 = u64::MAX - 1;
+
+    /// As one word, for an atomic shared by the write and its watcher.
+    fn encode(self) -> u64 {
+        match self {
+            InFlight::Nothing => Self::NOTHING,
+            InFlight::ProposedHere => Self::PROPOSED_HERE,
+            InFlight::Forwarded(leader) => leader,
+        }
+    }
+
+    fn decode(word: u64) -> Self {
+        match word {
+            Self::NOTHING => InFlight::Nothing,
+            Self::PROPOSED_HERE => InFlight::ProposedHere,
+            leader => InFlight::Forwarded(leader),
+        }
+    }
+}
+
+/// Why a write that is out (`in_flight`) can get no answer soon, so waiting
+/// longer only holds the client, or `None` to keep waiting. No I/O.
+///
+/// - This node has not heard from a majority for the window
+///   (`in_contact_with_quorum` false): as leader it cannot commit the entry, and
+///   as a follower the leader's answer cannot reach it.
+/// - It forwarded the write to a leader and another node is now known to lead:
+///   the old leader's entry commits only if the new leader's log holds it, which
+///   the old leader cannot tell this node before it rejoins.
+///
+/// Either way the write may still commit, so the answer is an unknown outcome.
+/// Nothing out (about to retry a forward that was not sent) is never abandoned:
+/// the retry loop and the deadline decide.
+fn stall_reason(
+    in_flight: InFlight,
+    leader_now: Option<NodeId>,
+    in_contact_with_quorum: bool,
+) -> Option<String> {
+    match in_flight {
+        InFlight::Nothing => None,
+        _ if !in_contact_with_quorum => Some(format!(
+            "{} and this node has not heard from a majority of its group for an election timeout",
+            match in_flight {
+                InFlight::Forwarded(l) => format!("forwarded to leader {l}"),
+                _ => "proposed here".into(),
+            }
+        )),
+        InFlight::Forwarded(old) => match leader_now {
+            Some(new) if new != old => Some(format!(
+                "forwarded to leader {old}, which node {new} has replaced before it answered"
+            )),
+            _ => None,
+        },
+        InFlight::ProposedHere => None,
     }
 }
 
@@ -238,6 +340,26 @@ mod tests {
         assert!(!is_connect_error(&tonic::Status::unavailable(
             "connection reset"
         )));
+    }
+
+    #[test]
+    fn a_write_is_abandoned_only_while_out_and_only_when_no_answer_can_come_soon() {
+        use InFlight::*;
+        // Nothing out: never (the retry loop and the deadline decide).
+        assert_eq!(stall_reason(Nothing, Some(2), false), None);
+        assert_eq!(stall_reason(Nothing, None, true), None);
+        // Proposed here: only once cut off from a majority.
+        assert_eq!(stall_reason(ProposedHere, Some(0), true), None);
+        assert!(stall_reason(ProposedHere, Some(0), false).is_some());
+        // Forwarded: when another leader is known, or this node is cut off.
+        assert_eq!(stall_reason(Forwarded(1), Some(1), true), None);
+        assert_eq!(stall_reason(Forwarded(1), None, true), None);
+        let replaced = stall_reason(Forwarded(1), Some(2), true).unwrap();
+        assert!(replaced.contains("node 2"), "{replaced}");
+        assert!(stall_reason(Forwarded(1), Some(1), false).is_some());
+        for w in [Nothing, ProposedHere, Forwarded(0), Forwarded(7)] {
+            assert_eq!(InFlight::decode(w.encode()), w);
+        }
     }
 
     #[test]
