@@ -20,7 +20,7 @@ use crate::network::{
     decode, lazy_channel, peer_request, set_forward_budget, NetworkFilter, PeerNetworkFactory,
 };
 use crate::server::PeerService;
-use crate::state_machine::{SharedMeta, StateMachine};
+use crate::state_machine::{MetaView, SharedMeta, StateMachine};
 use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
 use crate::writer::{BatchConfig, Writer};
 
@@ -93,6 +93,8 @@ pub struct RaftNode {
     store: Arc<MessageStore>,
     meta: MetaDb,
     shared: SharedMeta,
+    /// The read-only view of `shared` handed to readers.
+    meta_view: MetaView,
     writer: Arc<Writer>,
     filter: NetworkFilter,
     server: std::sync::Mutex<Option<(JoinHandle<()>, tokio::sync::oneshot::Sender<()>)>>,
@@ -295,6 +297,7 @@ impl RaftNode {
             raft,
             store,
             meta,
+            meta_view: MetaView::new(shared.clone()),
             shared,
             writer,
             filter,
@@ -375,8 +378,8 @@ impl RaftNode {
     }
 
     /// The group metadata as of the last applied entry.
-    pub fn shared_meta(&self) -> &SharedMeta {
-        &self.shared
+    pub fn shared_meta(&self) -> &MetaView {
+        &self.meta_view
     }
 
     /// The fault-injection filter of this node's transport.

@@ -26,6 +26,7 @@ use crate::types::{
 };
 
 mod commands;
+mod metadata;
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
@@ -56,6 +57,26 @@ pub struct GroupMeta {
 
 /// Metadata shared with readers (the broker); updated on every apply.
 pub type SharedMeta = Arc<RwLock<GroupMeta>>;
+
+/// A read-only view of the group's metadata as of the last applied entry: what
+/// the broker gets (`crate::RaftNode::shared_meta`); only the state machine
+/// writes the metadata, and it holds the write lock only while a command's rules
+/// run in memory, never across metadata-store I/O.
+#[derive(Clone, Debug)]
+pub struct MetaView(SharedMeta);
+
+impl MetaView {
+    /// A view of `shared`.
+    pub fn new(shared: SharedMeta) -> Self {
+        Self(shared)
+    }
+
+    /// Locks the metadata for reading. Errors: the lock is poisoned (a panic
+    /// while a command was applied).
+    pub fn read(&self) -> std::sync::LockResult<std::sync::RwLockReadGuard<'_, GroupMeta>> {
+        self.0.read()
+    }
+}
 
 /// What a snapshot holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -304,9 +325,7 @@ impl StateMachine {
                     .collect(),
             ),
             EntryPayload::Normal(Request::Command(cmd)) => {
-                let mut meta = self.shared.write().unwrap();
-                meta.applied_index = Some(index);
-                self.apply_command(&mut meta, cmd, entry.log_id.leader_id.term)?
+                self.apply_command(cmd, index, entry.log_id.leader_id.term)?
             }
             EntryPayload::Blank => Response::Applied,
             EntryPayload::Membership(m) => {

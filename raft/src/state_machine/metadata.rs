@@ -1,0 +1,187 @@
+//! The metadata state machine's rules: [`apply`] changes the group's metadata in
+//! memory for one committed command and lists the rows to store, with no I/O.
+//! The thin layer in `commands.rs` takes the readers' lock only around it and
+//! writes the rows to sled after releasing it, so no reader waits on the disk.
+
+use super::GroupMeta;
+use crate::types::{Command, FifoLease, GroupConfig, Response, TopicConfig};
+
+/// (consumer group or offset key, topic, message queue id).
+pub(crate) type QueueKey = (String, String, i32);
+
+/// One stored metadata row a command set or removed, in the order it did so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RowChange {
+    /// The next queue offset of a consumer on a queue.
+    Offset(QueueKey, u64),
+    /// A consumer's offset on a queue removed.
+    RemoveOffset(QueueKey),
+    /// A queue's FIFO delivery in flight.
+    Lease(FifoLease),
+    /// A queue's FIFO lease removed.
+    RemoveLease(QueueKey),
+    /// A topic's config.
+    Topic(TopicConfig),
+    /// A topic removed.
+    RemoveTopic(String),
+    /// A consumer group's config.
+    Group(GroupConfig),
+    /// A consumer group removed.
+    RemoveGroup(String),
+    /// The group's retention point (a Raft log index).
+    PurgePoint(u64),
+}
+
+/// What applying one command did: the answer for its proposer and the rows to
+/// store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Applied {
+    /// `Applied`, or `StaleTerm` when a term-bound command reached the log in
+    /// another term's entry (then nothing changed and `rows` is empty).
+    pub(crate) response: Response,
+    /// The rows to store, in order.
+    pub(crate) rows: Vec<RowChange>,
+}
+
+/// Test-only switches (`crate::canary`) that change a rule; the caller reads them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Canaries {
+    /// Apply a FIFO lease from an entry of any term (`forward-fifo-leases`).
+    pub(crate) forward_fifo_leases: bool,
+}
+
+/// Applies `cmd`, committed in an entry of `entry_term`, to `meta`. No I/O.
+pub(crate) fn apply(
+    meta: &mut GroupMeta,
+    cmd: Command,
+    entry_term: u64,
+    canaries: Canaries,
+) -> Applied {
+    let mut rows = Vec::new();
+    match cmd {
+        Command::CommitOffsets(commits) => {
+            for c in commits {
+                // Offsets only move forward: commits from concurrent paths on the
+                // leader may land out of order. (Rewinding a group is a command of
+                // its own.)
+                let key = (c.group, c.topic, c.queue_id);
+                let offset = meta
+                    .offsets
+                    .get(&key)
+                    .map_or(c.offset, |&cur| c.offset.max(cur));
+                meta.offsets.insert(key.clone(), offset);
+                rows.push(RowChange::Offset(key, offset));
+            }
+        }
+        // Auto-creation never overrides an admin's config committed just before.
+        Command::EnsureTopic(t) => {
+            if !meta.topics.contains_key(&t.name) {
+                meta.topics.insert(t.name.clone(), t.clone());
+                rows.push(RowChange::Topic(t));
+            }
+        }
+        Command::EnsureGroup(g) => {
+            if !meta.groups.contains_key(&g.name) {
+                meta.groups.insert(g.name.clone(), g.clone());
+                rows.push(RowChange::Group(g));
+            }
+        }
+        Command::FifoLeases(leases) => {
+            // Written by earlier releases (and by tests): the proposer's term is
+            // the one in each delivery id.
+            if let Some(l) = leases.iter().find(|l| l.delivery_term() < entry_term) {
+                return stale(l.delivery_term(), entry_term);
+            }
+            apply_leases(meta, leases, &mut rows);
+        }
+        Command::FifoLeasesOfTerm { term, leases } => {
+            if term != entry_term && !canaries.forward_fifo_leases {
+                return stale(term, entry_term);
+            }
+            apply_leases(meta, leases, &mut rows);
+        }
+        Command::UpdateTopic(t) => {
+            meta.topics.insert(t.name.clone(), t.clone());
+            rows.push(RowChange::Topic(t));
+        }
+        Command::DeleteTopic(name) => {
+            meta.topics.remove(&name);
+            rows.push(RowChange::RemoveTopic(name));
+        }
+        Command::UpdateGroup(g) => {
+            meta.groups.insert(g.name.clone(), g.clone());
+            rows.push(RowChange::Group(g));
+        }
+        Command::DeleteGroup(name) => {
+            // The group's own keys and its broadcasting consumers' (`group@client`).
+            let owned = |k: &QueueKey| k.0 == name || k.0.starts_with(&format!("{name}@"));
+            let offsets: Vec<QueueKey> =
+                meta.offsets.keys().filter(|k| owned(k)).cloned().collect();
+            for k in offsets {
+                meta.offsets.remove(&k);
+                rows.push(RowChange::RemoveOffset(k));
+            }
+            let leases: Vec<QueueKey> = meta
+                .fifo_leases
+                .keys()
+                .filter(|k| owned(k))
+                .cloned()
+                .collect();
+            for k in leases {
+                meta.fifo_leases.remove(&k);
+                rows.push(RowChange::RemoveLease(k));
+            }
+            meta.groups.remove(&name);
+            rows.push(RowChange::RemoveGroup(name));
+        }
+        Command::PurgeThrough { index } => {
+            // The retention point only moves forward.
+            if meta.purge_point.is_none_or(|p| p < index) {
+                meta.purge_point = Some(index);
+                rows.push(RowChange::PurgePoint(index));
+            }
+        }
+    }
+    Applied {
+        response: Response::Applied,
+        rows,
+    }
+}
+
+fn stale(proposed_term: u64, entry_term: u64) -> Applied {
+    Applied {
+        response: Response::StaleTerm {
+            proposed_term,
+            entry_term,
+        },
+        rows: Vec::new(),
+    }
+}
+
+/// Stores FIFO leases that passed the term check: each replaces its queue's
+/// lease unless that one has a higher delivery id (a newer delivery).
+fn apply_leases(meta: &mut GroupMeta, leases: Vec<FifoLease>, rows: &mut Vec<RowChange>) {
+    for l in leases {
+        let key = (l.group.clone(), l.topic.clone(), l.queue_id);
+        if meta
+            .fifo_leases
+            .get(&key)
+            .is_some_and(|cur| cur.delivery_id > l.delivery_id)
+        {
+            continue;
+        }
+        // Everything below a FIFO delivery is acked or skipped: the group's
+        // offset is at least the leased offset, so a new leader adopts the lease
+        // even if the last offset commit did not land.
+        let cur = meta.offsets.get(&key).copied().unwrap_or(0);
+        if l.queue_offset > cur {
+            meta.offsets.insert(key.clone(), l.queue_offset);
+            rows.push(RowChange::Offset(key.clone(), l.queue_offset));
+        }
+        meta.fifo_leases.insert(key, l.clone());
+        rows.push(RowChange::Lease(l));
+    }
+}
+
+#[cfg(test)]
+mod tests;

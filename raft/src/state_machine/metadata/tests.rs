@@ -1,0 +1,224 @@
+//! The metadata rules alone: each command against a state in memory, and the rows
+//! it asks to store.
+
+use super::*;
+use crate::types::{OffsetCommit, TopicMessageType};
+
+const TERM: u64 = 7;
+
+fn commit(group: &str, queue_id: i32, offset: u64) -> Command {
+    Command::CommitOffsets(vec![OffsetCommit {
+        group: group.into(),
+        topic: "T".into(),
+        queue_id,
+        offset,
+    }])
+}
+
+fn key(group: &str, queue_id: i32) -> QueueKey {
+    (group.into(), "T".into(), queue_id)
+}
+
+fn lease(group: &str, queue_offset: u64, term: u64, seq: u64) -> FifoLease {
+    FifoLease {
+        group: group.into(),
+        topic: "T".into(),
+        queue_id: 0,
+        queue_offset,
+        delivery_id: (term << FifoLease::DELIVERY_TERM_SHIFT) | seq,
+        attempt: 1,
+        visible_at_ms: 1_000,
+    }
+}
+
+fn topic(name: &str, queue_count: u32) -> TopicConfig {
+    TopicConfig {
+        name: name.into(),
+        queue_count,
+        perm: 6,
+        message_type: TopicMessageType::Normal,
+    }
+}
+
+fn group(name: &str) -> GroupConfig {
+    GroupConfig {
+        name: name.into(),
+        fifo: true,
+        broadcast: false,
+        max_delivery_attempts: 16,
+    }
+}
+
+fn run(meta: &mut GroupMeta, cmd: Command) -> Applied {
+    apply(meta, cmd, TERM, Canaries::default())
+}
+
+#[test]
+fn consumer_offsets_only_move_forward_and_the_stored_row_is_the_kept_one() {
+    let mut m = GroupMeta::default();
+    let a = run(&mut m, commit("g", 0, 10));
+    assert_eq!(a.rows, vec![RowChange::Offset(key("g", 0), 10)]);
+    // A commit that lands late (an older offset) keeps 10.
+    let a = run(&mut m, commit("g", 0, 4));
+    assert_eq!(a.response, Response::Applied);
+    assert_eq!(a.rows, vec![RowChange::Offset(key("g", 0), 10)]);
+    assert_eq!(m.offsets[&key("g", 0)], 10);
+    run(&mut m, commit("g", 0, 12));
+    assert_eq!(m.offsets[&key("g", 0)], 12);
+}
+
+#[test]
+fn ensure_never_overrides_a_config_and_update_does() {
+    let mut m = GroupMeta::default();
+    run(&mut m, Command::UpdateTopic(topic("T", 8)));
+    let a = run(&mut m, Command::EnsureTopic(topic("T", 4)));
+    assert!(a.rows.is_empty());
+    assert_eq!(m.topics["T"].queue_count, 8);
+    let a = run(&mut m, Command::EnsureTopic(topic("U", 4)));
+    assert_eq!(a.rows, vec![RowChange::Topic(topic("U", 4))]);
+    run(&mut m, Command::UpdateTopic(topic("T", 2)));
+    assert_eq!(m.topics["T"].queue_count, 2);
+    let mut g = group("g");
+    g.max_delivery_attempts = 3;
+    run(&mut m, Command::UpdateGroup(g.clone()));
+    assert!(run(&mut m, Command::EnsureGroup(group("g")))
+        .rows
+        .is_empty());
+    assert_eq!(m.groups["g"], g);
+    let a = run(&mut m, Command::DeleteTopic("T".into()));
+    assert_eq!(a.rows, vec![RowChange::RemoveTopic("T".into())]);
+    assert!(!m.topics.contains_key("T"));
+}
+
+#[test]
+fn a_lease_of_another_term_changes_nothing() {
+    let mut m = GroupMeta::default();
+    let before = m.clone();
+    let a = run(
+        &mut m,
+        Command::FifoLeasesOfTerm {
+            term: TERM - 1,
+            leases: vec![lease("g", 5, TERM - 1, 1)],
+        },
+    );
+    assert_eq!(
+        a.response,
+        Response::StaleTerm {
+            proposed_term: TERM - 1,
+            entry_term: TERM
+        }
+    );
+    assert!(a.rows.is_empty());
+    assert_eq!(m, before);
+    // The earlier releases' variant: the term is the one in the delivery id.
+    let a = run(
+        &mut m,
+        Command::FifoLeases(vec![lease("g", 5, TERM - 1, 1)]),
+    );
+    assert!(matches!(a.response, Response::StaleTerm { .. }));
+    assert_eq!(m, before);
+    // The canary applies it anyway.
+    let a = apply(
+        &mut m,
+        Command::FifoLeasesOfTerm {
+            term: TERM - 1,
+            leases: vec![lease("g", 5, TERM - 1, 1)],
+        },
+        TERM,
+        Canaries {
+            forward_fifo_leases: true,
+        },
+    );
+    assert_eq!(a.response, Response::Applied);
+    assert!(m.fifo_leases.contains_key(&key("g", 0)));
+}
+
+#[test]
+fn a_lease_raises_the_offset_to_its_message_and_an_older_delivery_never_replaces_a_newer() {
+    let mut m = GroupMeta::default();
+    run(&mut m, commit("g", 0, 3));
+    let newer = lease("g", 5, TERM, 9);
+    let a = run(
+        &mut m,
+        Command::FifoLeasesOfTerm {
+            term: TERM,
+            leases: vec![newer.clone()],
+        },
+    );
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::Offset(key("g", 0), 5),
+            RowChange::Lease(newer.clone())
+        ]
+    );
+    assert_eq!(m.offsets[&key("g", 0)], 5);
+    // A lease with a lower delivery id (decided earlier) is skipped.
+    let a = run(
+        &mut m,
+        Command::FifoLeasesOfTerm {
+            term: TERM,
+            leases: vec![lease("g", 6, TERM, 8)],
+        },
+    );
+    assert!(a.rows.is_empty());
+    assert_eq!(m.fifo_leases[&key("g", 0)], newer);
+    // A lease below the committed offset leaves the offset alone.
+    run(&mut m, commit("g", 0, 20));
+    let a = run(
+        &mut m,
+        Command::FifoLeasesOfTerm {
+            term: TERM,
+            leases: vec![lease("g", 7, TERM, 10)],
+        },
+    );
+    assert_eq!(a.rows, vec![RowChange::Lease(lease("g", 7, TERM, 10))]);
+    assert_eq!(m.offsets[&key("g", 0)], 20);
+}
+
+#[test]
+fn deleting_a_group_removes_its_and_its_broadcast_consumers_rows_only() {
+    let mut m = GroupMeta::default();
+    for g in ["g", "g@client-1", "g2", "other"] {
+        run(&mut m, Command::UpdateGroup(group(g)));
+        run(&mut m, commit(g, 0, 1));
+        run(
+            &mut m,
+            Command::FifoLeasesOfTerm {
+                term: TERM,
+                leases: vec![lease(g, 1, TERM, 1)],
+            },
+        );
+    }
+    let a = run(&mut m, Command::DeleteGroup("g".into()));
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::RemoveOffset(key("g", 0)),
+            RowChange::RemoveOffset(key("g@client-1", 0)),
+            RowChange::RemoveLease(key("g", 0)),
+            RowChange::RemoveLease(key("g@client-1", 0)),
+            RowChange::RemoveGroup("g".into()),
+        ]
+    );
+    let left: Vec<&str> = m.offsets.keys().map(|k| k.0.as_str()).collect();
+    assert_eq!(left, ["g2", "other"]);
+    assert_eq!(m.fifo_leases.len(), 2);
+    assert!(m.groups.contains_key("g2") && !m.groups.contains_key("g"));
+}
+
+#[test]
+fn the_retention_point_only_moves_forward() {
+    let mut m = GroupMeta::default();
+    let a = run(&mut m, Command::PurgeThrough { index: 100 });
+    assert_eq!(a.rows, vec![RowChange::PurgePoint(100)]);
+    assert!(run(&mut m, Command::PurgeThrough { index: 40 })
+        .rows
+        .is_empty());
+    assert!(run(&mut m, Command::PurgeThrough { index: 100 })
+        .rows
+        .is_empty());
+    assert_eq!(m.purge_point, Some(100));
+    run(&mut m, Command::PurgeThrough { index: 101 });
+    assert_eq!(m.purge_point, Some(101));
+}
