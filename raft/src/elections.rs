@@ -83,25 +83,32 @@ impl ElectionGate {
 
 /// Whether a voter that just answered a vote request campaigns at once: it
 /// refused (`granted` false) a candidate whose last log id is below its own, so
-/// that candidate cannot win and this node can; it has heard from no leader for
-/// an election timeout (`leader_heard_lately` false: the candidate's leader is
-/// gone for it too, so its campaign disturbs no live leader); and no hold but a
-/// pending retry keeps it out of elections (`held`: a leadership transfer, lost
-/// entries). No I/O.
+/// that candidate cannot have this node's vote and this node can win; it is a
+/// follower whose vote is still the one it gave the leader it followed
+/// (`follows_a_leader`: not a candidate, not a leader, and it has not voted for
+/// a candidate of a newer term, whose campaign it would break up); it has heard
+/// from no leader for an election timeout (`leader_heard_lately` false: that
+/// leader is gone for it too, so its campaign disturbs no live leader); and no
+/// hold but a pending retry keeps it out of elections (`held`: a leadership
+/// transfer, lost entries). No I/O.
 ///
 /// Raft leaves such a voter to its own timer, which in openraft 0.9 can fire two
 /// election timeouts late: it adds `smaller_log_timeout` while a
 /// `seen_greater_log` flag is set, a flag set by an earlier campaign of this
 /// node's that a longer log refused and cleared only by its next campaign
-/// (jepsen `isolate-leader`: 3 s without a leader, against 1 s).
+/// (jepsen `isolate-leader`: 3 s without a leader, against 1 s). In a group
+/// where the candidate can win without this vote (a third voter whose log is no
+/// longer than the candidate's grants it), this campaign costs that leader its
+/// term: one more election, which the longest log wins.
 pub fn campaign_after_refusing(
     granted: bool,
     candidate_last: Option<crate::types::LogId>,
     own_last: Option<crate::types::LogId>,
+    follows_a_leader: bool,
     leader_heard_lately: bool,
     held: bool,
 ) -> bool {
-    !granted && own_last > candidate_last && !leader_heard_lately && !held
+    !granted && own_last > candidate_last && follows_a_leader && !leader_heard_lately && !held
 }
 
 /// The highest term in which a voter with a longer log refused this node's
@@ -306,23 +313,22 @@ mod tests {
     fn only_a_refusing_voter_with_a_longer_log_and_no_leader_campaigns() {
         let id = |term, index| Some(crate::codec::log_id(term, index));
         let (short, long) = (id(3, 10), id(3, 12));
-        assert!(campaign_after_refusing(false, short, long, false, false));
-        assert!(campaign_after_refusing(false, None, long, false, false));
+        let rule = |granted, cand, own, follows, heard, held| {
+            campaign_after_refusing(granted, cand, own, follows, heard, held)
+        };
+        assert!(rule(false, short, long, true, false, false));
+        assert!(rule(false, None, long, true, false, false));
         // Granted, or the candidate's log is as long: the candidate can win.
-        assert!(!campaign_after_refusing(true, short, long, false, false));
-        assert!(!campaign_after_refusing(false, long, long, false, false));
-        assert!(!campaign_after_refusing(false, long, short, false, false));
+        assert!(!rule(true, short, long, true, false, false));
+        assert!(!rule(false, long, long, true, false, false));
+        assert!(!rule(false, long, short, true, false, false));
         // A higher term at the same index is the longer log.
-        assert!(campaign_after_refusing(
-            false,
-            id(2, 20),
-            id(3, 1),
-            false,
-            false
-        ));
+        assert!(rule(false, id(2, 20), id(3, 1), true, false, false));
+        // A candidate, a leader, or a voter for a newer candidate: stay out.
+        assert!(!rule(false, short, long, false, false, false));
         // A leader heard from lately, or a hold: stay out.
-        assert!(!campaign_after_refusing(false, short, long, true, false));
-        assert!(!campaign_after_refusing(false, short, long, false, true));
+        assert!(!rule(false, short, long, true, true, false));
+        assert!(!rule(false, short, long, true, false, true));
     }
 
     fn view(candidate: bool, term: u64, leader_known: bool) -> ElectionView {

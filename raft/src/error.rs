@@ -41,9 +41,10 @@ pub enum RaftNodeError {
         timeout_ms: u64,
     },
     /// This node stopped waiting for the write's outcome before its deadline,
-    /// because no answer could come soon: it led with the write proposed and has
-    /// not heard from a majority for an election timeout, or it forwarded the
-    /// write to a leader since replaced by another. The write may still commit
+    /// because no answer could come soon: it has not heard from a majority for an
+    /// election timeout with the write proposed here (as leader) or forwarded (as
+    /// follower), or it forwarded the write to a leader since replaced by
+    /// another. The write may still commit
     /// (the caller learns the outcome by reading, or sends again: at least once).
     #[error("stopped waiting for the write ({reason}); it may still commit")]
     Abandoned {

@@ -135,10 +135,16 @@ impl RaftPeer for PeerService {
         let res: Result<_, RaftError<NodeId>> = core.raft.vote(rpc).await;
         if let Ok(r) = &res {
             let held = core.elections.held_except(crate::elections::Hold::Retry);
+            let follows_a_leader = {
+                let m = core.raft.metrics();
+                let m = m.borrow();
+                m.state == openraft::ServerState::Follower && m.vote.is_committed()
+            };
             if crate::elections::campaign_after_refusing(
                 r.vote_granted,
                 candidate_last,
                 r.last_log_id,
+                follows_a_leader,
                 self.contacts.leader_heard_lately(),
                 held,
             ) {

@@ -14,7 +14,9 @@ impl RaftNode {
     /// leader got it and failed or its answer was lost (it may have committed),
     /// `CutOff` at once when this node has not heard from a majority of its group
     /// for an election timeout (not written), `DiskFull` when the leader's disk is
-    /// full (through a follower: `Forward` saying so).
+    /// full (through a follower: `Forward` saying so), `Abandoned` (it may still
+    /// commit) once, after at least an election timeout, its answer cannot come
+    /// soon ([`stall_reason`]).
     pub async fn write_messages(
         &self,
         messages: Vec<MessageRecord>,
@@ -108,6 +110,8 @@ impl RaftNode {
             }
         };
         let result = tokio::select! {
+            // An answer that is ready wins over the watcher.
+            biased;
             r = tokio::time::timeout(self.write_timeout, attempt) => {
                 r.unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
             }
