@@ -14,6 +14,7 @@
 //! [`nats::Nats`], [`rabbit::Rabbit`]. The peers' server processes are started and
 //! stopped by [`peers`].
 
+#![deny(missing_docs)]
 pub mod compare;
 pub mod ledgermq;
 pub mod nats;

@@ -11,6 +11,7 @@
 //! - [`announce`]: turns the Raft node's state into name-server registrations.
 //! - [`config`]: the `mqbroker -c FILE` configuration.
 
+#![deny(missing_docs)]
 pub mod admin;
 pub mod announce;
 pub mod audit;

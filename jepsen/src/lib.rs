@@ -25,6 +25,7 @@
 //! - [`retention`]: forcing retention on the leader while a follower is down.
 //! - [`report`]: per-second series and the HTML report.
 
+#![deny(missing_docs)]
 pub mod audit;
 pub mod availability;
 pub mod checker;

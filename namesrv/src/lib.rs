@@ -7,6 +7,7 @@
 //! - [`registry`]: the registry and route derivation (no I/O).
 //! - [`server`]: the gRPC service, the expiry scan, `serve`.
 //! - [`registrar`]: what a broker node runs: one heartbeat task per name server.
+#![deny(missing_docs)]
 
 pub mod registrar;
 pub mod registry;
@@ -14,6 +15,8 @@ pub mod server;
 
 /// Generated code of `proto/namesrv.proto` (`ledgermq.namesrv`).
 pub mod pb {
+    // Generated: documented in the .proto file.
+    #![allow(missing_docs)]
     tonic::include_proto!("ledgermq.namesrv");
 }
 

@@ -21,7 +21,7 @@
 //!   read, and by a scrub of the whole log after each start).
 //! - [`canary`]: test-only switches that break a promise (debug builds only;
 //!   re-exported from the store crate, which needs them too).
-
+#![deny(missing_docs)]
 // openraft's `StorageError` is large and its traits return it; helpers do too.
 #![allow(clippy::result_large_err)]
 

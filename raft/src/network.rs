@@ -28,6 +28,8 @@ use crate::types::{NodeId, TypeConfig};
 
 /// Generated gRPC code for `ledgermq.raft`.
 pub mod pb {
+    // Generated: documented in the .proto file.
+    #![allow(missing_docs)]
     tonic::include_proto!("ledgermq.raft");
 }
 

@@ -16,6 +16,7 @@
 //!
 //! Knows nothing of Raft's rules or the network: the `raft` crate decides what is
 //! committed and calls `dispatch_through`.
+#![deny(missing_docs)]
 
 pub mod ack_bound;
 pub mod ack_mark;

@@ -4,6 +4,7 @@
 //! whose node clocks a test can move, and [`netns`], a network namespace with its
 //! own hosts file.
 
+#![deny(missing_docs)]
 pub mod clocks;
 pub mod cluster;
 pub mod netns;
