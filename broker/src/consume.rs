@@ -285,12 +285,12 @@ impl Broker {
     /// AckMessage on the leader: one result per entry.
     pub async fn ack_local(
         &self,
-        req: pb::AckMessageRequest,
+        req: &pb::AckMessageRequest,
         client_id: Option<&str>,
     ) -> pb::AckMessageResponse {
         let consumer = match self.consumer(req.group.as_ref(), client_id).await {
             Ok(c) => c,
-            Err(e) => return ack_error(&req, e),
+            Err(e) => return ack_error(req, e),
         };
         let topic = req
             .topic
@@ -325,7 +325,7 @@ impl Broker {
     /// ChangeInvisibleDuration on the leader.
     pub async fn change_invisible_local(
         &self,
-        req: pb::ChangeInvisibleDurationRequest,
+        req: &pb::ChangeInvisibleDurationRequest,
         client_id: Option<&str>,
     ) -> pb::ChangeInvisibleDurationResponse {
         let r = async {
@@ -362,7 +362,7 @@ impl Broker {
     /// ForwardMessageToDeadLetterQueue on the leader.
     pub async fn forward_to_dlq_local(
         &self,
-        req: pb::ForwardMessageToDeadLetterQueueRequest,
+        req: &pb::ForwardMessageToDeadLetterQueueRequest,
         client_id: Option<&str>,
     ) -> pb::ForwardMessageToDeadLetterQueueResponse {
         let r = async {

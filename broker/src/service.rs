@@ -107,7 +107,7 @@ macro_rules! on_leader {
             let attempt = match b.target(forwarded(&md), deadline).await {
                 // Served here, through the same rule: this node may have become
                 // the leader after an attempt elsewhere went unanswered.
-                Ok(Target::Local) => Attempt::Answered(b.$local(msg.clone(), cid.as_deref()).await),
+                Ok(Target::Local) => Attempt::Answered(b.$local(&msg, cid.as_deref()).await),
                 Ok(Target::Leader(mut c)) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     let req = onward(

@@ -137,7 +137,7 @@ fn dispatching_before_apply_is_caught_as_two_messages_at_one_queue_offset() {
     // commits; after the heal its tail is cut and the new leader's messages take
     // those queue offsets (seeds 1-3 and 5: 5, 3, 3 and 2 inconsistent offsets).
     // Whether a consumer asks the isolated leader in time is up to timing: seed 1
-    // once showed no inconsistent offset (a valid run), so a second seed is tried
+    // once showed no inconsistent offset (a valid run), so further seeds are tried
     // before the canary is called missed.
     caught_with_seed_1_2_or_3(
         |seed| run_with("dispatch-before-apply", "isolate-leader", seed),
@@ -161,7 +161,7 @@ fn forwarding_fifo_leases_is_caught_as_a_message_group_out_of_order() {
     // delivery being decided (30 s runs with two hand-overs: 3 of 5 caught it),
     // so a run has four (50 s, 5 s faults and calms: seeds 1 and 2 showed 3 and 2
     // violations), and seeds 2 then 3 are tried while none found anything (at
-    // cda0ade one full test run met no such hand-over with seeds 1 and 2; seed 3
+    // 4833bfe one full test run met no such hand-over with seeds 1 and 2; seed 3
     // showed 1 violation).
     caught_with_seed_1_2_or_3(
         |seed| run_planned("forward-fifo-leases", "sigterm-leader", seed, "50", "5000"),

@@ -20,7 +20,7 @@ use crate::network::{
     decode, lazy_channel, peer_request, set_forward_budget, NetworkFilter, PeerNetworkFactory,
 };
 use crate::server::PeerService;
-use crate::state_machine::{MetaView, SharedMeta, StateMachine};
+use crate::state_machine::{MetaView, StateMachine};
 use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
 use crate::writer::{BatchConfig, Writer};
 
@@ -92,9 +92,8 @@ pub struct RaftNode {
     raft: Raft,
     store: Arc<MessageStore>,
     meta: MetaDb,
-    shared: SharedMeta,
-    /// The read-only view of `shared` handed to readers.
-    meta_view: MetaView,
+    /// The group metadata, read-only here (the state machine writes it).
+    shared: MetaView,
     writer: Arc<Writer>,
     filter: NetworkFilter,
     server: std::sync::Mutex<Option<(JoinHandle<()>, tokio::sync::oneshot::Sender<()>)>>,
@@ -297,8 +296,7 @@ impl RaftNode {
             raft,
             store,
             meta,
-            meta_view: MetaView::new(shared.clone()),
-            shared,
+            shared: MetaView::new(shared),
             writer,
             filter,
             server: std::sync::Mutex::new(Some((server, stop_tx))),
@@ -379,7 +377,7 @@ impl RaftNode {
 
     /// The group metadata as of the last applied entry.
     pub fn shared_meta(&self) -> &MetaView {
-        &self.meta_view
+        &self.shared
     }
 
     /// The fault-injection filter of this node's transport.

@@ -181,7 +181,9 @@ async fn a_store_written_by_the_previous_release_starts_and_keeps_its_state() {
         )))
         .await
         .unwrap();
-    // A lease of the term it is proposed in (again if an election came between).
+    // A lease of the term it is proposed in (again if an election came between,
+    // a few times at most).
+    let mut tries = 0;
     let term = loop {
         let l = c.node(c.wait_leader(T).await);
         let term = l.raft().metrics().borrow().current_term;
@@ -191,7 +193,11 @@ async fn a_store_written_by_the_previous_release_starts_and_keeps_its_state() {
         };
         match l.write_command(leases).await {
             Ok(_) => break term,
-            Err(e) => eprintln!("the lease of term {term} was not applied ({e}); again"),
+            Err(e) if tries < 5 => {
+                tries += 1;
+                eprintln!("the lease of term {term} was not applied ({e}); again");
+            }
+            Err(e) => panic!("the lease was not applied in {tries} tries: {e}"),
         }
     };
     c.node(c.wait_leader(T).await)

@@ -86,16 +86,15 @@ impl RaftNode {
         // A node cut off from its group answers at once: the caller can try
         // another node instead of waiting out the timeout.
         self.check_in_contact()?;
-        let timeout_ms = self.write_timeout.as_millis() as u64;
         let deadline = tokio::time::Instant::now() + self.write_timeout;
         // The leader last forwarded to (u64::MAX: none).
         let forwarded_to = std::sync::atomic::AtomicU64::new(u64::MAX);
-        // Where the write is while its outcome is awaited (`InFlight::encode`).
-        let in_flight = std::sync::atomic::AtomicU64::new(InFlight::NOTHING);
+        // Where the write is while its outcome is awaited (`await_outcome`).
+        let in_flight = std::sync::Mutex::new(InFlight::Nothing);
         let attempt = async {
             loop {
                 if self.is_leader() {
-                    in_flight.store(InFlight::PROPOSED_HERE, Ordering::Relaxed);
+                    *in_flight.lock().unwrap() = InFlight::ProposedHere;
                     return self.writer.write_local(request).await;
                 }
                 match self
@@ -109,14 +108,7 @@ impl RaftNode {
                 }
             }
         };
-        let result = tokio::select! {
-            // An answer that is ready wins over the watcher.
-            biased;
-            r = tokio::time::timeout(self.write_timeout, attempt) => {
-                r.unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))
-            }
-            reason = self.stalled(&in_flight) => Err(RaftNodeError::Abandoned { reason }),
-        };
+        let result = self.await_outcome(attempt, deadline, &in_flight).await;
         // The deadline passed while the leader was being asked (a call it never
         // answered, or connections to it that never opened: packets lost one
         // way): until it answers a call again (a ping, `upkeep::probe_peers`),
@@ -128,20 +120,47 @@ impl RaftNode {
         result
     }
 
-    /// Resolves, with the reason, once the write `in_flight` describes can get no
-    /// answer soon ([`stall_reason`]). It first waits the contact window (an
-    /// election timeout): a healthy group answers well within it, so a write
-    /// costs one timer, and no fault is judged on less than a window's evidence.
-    async fn stalled(&self, in_flight: &std::sync::atomic::AtomicU64) -> String {
-        tokio::time::sleep(Duration::from_millis(self.contacts.window_ms())).await;
+    /// Awaits `attempt` until `deadline` (then `Timeout`), or until the write
+    /// `in_flight` describes can get no answer soon ([`stall_reason`], looked at
+    /// every 50 ms once the contact window, an election timeout, has passed: a
+    /// healthy group answers well within it, and no fault is judged on less than
+    /// a window's evidence): then `Abandoned`. An answer that is ready wins. One
+    /// timer per write until the window has passed, as a plain timeout would
+    /// take.
+    async fn await_outcome(
+        &self,
+        attempt: impl std::future::Future<Output = Result<Response, RaftNodeError>>,
+        deadline: tokio::time::Instant,
+        in_flight: &std::sync::Mutex<InFlight>,
+    ) -> Result<Response, RaftNodeError> {
+        let timeout_ms = self.write_timeout.as_millis() as u64;
+        let watch_from =
+            tokio::time::Instant::now() + Duration::from_millis(self.contacts.window_ms());
+        tokio::pin!(attempt);
         loop {
-            let now = InFlight::decode(in_flight.load(Ordering::Relaxed));
-            let leader = self.leader().map(|(l, _)| l);
-            if let Some(reason) = stall_reason(now, leader, self.contacts.in_contact_with_quorum())
-            {
-                return reason;
+            let now = tokio::time::Instant::now();
+            let wake = if now < watch_from {
+                watch_from
+            } else {
+                now + Duration::from_millis(50)
+            };
+            tokio::select! {
+                biased;
+                r = &mut attempt => return r,
+                _ = tokio::time::sleep_until(wake.min(deadline)) => {}
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RaftNodeError::Timeout { timeout_ms });
+            }
+            if tokio::time::Instant::now() >= watch_from {
+                let out = *in_flight.lock().unwrap();
+                let leader = self.leader().map(|(l, _)| l);
+                if let Some(reason) =
+                    stall_reason(out, leader, self.contacts.in_contact_with_quorum())
+                {
+                    return Err(RaftNodeError::Abandoned { reason });
+                }
+            }
         }
     }
 
@@ -155,7 +174,7 @@ impl RaftNode {
         request: &Request,
         deadline: tokio::time::Instant,
         forwarded_to: &std::sync::atomic::AtomicU64,
-        in_flight: &std::sync::atomic::AtomicU64,
+        in_flight: &std::sync::Mutex<InFlight>,
     ) -> Result<Response, RaftNodeError> {
         let (leader, addr) = self.leader().ok_or(RaftNodeError::NoLeader)?;
         if leader == self.id {
@@ -192,10 +211,10 @@ impl RaftNode {
             tokio::time::sleep(filter.transfer_delay(from, leader, request_bytes)).await;
             RaftPeerClient::new(channel).forward(req).await
         };
-        in_flight.store(InFlight::Forwarded(leader).encode(), Ordering::Relaxed);
+        *in_flight.lock().unwrap() = InFlight::Forwarded(leader);
         // No answer in time: `write` marks the leader unanswered.
         let reply = tokio::time::timeout_at(deadline, call).await;
-        in_flight.store(InFlight::NOTHING, Ordering::Relaxed);
+        *in_flight.lock().unwrap() = InFlight::Nothing;
         let reply = reply.map_err(|_| RaftNodeError::Timeout {
             timeout_ms: self.write_timeout.as_millis() as u64,
         })?;
@@ -232,28 +251,6 @@ enum InFlight {
     Forwarded(NodeId),
 }
 
-impl InFlight {
-    const NOTHING: u64 = u64::MAX;
-    const PROPOSED_HERE: u64 = u64::MAX - 1;
-
-    /// As one word, for an atomic shared by the write and its watcher.
-    fn encode(self) -> u64 {
-        match self {
-            InFlight::Nothing => Self::NOTHING,
-            InFlight::ProposedHere => Self::PROPOSED_HERE,
-            InFlight::Forwarded(leader) => leader,
-        }
-    }
-
-    fn decode(word: u64) -> Self {
-        match word {
-            Self::NOTHING => InFlight::Nothing,
-            Self::PROPOSED_HERE => InFlight::ProposedHere,
-            leader => InFlight::Forwarded(leader),
-        }
-    }
-}
-
 /// Why a write that is out (`in_flight`) can get no answer soon, so waiting
 /// longer only holds the client, or `None` to keep waiting. No I/O.
 ///
@@ -272,22 +269,21 @@ fn stall_reason(
     leader_now: Option<NodeId>,
     in_contact_with_quorum: bool,
 ) -> Option<String> {
-    match in_flight {
-        InFlight::Nothing => None,
-        _ if !in_contact_with_quorum => Some(format!(
-            "{} and this node has not heard from a majority of its group for an election timeout",
-            match in_flight {
-                InFlight::Forwarded(l) => format!("forwarded to leader {l}"),
-                _ => "proposed here".into(),
-            }
+    let what = match in_flight {
+        InFlight::Nothing => return None,
+        InFlight::ProposedHere => "proposed here".to_owned(),
+        InFlight::Forwarded(leader) => format!("forwarded to leader {leader}"),
+    };
+    if !in_contact_with_quorum {
+        return Some(format!(
+            "{what} and this node has not heard from a majority of its group for an election timeout"
+        ));
+    }
+    match (in_flight, leader_now) {
+        (InFlight::Forwarded(old), Some(new)) if new != old => Some(format!(
+            "{what}, which node {new} has replaced before it answered"
         )),
-        InFlight::Forwarded(old) => match leader_now {
-            Some(new) if new != old => Some(format!(
-                "forwarded to leader {old}, which node {new} has replaced before it answered"
-            )),
-            _ => None,
-        },
-        InFlight::ProposedHere => None,
+        _ => None,
     }
 }
 
@@ -361,9 +357,6 @@ mod tests {
         let replaced = stall_reason(Forwarded(1), Some(2), true).unwrap();
         assert!(replaced.contains("node 2"), "{replaced}");
         assert!(stall_reason(Forwarded(1), Some(1), false).is_some());
-        for w in [Nothing, ProposedHere, Forwarded(0), Forwarded(7)] {
-            assert_eq!(InFlight::decode(w.encode()), w);
-        }
     }
 
     #[test]
