@@ -120,14 +120,15 @@ fn voting_after_losing_acknowledged_entries_is_caught_as_lost_messages() {
     // leader comes back at once without its damaged tail while the other follower
     // is cut off. With the canary the two elect a leader without the entries the
     // leader lost (seeds 1-4 lost 7, 2, 6 and 3 acknowledged messages); without
-    // it no leader is elected until the heal.
-    let Some((verdict, stdout)) = invalid_run("lost-entries-vote", "quick-restart-lagging", "3")
-    else {
-        return;
-    };
-    assert!(
-        verdict.starts_with("INVALID:") && count_before(&verdict, " lost,") > Some(0),
-        "total-queue must report lost messages: {verdict}\n{stdout}"
+    // it no leader is elected until the heal. The follower that holds the lost
+    // entries is then told to cut committed entries, and openraft's assertion
+    // stops it (exit 70). A CI run at 84a004e saw only that exit with seed 3
+    // (every acknowledged message was received), and the same seed by hand lost
+    // 2 with the exit, so seeds 1 to 3 are tried for lost messages.
+    caught_with_seed_1_2_or_3(
+        |seed| run_with("lost-entries-vote", "quick-restart-lagging", seed),
+        |verdict, _| count_before(verdict, " lost,") > Some(0),
+        "total-queue must report lost messages",
     );
 }
 
