@@ -7,16 +7,20 @@
 //! clustering groups are committed through Raft by a background task every
 //! `commit_interval`; FIFO groups commit each ack before answering it.
 //!
-//! Invisible deadlines are judged on this node's monotonic clock; the wall clock
-//! only dates the replicated FIFO leases and reads an adopted lease's time left
-//! once ([`deadline_from_wall`], whose doc names the gap that leaves).
+//! Invisible deadlines are judged on this node's monotonic clock. A FIFO lease
+//! carries its time left when every member decodes that
+//! (`Command::FifoLeasesTimed`): each member counts it from its own apply, and a
+//! new leader adopts that deadline. Otherwise (a member on an earlier release, or
+//! a lease restored since at a restart or from a snapshot) an adopted lease's
+//! time left is read off the wall clock once ([`deadline_from_wall`], whose doc
+//! names the gap that leaves).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, FifoLease, OffsetCommit, RaftNode};
+use ledgermq_raft::{Command, FifoLease, OffsetCommit, RaftNode, TimedFifoLease};
 use ledgermq_store::record::PROPERTY_TAGS;
 use ledgermq_store::store::now_ms;
 use ledgermq_store::{MessageRecord, RecordView, StoreError};
@@ -88,7 +92,7 @@ pub struct PopResult {
     /// Messages for the dead-letter queue.
     pub dead: Vec<DeadLetter>,
     /// FIFO deliveries to record through Raft before answering.
-    leases: Vec<FifoLease>,
+    leases: Vec<TimedFifoLease>,
 }
 
 #[derive(Default)]
@@ -155,15 +159,21 @@ impl Consumers {
                 .filter(|l| fifo && l.queue_offset == committed)
             {
                 if st.next_new() == Some(committed) && committed < max {
+                    // The time left as this node counted it from its apply, or
+                    // else as the wall clocks say.
+                    let visible_at = meta
+                        .lease_deadlines
+                        .get(&k)
+                        .filter(|d| d.delivery_id == l.delivery_id)
+                        .map(|d| d.visible_at)
+                        .unwrap_or_else(|| {
+                            deadline_from_wall(l.visible_at_ms, now_ms(), Instant::now())
+                        });
                     st.adopt(
                         committed,
                         Inflight {
                             delivery_id: l.delivery_id,
-                            visible_at: deadline_from_wall(
-                                l.visible_at_ms,
-                                now_ms(),
-                                Instant::now(),
-                            ),
+                            visible_at,
                             attempt: l.attempt,
                         },
                     );
@@ -254,7 +264,7 @@ impl Consumers {
             let leases = std::mem::take(&mut out.leases);
             if let Err(e) = self.commit_leases(term, leases.clone()).await {
                 // Not returned: make them deliverable again at once.
-                for l in leases {
+                for TimedFifoLease { lease: l, .. } in leases {
                     let key = QueueKey {
                         consumer: l.group.clone(),
                         topic: l.topic.clone(),
@@ -277,9 +287,17 @@ impl Consumers {
     /// Records FIFO deliveries decided in `term` through Raft, proposed only by this
     /// node while it leads (never forwarded, except by the test-only
     /// `forward-fifo-leases` canary); the state machine refuses them if they reach
-    /// the log in a later term.
-    async fn commit_leases(&self, term: u64, leases: Vec<FifoLease>) -> Result<(), BrokerError> {
-        let command = Command::FifoLeasesOfTerm { term, leases };
+    /// the log in a later term. With their time left when every member decodes
+    /// that (log command set 2), else with the wall-clock deadline alone.
+    async fn commit_leases(
+        &self,
+        term: u64,
+        leases: Vec<TimedFifoLease>,
+    ) -> Result<(), BrokerError> {
+        let timed = self
+            .node
+            .members_decode(ledgermq_raft::format::SET_TIMED_FIFO_LEASES);
+        let command = Command::fifo_leases(term, leases, timed);
         if ledgermq_raft::canary::enabled(ledgermq_raft::canary::Canary::ForwardFifoLeases) {
             return self.forward_leases_canary(command).await;
         }
@@ -481,14 +499,17 @@ impl Consumers {
             // A new leader must keep the message invisible as long.
             self.commit_leases(
                 term,
-                vec![FifoLease {
-                    group: consumer.to_owned(),
-                    topic: handle.topic.clone(),
-                    queue_id: handle.queue_id,
-                    queue_offset: handle.queue_offset,
-                    delivery_id: handle.delivery_id,
-                    attempt,
-                    visible_at_ms: lease_at_ms,
+                vec![TimedFifoLease {
+                    lease: FifoLease {
+                        group: consumer.to_owned(),
+                        topic: handle.topic.clone(),
+                        queue_id: handle.queue_id,
+                        queue_offset: handle.queue_offset,
+                        delivery_id: handle.delivery_id,
+                        attempt,
+                        visible_at_ms: lease_at_ms,
+                    },
+                    invisible_ms,
                 }],
             )
             .await?;
@@ -588,15 +609,20 @@ impl Consumers {
     }
 }
 
-fn lease(req: &PopRequest, h: &ReceiptHandle, attempt: u32, visible_at_ms: i64) -> FifoLease {
-    FifoLease {
-        group: req.consumer.clone(),
-        topic: h.topic.clone(),
-        queue_id: h.queue_id,
-        queue_offset: h.queue_offset,
-        delivery_id: h.delivery_id,
-        attempt,
-        visible_at_ms,
+/// The lease of a FIFO delivery of `req` under `h`: its wall-clock deadline
+/// `visible_at_ms` and its time left, `req.invisible_ms`.
+fn lease(req: &PopRequest, h: &ReceiptHandle, attempt: u32, visible_at_ms: i64) -> TimedFifoLease {
+    TimedFifoLease {
+        lease: FifoLease {
+            group: req.consumer.clone(),
+            topic: h.topic.clone(),
+            queue_id: h.queue_id,
+            queue_offset: h.queue_offset,
+            delivery_id: h.delivery_id,
+            attempt,
+            visible_at_ms,
+        },
+        invisible_ms: req.invisible_ms,
     }
 }
 

@@ -53,11 +53,13 @@ pub struct Inflight {
 /// invisible duration a client may ask (12 h) is left, however far behind this
 /// node's wall clock is.
 ///
-/// Known gap: the two leaders' wall clocks are trusted to agree here. A new leader
-/// whose wall clock is ahead of the old one's releases the adopted lease early (by
-/// the difference), one behind holds it longer; only the remaining time at
-/// adoption is judged by the wall clock, not every check after it. Closing it
-/// needs a lease carrying the time left (a replicated format change, issue 15).
+/// Used only for a lease without the time left counted from this node's apply
+/// (`GroupMeta::lease_deadlines`): one written while a member was on an earlier
+/// release, or restored since at a restart or from a snapshot. For those the
+/// two leaders' wall clocks are trusted to agree: a new leader whose wall clock
+/// is ahead of the old one's releases the adopted lease early (by the
+/// difference), one behind holds it longer; only the remaining time at adoption
+/// is judged by the wall clock, not every check after it.
 pub fn deadline_from_wall(visible_at_ms: i64, wall_now_ms: i64, now: Instant) -> Instant {
     let left_ms = visible_at_ms.saturating_sub(wall_now_ms).max(0) as u64;
     now + Duration::from_millis(left_ms.min(INVISIBLE_RANGE_MS.1))

@@ -28,12 +28,28 @@
 //! encoding (`crate::codec::SystemPayload`, postcard) is versioned by variant:
 //! variants are only appended, and a variant's layout never changes (a changed
 //! command is a new variant). The golden-byte tests below pin every variant's
-//! bytes as this release writes them.
+//! bytes as this release writes them. A member of an earlier release cannot
+//! decode a variant appended after its time, so new variants form a new log
+//! command set ([`LOG_COMMANDS`]) that a leader uses only once every member
+//! decodes it.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::RaftNodeError;
+
+/// The log command set this release decodes: 1 is every [`crate::types::Command`]
+/// variant through `PurgeThrough` (what releases before it decode), 2 adds
+/// `FifoLeasesTimed`. A member tells its leader in every AppendEntries answer
+/// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from a member of set 1),
+/// and a leader writes a command of a set only when every member decodes it
+/// ([`crate::peer_formats`]), so a group upgraded one member at a time never
+/// replicates an entry a member cannot read.
+pub const LOG_COMMANDS: u8 = 2;
+/// The log command set that brings `Command::FifoLeasesTimed`.
+pub const SET_TIMED_FIFO_LEASES: u8 = 2;
+/// The gRPC response header (ASCII decimal) that carries [`LOG_COMMANDS`].
+pub const LOG_COMMANDS_HEADER: &str = "ledgermq-log-commands";
 
 /// The bytes that begin every enveloped value: no postcard varint or tag.
 pub const MAGIC: [u8; 10] = [0xff; 10];

@@ -15,6 +15,9 @@
 //!   node refuses writes at once).
 //! - [`elections`]: holds on openraft's election timer, and retries of a campaign
 //!   that ended without a leader on a fresh random delay.
+//! - [`peer_formats`]: which log command set each peer decodes (learned from
+//!   its AppendEntries answers), so a leader writes a new command only when
+//!   every member reads it.
 //! - [`writer`]: leader-side batching of client writes into entries (group commit).
 //! - [`node`]: one running member; forwarding from followers; leadership transfer.
 //! - [`repair`]: a damaged log entry fetched again from a peer and written back (on
@@ -37,6 +40,7 @@ pub mod meta;
 pub mod meta_check;
 pub mod network;
 pub mod node;
+pub mod peer_formats;
 pub mod purge_point;
 pub mod repair;
 pub mod server;
@@ -49,7 +53,7 @@ pub use error::{ForwardRefusal, RaftNodeError};
 pub use network::{LinkShape, NetworkFilter};
 pub use node::{RaftNode, RaftNodeConfig, RaftTiming};
 pub use types::{
-    Command, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response, TopicConfig,
-    TopicMessageType,
+    Command, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response,
+    TimedFifoLease, TopicConfig, TopicMessageType,
 };
 pub use writer::BatchConfig;

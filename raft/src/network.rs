@@ -264,6 +264,9 @@ pub struct PeerNetworkFactory {
     pub backoff: Duration,
     /// Where vote refusals by a voter with a longer log are noted.
     pub longer_log: crate::elections::LongerLogSeen,
+    /// Where each peer's log command set (its AppendEntries answers' header) is
+    /// recorded.
+    pub formats: crate::peer_formats::PeerFormats,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
@@ -278,6 +281,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             contacts: self.contacts.clone(),
             backoff: self.backoff,
             longer_log: self.longer_log.clone(),
+            formats: self.formats.clone(),
         }
     }
 }
@@ -291,6 +295,7 @@ pub struct PeerClient {
     contacts: crate::contact::Contacts,
     backoff: Duration,
     longer_log: crate::elections::LongerLogSeen,
+    formats: crate::peer_formats::PeerFormats,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -349,6 +354,14 @@ impl PeerClient {
             .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("peer call timed out")));
         let reply = reply.map_err(|s| failed_call(&s))?;
         self.contacts.heard_from(self.target);
+        if matches!(method, Method::AppendEntries) {
+            let header = reply
+                .metadata()
+                .get(crate::format::LOG_COMMANDS_HEADER)
+                .and_then(|v| v.to_str().ok());
+            self.formats
+                .record(self.target, crate::peer_formats::set_of_header(header));
+        }
         let result: Result<Resp, RaftError<NodeId, E>> =
             decode(reply.get_ref()).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
@@ -515,6 +528,7 @@ mod tests {
             contacts: crate::contact::Contacts::new(0, vec![0, 1], Duration::from_secs(1)),
             backoff: Duration::from_millis(100),
             longer_log: Default::default(),
+            formats: Default::default(),
         };
         let delays: Vec<Duration> = client.backoff().take(3).collect();
         assert_eq!(delays, vec![Duration::from_millis(100); 3]);

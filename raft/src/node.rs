@@ -111,6 +111,8 @@ pub struct RaftNode {
     stopping: Arc<std::sync::atomic::AtomicBool>,
     /// The holds on openraft's election timer.
     elections: Arc<ElectionGate>,
+    /// The log command set each peer decodes.
+    formats: crate::peer_formats::PeerFormats,
 }
 
 impl RaftNode {
@@ -195,12 +197,14 @@ impl RaftNode {
             Duration::from_millis(cfg.timing.election_timeout_max_ms),
         );
         let longer_log = crate::elections::LongerLogSeen::default();
+        let formats = crate::peer_formats::PeerFormats::default();
         let network = PeerNetworkFactory {
             from: cfg.node_id,
             filter: filter.clone(),
             contacts: contacts.clone(),
             backoff: Duration::from_millis(cfg.timing.heartbeat_interval_ms),
             longer_log: longer_log.clone(),
+            formats: formats.clone(),
         };
         // The peer server runs before openraft starts: openraft reads the log at
         // start, and a damaged entry is fetched from a peer then, which must be
@@ -307,6 +311,7 @@ impl RaftNode {
             contacts,
             stopping,
             elections,
+            formats,
         });
         // A crash between a snapshot build and its purge: finish the purge, so the
         // snapshot sits where the log begins.
@@ -422,6 +427,26 @@ impl RaftNode {
             }
         }
         Ok(())
+    }
+
+    /// True if every member of the group (learners included) has said it
+    /// decodes log command set `set` ([`crate::format::LOG_COMMANDS`]), so a
+    /// command of that set may be written; false for a set this release does
+    /// not know, and while a member has not answered an AppendEntries yet.
+    pub fn members_decode(&self, set: u8) -> bool {
+        if set > crate::format::LOG_COMMANDS {
+            return false;
+        }
+        let members: Vec<NodeId> = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(&id, _)| id)
+                .collect()
+        };
+        self.formats.members_decode(members, self.id, set)
     }
 
     /// True if this node currently leads.

@@ -104,7 +104,13 @@ impl RaftPeer for PeerService {
         {
             self.contacts.heard_from_leader();
         }
-        Ok(Response::new(encode(&res)?))
+        let mut response = Response::new(encode(&res)?);
+        // The log command set this node decodes (`crate::peer_formats`).
+        response.metadata_mut().insert(
+            crate::format::LOG_COMMANDS_HEADER,
+            tonic::metadata::MetadataValue::from(u32::from(crate::format::LOG_COMMANDS)),
+        );
+        Ok(response)
     }
 
     async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {

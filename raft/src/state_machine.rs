@@ -42,6 +42,14 @@ pub struct GroupMeta {
     pub groups: BTreeMap<String, GroupConfig>,
     /// (group, topic, queue id) → the FIFO delivery in flight, if any.
     pub fifo_leases: BTreeMap<(String, String, i32), FifoLease>,
+    /// (group, topic, queue id) → when the stored lease's message becomes visible
+    /// again on this node's monotonic clock, for leases this process applied
+    /// from a [`crate::types::Command::FifoLeasesTimed`] (their invisible time
+    /// counted from the apply). Not stored and not part of a snapshot: a lease
+    /// restored at a restart or from a snapshot has none, and is judged by its
+    /// wall-clock `visible_at_ms`.
+    #[serde(skip)]
+    pub lease_deadlines: BTreeMap<(String, String, i32), LeaseDeadline>,
     /// Log index of the last entry applied to this copy (None before the first), set
     /// under the same lock as the maps, so a reader holding the lock sees the maps as
     /// of exactly this index (replica audits). Not part of a snapshot.
@@ -53,6 +61,16 @@ pub struct GroupMeta {
     /// change): a member that installs one starts its log there anyway.
     #[serde(skip)]
     pub purge_point: Option<u64>,
+}
+
+/// The monotonic deadline of a FIFO lease this node applied with its time left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseDeadline {
+    /// The lease's delivery id (the deadline is that delivery's).
+    pub delivery_id: u64,
+    /// When the message becomes visible again: the apply's instant plus the
+    /// invisible duration the deciding leader gave.
+    pub visible_at: std::time::Instant,
 }
 
 /// Metadata shared with readers (the broker); updated on every apply.

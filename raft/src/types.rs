@@ -88,6 +88,49 @@ pub enum Command {
         /// Raft log index to purge through.
         index: u64,
     },
+    /// FIFO deliveries in flight, decided by the leader of `term`, each with how
+    /// long its message stays invisible: every member counts that time from when
+    /// it applies the entry, on its own monotonic clock, so a new leader holds an
+    /// adopted delivery at least as long as the deciding leader promised,
+    /// whatever the two wall clocks say. Term-checked and applied as
+    /// [`Command::FifoLeasesOfTerm`]. Log command set 2
+    /// ([`crate::format::LOG_COMMANDS`]): a leader writes it only when every
+    /// member has said it decodes that set ([`Command::fifo_leases`]).
+    FifoLeasesTimed {
+        /// Term of the leader that made the deliveries.
+        term: u64,
+        /// The deliveries and their invisible durations.
+        leases: Vec<TimedFifoLease>,
+    },
+}
+
+impl Command {
+    /// The command that records FIFO deliveries decided by the leader of `term`:
+    /// [`Command::FifoLeasesTimed`] when `members_decode_timed` (every member of
+    /// the group decodes log command set 2), else [`Command::FifoLeasesOfTerm`],
+    /// whose deadlines are the deciding leader's wall clock (what a member of an
+    /// earlier release decodes). No I/O.
+    pub fn fifo_leases(term: u64, leases: Vec<TimedFifoLease>, members_decode_timed: bool) -> Self {
+        if members_decode_timed {
+            Command::FifoLeasesTimed { term, leases }
+        } else {
+            Command::FifoLeasesOfTerm {
+                term,
+                leases: leases.into_iter().map(|t| t.lease).collect(),
+            }
+        }
+    }
+}
+
+/// A FIFO delivery in flight and how long its message stays invisible, counted
+/// by each member from when it applies the entry ([`Command::FifoLeasesTimed`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedFifoLease {
+    /// The delivery (its `visible_at_ms` is the deciding leader's wall-clock
+    /// deadline, kept for members that restart before it ends).
+    pub lease: FifoLease,
+    /// How long the message stays invisible, ms, from the delivery decision.
+    pub invisible_ms: u64,
 }
 
 /// A FIFO consumer group's delivery in flight on one queue (one at a time per

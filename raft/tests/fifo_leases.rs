@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::Cluster;
-use ledgermq_raft::{Command, FifoLease, RaftNodeError};
+use ledgermq_raft::{Command, FifoLease, RaftNodeError, TimedFifoLease};
 use ledgermq_store::FlushMode;
 
 const T: Duration = Duration::from_secs(20);
@@ -148,5 +148,60 @@ async fn an_older_lease_never_replaces_a_newer_one() {
     c.wait_converged(T).await;
     for id in 0..3 {
         assert_eq!(stored_lease(&c, id), Some(newer.clone()), "node {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_lease_is_written_once_every_member_decodes_it_and_each_counts_it_from_its_apply() {
+    let c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(T).await;
+    let term = term_of(&c, leader);
+    // Every member of this release says so in its AppendEntries answers
+    // (heartbeats included); a member not heard yet keeps the set closed.
+    let set = ledgermq_raft::format::SET_TIMED_FIFO_LEASES;
+    let deadline = tokio::time::Instant::now() + T;
+    while !c.node(leader).members_decode(set) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader never learned that its followers decode log command set {set}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !c.node(leader).members_decode(set + 1),
+        "a set no release knows"
+    );
+    let before = std::time::Instant::now();
+    let l = lease(term, 1, 3);
+    let invisible = Duration::from_secs(30);
+    c.node(leader)
+        .write_command_as_leader(Command::fifo_leases(
+            term,
+            vec![TimedFifoLease {
+                lease: l.clone(),
+                invisible_ms: invisible.as_millis() as u64,
+            }],
+            true,
+        ))
+        .await
+        .unwrap();
+    c.wait_converged(T).await;
+    let after = std::time::Instant::now();
+    for id in 0..3 {
+        assert_eq!(stored_lease(&c, id), Some(l.clone()), "node {id}");
+        let d = c
+            .node(id)
+            .shared_meta()
+            .read()
+            .unwrap()
+            .lease_deadlines
+            .get(&("G".to_string(), "TopicF".to_string(), 0))
+            .copied()
+            .unwrap_or_else(|| panic!("node {id} has no deadline for the timed lease"));
+        assert_eq!(d.delivery_id, l.delivery_id);
+        assert!(
+            d.visible_at >= before + invisible && d.visible_at <= after + invisible,
+            "node {id}: the deadline is its apply plus the invisible duration"
+        );
     }
 }

@@ -7,6 +7,8 @@
 //! time has passed. Real `mqbroker` processes under libfaketime (`LD_PRELOAD`, an
 //! offset file per node, monotonic clocks untouched: `ledgermq_jepsen::node_env`),
 //! as `tests/tests/clock_skew.rs`; skipped when libfaketime is not installed.
+//! Also: a FIFO delivery in flight when its leader dies stays invisible its whole
+//! time under a new leader whose wall clock is ahead.
 
 use std::time::{Duration, Instant};
 
@@ -96,16 +98,37 @@ async fn receive(
     topic: &str,
     invisible_s: i64,
 ) -> Vec<Delivery> {
+    try_receive(c, group, topic, invisible_s)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`receive`]; Err if the call fails or answers a status other than OK or
+/// MESSAGE_NOT_FOUND (what a node between leaders may do).
+async fn try_receive(
+    c: &mut MessagingServiceClient<Channel>,
+    group: &str,
+    topic: &str,
+    invisible_s: i64,
+) -> Result<Vec<Delivery>, String> {
     let mut req = receive_request(group, topic, invisible_s, 1);
     req.batch_size = 1;
-    let mut s = c.receive_message(request(req)).await.unwrap().into_inner();
+    let call = c.receive_message(request(req)).await;
+    let mut s = call
+        .map_err(|e| format!("receive failed: {e}"))?
+        .into_inner();
     let mut got = Vec::new();
-    while let Some(item) = s.message().await.unwrap() {
+    while let Some(item) = s
+        .message()
+        .await
+        .map_err(|e| format!("receive failed: {e}"))?
+    {
         match item.content.expect("every item has content") {
-            Content::Status(st) => assert!(
-                st.code == Code::Ok as i32 || st.code == Code::MessageNotFound as i32,
-                "receive answered {st:?}"
-            ),
+            Content::Status(st) => {
+                if st.code != Code::Ok as i32 && st.code != Code::MessageNotFound as i32 {
+                    return Err(format!("receive answered {st:?}"));
+                }
+            }
             Content::Message(m) => {
                 let sp = m.system_properties.unwrap();
                 got.push(Delivery {
@@ -117,20 +140,27 @@ async fn receive(
             Content::DeliveryTimestamp(_) => {}
         }
     }
-    got
+    Ok(got)
 }
 
-/// Receives for `how_long`; everything delivered meanwhile.
+/// Receives for `how_long`; everything delivered meanwhile. With
+/// `between_leaders`, failed calls and refusals (a node between leaders) are
+/// retried after 100 ms; without, they fail the test.
 async fn watch(
     c: &mut MessagingServiceClient<Channel>,
     group: &str,
     topic: &str,
     how_long: Duration,
+    between_leaders: bool,
 ) -> Vec<Delivery> {
     let until = Instant::now() + how_long;
     let mut got = Vec::new();
     while Instant::now() < until {
-        got.extend(receive(c, group, topic, LONG_INVISIBLE_S).await);
+        match try_receive(c, group, topic, LONG_INVISIBLE_S).await {
+            Ok(ds) => got.extend(ds),
+            Err(e) if !between_leaders => panic!("{e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
     got
 }
@@ -215,8 +245,8 @@ async fn messages_in_flight_stay_invisible_when_the_leaders_wall_clock_jumps() {
 
     // Forward: both stay in flight for their 30 s, counted from their delivery.
     sc.set_clock(leader, JUMP_S).await;
-    let fifo = watch(&mut c, FIFO_GROUP, FIFO_TOPIC, WATCH).await;
-    let normal = watch(&mut c, GROUP, TOPIC, WATCH).await;
+    let fifo = watch(&mut c, FIFO_GROUP, FIFO_TOPIC, WATCH, false).await;
+    let normal = watch(&mut c, GROUP, TOPIC, WATCH, false).await;
     assert!(
         received.elapsed() < Duration::from_secs(LONG_INVISIBLE_S as u64),
         "the checks took longer than the invisible duration"
@@ -273,4 +303,85 @@ async fn messages_in_flight_stay_invisible_when_the_leaders_wall_clock_jumps() {
         "the leader changed: the test judged the wrong node"
     );
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// How far ahead of the leader's wall clock the followers' are, s.
+const AHEAD_S: i64 = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_delivery_stays_invisible_its_whole_time_under_a_new_leader_whose_clock_is_ahead() {
+    let Some(mut sc) = SkewableCluster::start().await else {
+        return;
+    };
+    let leader = sc
+        .cluster
+        .prepare(
+            "broker-a",
+            &[
+                &["updateTopic", "-t", FIFO_TOPIC, "-q", "1", "--fifo"],
+                &["updateSubGroup", "-g", FIFO_GROUP, "--fifo"],
+            ],
+        )
+        .await
+        .unwrap();
+    // Whichever follower is elected next has a wall clock 20 s ahead.
+    for i in (0..3).filter(|&i| i != leader) {
+        sc.set_clock(i, AHEAD_S).await;
+    }
+    let addr = sc.cluster.nodes[leader].client_addr.clone();
+    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    for body in ["f1", "f2"] {
+        send(&mut c, message(FIFO_TOPIC, body, Some("g"))).await;
+    }
+    let f1 = first_delivery(
+        &mut c,
+        FIFO_GROUP,
+        FIFO_TOPIC,
+        LONG_INVISIBLE_S,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("the first FIFO message is delivered");
+    let received = Instant::now();
+    assert_eq!((f1.body.as_str(), f1.attempt), ("f1", 1));
+    // The lease is committed before the delivery is answered; give the
+    // followers a moment to apply it, then the leader dies.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sc.cluster.kill(leader);
+    let other = (leader + 1) % 3;
+    let addr = sc.cluster.nodes[other].client_addr.clone();
+    let mut c = MessagingServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    // Until 6 s before f1's 30 s end: nothing of the group may be delivered. A
+    // new leader that read the lease's time left off its own wall clock would
+    // hand f1 out again about 20 s early.
+    let watch_until = received + Duration::from_secs(LONG_INVISIBLE_S as u64 - 6);
+    let got = watch(
+        &mut c,
+        FIFO_GROUP,
+        FIFO_TOPIC,
+        watch_until.saturating_duration_since(Instant::now()),
+        true,
+    )
+    .await;
+    assert!(
+        received.elapsed() < Duration::from_secs(LONG_INVISIBLE_S as u64),
+        "the watch overran f1's invisible time"
+    );
+    assert!(
+        sc.cluster
+            .leader("broker-a")
+            .await
+            .is_some_and(|l| l != leader),
+        "no new leader was elected: the test judged nothing"
+    );
+    assert!(
+        got.is_empty(),
+        "FIFO: delivered within f1's {LONG_INVISIBLE_S} s after a leader {AHEAD_S} s ahead took \
+         over: (body, attempt) {:?}",
+        bodies(&got)
+    );
 }

@@ -107,6 +107,7 @@ fn group_meta() -> GroupMeta {
         topics: [("TopicF".to_string(), topic())].into(),
         groups: [("GF".to_string(), group())].into(),
         fifo_leases: [(key("GF"), lease())].into(),
+        lease_deadlines: Default::default(),
         applied_index: None,
         purge_point: None,
     }
@@ -225,6 +226,25 @@ fn log_payloads_of_the_previous_release_decode() {
             payload
         );
     }
+}
+
+/// The log command set 2 variant (`FifoLeasesTimed`), as this release writes it.
+#[test]
+fn log_payloads_of_command_set_2_keep_their_layout() {
+    let payload = cmd(Command::FifoLeasesTimed {
+        term: 5,
+        leases: vec![crate::types::TimedFifoLease {
+            lease: lease(),
+            invisible_ms: 10_000,
+        }],
+    });
+    let golden = "02010a050102474606546f7069634606ac028980808080a0010280a0bfe9d666904e";
+    assert_eq!(hex(&postcard::to_stdvec(&payload).unwrap()), golden);
+    assert_eq!(
+        postcard::from_bytes::<SystemPayload>(&unhex(golden)).unwrap(),
+        payload
+    );
+    assert_eq!(crate::format::LOG_COMMANDS, 2);
 }
 
 fn cmd(c: Command) -> SystemPayload {

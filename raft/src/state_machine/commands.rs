@@ -31,7 +31,13 @@ impl StateMachine {
         let applied = {
             let mut meta = self.shared.write().unwrap();
             meta.applied_index = Some(index);
-            metadata::apply(&mut meta, cmd, entry_term, canaries)
+            metadata::apply(
+                &mut meta,
+                cmd,
+                entry_term,
+                std::time::Instant::now(),
+                canaries,
+            )
         };
         self.store_rows(&applied.rows)?;
         Ok(applied.response)

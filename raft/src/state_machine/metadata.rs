@@ -3,8 +3,10 @@
 //! The thin layer in `commands.rs` takes the readers' lock only around it and
 //! writes the rows to sled after releasing it, so no reader waits on the disk.
 
-use super::GroupMeta;
-use crate::types::{Command, FifoLease, GroupConfig, Response, TopicConfig};
+use std::time::{Duration, Instant};
+
+use super::{GroupMeta, LeaseDeadline};
+use crate::types::{Command, FifoLease, GroupConfig, Response, TimedFifoLease, TopicConfig};
 
 /// (consumer group or offset key, topic, message queue id).
 pub(crate) type QueueKey = (String, String, i32);
@@ -50,11 +52,13 @@ pub(crate) struct Canaries {
     pub(crate) forward_fifo_leases: bool,
 }
 
-/// Applies `cmd`, committed in an entry of `entry_term`, to `meta`. No I/O.
+/// Applies `cmd`, committed in an entry of `entry_term`, to `meta`; `now` is
+/// when this node applies it (the start of a timed lease's time left). No I/O.
 pub(crate) fn apply(
     meta: &mut GroupMeta,
     cmd: Command,
     entry_term: u64,
+    now: Instant,
     canaries: Canaries,
 ) -> Applied {
     let mut rows = Vec::new();
@@ -100,6 +104,12 @@ pub(crate) fn apply(
             }
             apply_leases(meta, leases, &mut rows);
         }
+        Command::FifoLeasesTimed { term, leases } => {
+            if term != entry_term && !canaries.forward_fifo_leases {
+                return stale(term, entry_term);
+            }
+            apply_timed_leases(meta, leases, now, &mut rows);
+        }
         Command::UpdateTopic(t) => {
             meta.topics.insert(t.name.clone(), t.clone());
             rows.push(RowChange::Topic(t));
@@ -129,6 +139,7 @@ pub(crate) fn apply(
                 .collect();
             for k in leases {
                 meta.fifo_leases.remove(&k);
+                meta.lease_deadlines.remove(&k);
                 rows.push(RowChange::RemoveLease(k));
             }
             meta.groups.remove(&name);
@@ -159,28 +170,67 @@ fn stale(proposed_term: u64, entry_term: u64) -> Applied {
 }
 
 /// Stores FIFO leases that passed the term check: each replaces its queue's
-/// lease unless that one has a higher delivery id (a newer delivery).
+/// lease unless that one has a higher delivery id (a newer delivery). A lease
+/// stored here has no monotonic deadline (a lease before it may have had one).
 fn apply_leases(meta: &mut GroupMeta, leases: Vec<FifoLease>, rows: &mut Vec<RowChange>) {
     for l in leases {
-        let key = (l.group.clone(), l.topic.clone(), l.queue_id);
-        if meta
-            .fifo_leases
-            .get(&key)
-            .is_some_and(|cur| cur.delivery_id > l.delivery_id)
-        {
-            continue;
+        if let Some(key) = store_lease(meta, l, rows) {
+            meta.lease_deadlines.remove(&key);
         }
-        // Everything below a FIFO delivery is acked or skipped: the group's
-        // offset is at least the leased offset, so a new leader adopts the lease
-        // even if the last offset commit did not land.
-        let cur = meta.offsets.get(&key).copied().unwrap_or(0);
-        if l.queue_offset > cur {
-            meta.offsets.insert(key.clone(), l.queue_offset);
-            rows.push(RowChange::Offset(key.clone(), l.queue_offset));
-        }
-        meta.fifo_leases.insert(key, l.clone());
-        rows.push(RowChange::Lease(l));
     }
+}
+
+/// [`apply_leases`] for leases with their time left: each stored one gets its
+/// deadline, `now` plus its invisible duration.
+fn apply_timed_leases(
+    meta: &mut GroupMeta,
+    leases: Vec<TimedFifoLease>,
+    now: Instant,
+    rows: &mut Vec<RowChange>,
+) {
+    for t in leases {
+        let delivery_id = t.lease.delivery_id;
+        let Some(key) = store_lease(meta, t.lease, rows) else {
+            continue;
+        };
+        // A duration past what the clock can hold: judged by the wall clock.
+        match now.checked_add(Duration::from_millis(t.invisible_ms)) {
+            Some(visible_at) => {
+                let deadline = LeaseDeadline {
+                    delivery_id,
+                    visible_at,
+                };
+                meta.lease_deadlines.insert(key, deadline);
+            }
+            None => {
+                meta.lease_deadlines.remove(&key);
+            }
+        }
+    }
+}
+
+/// Stores `l` as its queue's lease unless the stored one has a higher delivery
+/// id; the queue's key if it stored it.
+fn store_lease(meta: &mut GroupMeta, l: FifoLease, rows: &mut Vec<RowChange>) -> Option<QueueKey> {
+    let key = (l.group.clone(), l.topic.clone(), l.queue_id);
+    if meta
+        .fifo_leases
+        .get(&key)
+        .is_some_and(|cur| cur.delivery_id > l.delivery_id)
+    {
+        return None;
+    }
+    // Everything below a FIFO delivery is acked or skipped: the group's offset is
+    // at least the leased offset, so a new leader adopts the lease even if the
+    // last offset commit did not land.
+    let cur = meta.offsets.get(&key).copied().unwrap_or(0);
+    if l.queue_offset > cur {
+        meta.offsets.insert(key.clone(), l.queue_offset);
+        rows.push(RowChange::Offset(key.clone(), l.queue_offset));
+    }
+    meta.fifo_leases.insert(key.clone(), l.clone());
+    rows.push(RowChange::Lease(l));
+    Some(key)
 }
 
 #[cfg(test)]

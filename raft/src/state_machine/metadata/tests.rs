@@ -50,7 +50,14 @@ fn group(name: &str) -> GroupConfig {
 }
 
 fn run(meta: &mut GroupMeta, cmd: Command) -> Applied {
-    apply(meta, cmd, TERM, Canaries::default())
+    apply(meta, cmd, TERM, Instant::now(), Canaries::default())
+}
+
+fn timed(l: FifoLease, invisible_ms: u64) -> TimedFifoLease {
+    TimedFifoLease {
+        lease: l,
+        invisible_ms,
+    }
 }
 
 #[test]
@@ -125,6 +132,7 @@ fn a_lease_of_another_term_changes_nothing() {
             leases: vec![lease("g", 5, TERM - 1, 1)],
         },
         TERM,
+        Instant::now(),
         Canaries {
             forward_fifo_leases: true,
         },
@@ -221,4 +229,104 @@ fn the_retention_point_only_moves_forward() {
     assert_eq!(m.purge_point, Some(100));
     run(&mut m, Command::PurgeThrough { index: 101 });
     assert_eq!(m.purge_point, Some(101));
+}
+
+#[test]
+fn a_timed_lease_is_held_from_its_apply_on_this_nodes_clock_whatever_the_wall_clock_says() {
+    let mut m = GroupMeta::default();
+    let applied_at = Instant::now();
+    // The deciding leader's wall-clock deadline is long past (its clock was
+    // behind, or this node's is ahead): the time left is what counts.
+    let l = lease("g", 5, TERM, 1);
+    let a = apply(
+        &mut m,
+        Command::FifoLeasesTimed {
+            term: TERM,
+            leases: vec![timed(l.clone(), 30_000)],
+        },
+        TERM,
+        applied_at,
+        Canaries::default(),
+    );
+    assert_eq!(a.response, Response::Applied);
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::Offset(key("g", 0), 5),
+            RowChange::Lease(l.clone())
+        ],
+        "the stored row is the lease as earlier releases store it"
+    );
+    assert_eq!(
+        m.lease_deadlines[&key("g", 0)],
+        LeaseDeadline {
+            delivery_id: l.delivery_id,
+            visible_at: applied_at + Duration::from_secs(30),
+        }
+    );
+    // An older delivery neither replaces the lease nor its deadline.
+    let older = lease("g", 5, TERM, 0);
+    run(
+        &mut m,
+        Command::FifoLeasesTimed {
+            term: TERM,
+            leases: vec![timed(older, 1)],
+        },
+    );
+    assert_eq!(m.lease_deadlines[&key("g", 0)].delivery_id, l.delivery_id);
+    // A newer one written without its time left (an earlier release's leader)
+    // drops the deadline: its delivery is judged by the wall clock.
+    run(
+        &mut m,
+        Command::FifoLeasesOfTerm {
+            term: TERM,
+            leases: vec![lease("g", 5, TERM, 2)],
+        },
+    );
+    assert!(!m.lease_deadlines.contains_key(&key("g", 0)));
+}
+
+#[test]
+fn a_timed_lease_of_another_term_changes_nothing_and_deleting_its_group_drops_its_deadline() {
+    let mut m = GroupMeta::default();
+    let before = m.clone();
+    let a = run(
+        &mut m,
+        Command::FifoLeasesTimed {
+            term: TERM - 1,
+            leases: vec![timed(lease("g", 5, TERM - 1, 1), 10_000)],
+        },
+    );
+    assert!(matches!(a.response, Response::StaleTerm { .. }));
+    assert!(a.rows.is_empty());
+    assert_eq!(m, before);
+    run(
+        &mut m,
+        Command::FifoLeasesTimed {
+            term: TERM,
+            leases: vec![timed(lease("g", 5, TERM, 1), 10_000)],
+        },
+    );
+    assert!(m.lease_deadlines.contains_key(&key("g", 0)));
+    run(&mut m, Command::DeleteGroup("g".into()));
+    assert!(m.lease_deadlines.is_empty() && m.fifo_leases.is_empty());
+}
+
+#[test]
+fn the_timed_variant_is_chosen_only_when_every_member_decodes_it() {
+    let t = vec![timed(lease("g", 5, TERM, 1), 10_000)];
+    assert_eq!(
+        Command::fifo_leases(TERM, t.clone(), true),
+        Command::FifoLeasesTimed {
+            term: TERM,
+            leases: t.clone()
+        }
+    );
+    assert_eq!(
+        Command::fifo_leases(TERM, t, false),
+        Command::FifoLeasesOfTerm {
+            term: TERM,
+            leases: vec![lease("g", 5, TERM, 1)]
+        }
+    );
 }
