@@ -130,7 +130,9 @@ impl Consumers {
     /// The state of `key` in `term`. A table of an older term is dropped; a call
     /// still working for an older term gets `HA_NOT_AVAILABLE`. A FIFO queue new to
     /// this term takes over the previous leader's delivery in flight (its lease),
-    /// for the time its wall-clock deadline has left by this node's wall clock.
+    /// until the deadline this node counted from its apply of the lease, or, for
+    /// a lease without one, for the time its wall-clock deadline has left by this
+    /// node's wall clock.
     fn queue(
         &self,
         key: &QueueKey,

@@ -19,9 +19,10 @@
 //! Invisible deadlines are instants of this node's monotonic clock, so a jump of
 //! its wall clock (an NTP step, a VM resumed, an operator) neither makes every
 //! message in flight visible at once nor hides them longer than asked (issue 14).
-//! Only the FIFO lease committed through Raft carries a wall-clock time, because
-//! that format cannot change (issue 15); a new leader turns an adopted lease's
-//! wall-clock deadline into a monotonic one once, with [`deadline_from_wall`].
+//! A FIFO lease committed through Raft carries its time left, which each member
+//! counts on its own monotonic clock from its apply; only a lease without one
+//! (see [`deadline_from_wall`]) has its wall-clock deadline turned into a
+//! monotonic one once, when a new leader adopts it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

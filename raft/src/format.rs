@@ -41,7 +41,8 @@ use crate::error::RaftNodeError;
 /// The log command set this release decodes: 1 is every [`crate::types::Command`]
 /// variant through `PurgeThrough` (what releases before it decode), 2 adds
 /// `FifoLeasesTimed`. A member tells its leader in every AppendEntries answer
-/// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from a member of set 1),
+/// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from an earlier release,
+/// counted as set 1, though one from before `PurgeThrough` decodes less),
 /// and a leader writes a command of a set only when every member decodes it
 /// ([`crate::peer_formats`]), so a group upgraded one member at a time never
 /// replicates an entry a member cannot read.

@@ -33,7 +33,10 @@ pub fn set_of_header(value: Option<&str>) -> u8 {
 
 /// The last log command set each peer said it decodes; cheap to clone (shared by
 /// the peer clients and the node). A peer's latest answer replaces what it said
-/// before, so a member restarted on an earlier release closes the set again.
+/// before, so a member restarted on an earlier release closes the set for the
+/// writes after its next answer; entries of the set already written stay
+/// unreadable to it (a downgrade is not possible), and so do writes made in the
+/// moment before that answer or while it was down.
 #[derive(Clone, Debug, Default)]
 pub struct PeerFormats(Arc<Mutex<HashMap<NodeId, u8>>>);
 

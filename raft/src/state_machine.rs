@@ -47,9 +47,9 @@ pub struct GroupMeta {
     /// from a [`crate::types::Command::FifoLeasesTimed`] (their invisible time
     /// counted from the apply). Not stored and not part of a snapshot: a lease
     /// restored at a restart or from a snapshot has none, and is judged by its
-    /// wall-clock `visible_at_ms`.
+    /// wall-clock `visible_at_ms`. Node-local, so left out of comparisons.
     #[serde(skip)]
-    pub lease_deadlines: BTreeMap<(String, String, i32), LeaseDeadline>,
+    pub lease_deadlines: LeaseDeadlines,
     /// Log index of the last entry applied to this copy (None before the first), set
     /// under the same lock as the maps, so a reader holding the lock sees the maps as
     /// of exactly this index (replica audits). Not part of a snapshot.
@@ -61,6 +61,41 @@ pub struct GroupMeta {
     /// change): a member that installs one starts its log there anyway.
     #[serde(skip)]
     pub purge_point: Option<u64>,
+}
+
+/// This member's own deadlines of the FIFO leases it applied with their time
+/// left, by (group, topic, queue id). Instants of this process: replicas holding
+/// the same replicated metadata hold different ones, so they compare equal
+/// whatever they hold and print as `LeaseDeadlines(node-local)`, keeping
+/// [`GroupMeta`]'s equality and `Debug` output about replicated state alone.
+#[derive(Clone, Default)]
+pub struct LeaseDeadlines(pub BTreeMap<(String, String, i32), LeaseDeadline>);
+
+impl PartialEq for LeaseDeadlines {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for LeaseDeadlines {}
+
+impl std::fmt::Debug for LeaseDeadlines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseDeadlines(node-local)")
+    }
+}
+
+impl std::ops::Deref for LeaseDeadlines {
+    type Target = BTreeMap<(String, String, i32), LeaseDeadline>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for LeaseDeadlines {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 /// The monotonic deadline of a FIFO lease this node applied with its time left.

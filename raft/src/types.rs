@@ -129,7 +129,9 @@ pub struct TimedFifoLease {
     /// The delivery (its `visible_at_ms` is the deciding leader's wall-clock
     /// deadline, kept for members that restart before it ends).
     pub lease: FifoLease,
-    /// How long the message stays invisible, ms, from the delivery decision.
+    /// How long the deciding leader keeps the message invisible, ms; each member
+    /// counts it from its own apply (bounded by the wall-clock deadline plus an
+    /// allowance for an entry applied late: `metadata::timed_lease_left_ms`).
     pub invisible_ms: u64,
 }
 

@@ -2,7 +2,7 @@
 //! (`metadata::apply`, no I/O), then the rows they changed are stored in sled
 //! with the lock released, so readers (the broker) never wait on the disk.
 
-use super::metadata::{self, Canaries, RowChange};
+use super::metadata::{self, AppliedAt, Canaries, RowChange};
 use super::StateMachine;
 use crate::error::RaftNodeError;
 use crate::format;
@@ -28,16 +28,14 @@ impl StateMachine {
             // lease from an entry of any term.
             forward_fifo_leases: crate::canary::enabled(crate::canary::Canary::ForwardFifoLeases),
         };
+        let at = AppliedAt {
+            instant: std::time::Instant::now(),
+            wall_ms: ledgermq_store::store::now_ms(),
+        };
         let applied = {
             let mut meta = self.shared.write().unwrap();
             meta.applied_index = Some(index);
-            metadata::apply(
-                &mut meta,
-                cmd,
-                entry_term,
-                std::time::Instant::now(),
-                canaries,
-            )
+            metadata::apply(&mut meta, cmd, entry_term, at, canaries)
         };
         self.store_rows(&applied.rows)?;
         Ok(applied.response)

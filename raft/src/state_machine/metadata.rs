@@ -52,13 +52,33 @@ pub(crate) struct Canaries {
     pub(crate) forward_fifo_leases: bool,
 }
 
-/// Applies `cmd`, committed in an entry of `entry_term`, to `meta`; `now` is
-/// when this node applies it (the start of a timed lease's time left). No I/O.
+/// How far this member's wall clock may be ahead of the deciding leader's
+/// before a timed lease applied late is cut short: a timed lease is held at most
+/// this long past its wall-clock deadline as this member reads it
+/// ([`timed_lease_left_ms`]).
+pub(crate) const LEASE_CLOCK_SKEW_ALLOWANCE_MS: u64 = 60_000;
+
+/// The longest time left a timed lease is given, ms: the longest invisible
+/// duration a client may ask (12 h).
+pub(crate) const LEASE_TIME_LEFT_MAX_MS: u64 = 12 * 3_600_000;
+
+/// When this member applies the entry: its monotonic instant and its wall clock
+/// (ms since the Unix epoch), the two inputs of a timed lease's deadline.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AppliedAt {
+    /// This member's monotonic clock.
+    pub(crate) instant: Instant,
+    /// This member's wall clock, ms since the Unix epoch.
+    pub(crate) wall_ms: i64,
+}
+
+/// Applies `cmd`, committed in an entry of `entry_term`, to `meta`; `at` is when
+/// this node applies it (a timed lease's time left starts there). No I/O.
 pub(crate) fn apply(
     meta: &mut GroupMeta,
     cmd: Command,
     entry_term: u64,
-    now: Instant,
+    at: AppliedAt,
     canaries: Canaries,
 ) -> Applied {
     let mut rows = Vec::new();
@@ -108,7 +128,7 @@ pub(crate) fn apply(
             if term != entry_term && !canaries.forward_fifo_leases {
                 return stale(term, entry_term);
             }
-            apply_timed_leases(meta, leases, now, &mut rows);
+            apply_timed_leases(meta, leases, at, &mut rows);
         }
         Command::UpdateTopic(t) => {
             meta.topics.insert(t.name.clone(), t.clone());
@@ -180,21 +200,38 @@ fn apply_leases(meta: &mut GroupMeta, leases: Vec<FifoLease>, rows: &mut Vec<Row
     }
 }
 
+/// The time a timed lease applied at `at` is held, ms: its invisible duration
+/// counted from the apply, but no longer than its wall-clock deadline
+/// (`visible_at_ms`, the deciding leader's clock) as this member's wall clock
+/// reads it plus [`LEASE_CLOCK_SKEW_ALLOWANCE_MS`], and at most
+/// [`LEASE_TIME_LEFT_MAX_MS`]. The wall-clock bound matters only for an entry
+/// applied late (replayed after a restart, or by a follower catching up):
+/// without it a delivery that ended long ago would be held its whole time again.
+/// It cuts a lease short only if this member's clock is ahead of the deciding
+/// leader's by more than the allowance.
+pub(crate) fn timed_lease_left_ms(invisible_ms: u64, visible_at_ms: i64, at: AppliedAt) -> u64 {
+    let wall_left_ms = u64::try_from(visible_at_ms.saturating_sub(at.wall_ms)).unwrap_or(0);
+    invisible_ms
+        .min(wall_left_ms.saturating_add(LEASE_CLOCK_SKEW_ALLOWANCE_MS))
+        .min(LEASE_TIME_LEFT_MAX_MS)
+}
+
 /// [`apply_leases`] for leases with their time left: each stored one gets its
-/// deadline, `now` plus its invisible duration.
+/// deadline, the apply's instant plus [`timed_lease_left_ms`].
 fn apply_timed_leases(
     meta: &mut GroupMeta,
     leases: Vec<TimedFifoLease>,
-    now: Instant,
+    at: AppliedAt,
     rows: &mut Vec<RowChange>,
 ) {
     for t in leases {
         let delivery_id = t.lease.delivery_id;
+        let left_ms = timed_lease_left_ms(t.invisible_ms, t.lease.visible_at_ms, at);
         let Some(key) = store_lease(meta, t.lease, rows) else {
             continue;
         };
         // A duration past what the clock can hold: judged by the wall clock.
-        match now.checked_add(Duration::from_millis(t.invisible_ms)) {
+        match at.instant.checked_add(Duration::from_millis(left_ms)) {
             Some(visible_at) => {
                 let deadline = LeaseDeadline {
                     delivery_id,

@@ -50,7 +50,11 @@ fn group(name: &str) -> GroupConfig {
 }
 
 fn run(meta: &mut GroupMeta, cmd: Command) -> Applied {
-    apply(meta, cmd, TERM, Instant::now(), Canaries::default())
+    apply(meta, cmd, TERM, at(Instant::now(), 0), Canaries::default())
+}
+
+fn at(instant: Instant, wall_ms: i64) -> AppliedAt {
+    AppliedAt { instant, wall_ms }
 }
 
 fn timed(l: FifoLease, invisible_ms: u64) -> TimedFifoLease {
@@ -132,7 +136,7 @@ fn a_lease_of_another_term_changes_nothing() {
             leases: vec![lease("g", 5, TERM - 1, 1)],
         },
         TERM,
-        Instant::now(),
+        at(Instant::now(), 0),
         Canaries {
             forward_fifo_leases: true,
         },
@@ -235,8 +239,9 @@ fn the_retention_point_only_moves_forward() {
 fn a_timed_lease_is_held_from_its_apply_on_this_nodes_clock_whatever_the_wall_clock_says() {
     let mut m = GroupMeta::default();
     let applied_at = Instant::now();
-    // The deciding leader's wall-clock deadline is long past (its clock was
-    // behind, or this node's is ahead): the time left is what counts.
+    // The deciding leader's wall-clock deadline (1,000) is 10 s away by this
+    // node's wall clock, 20 s ahead of the leader's: the 30 s left are what
+    // counts.
     let l = lease("g", 5, TERM, 1);
     let a = apply(
         &mut m,
@@ -245,7 +250,7 @@ fn a_timed_lease_is_held_from_its_apply_on_this_nodes_clock_whatever_the_wall_cl
             leases: vec![timed(l.clone(), 30_000)],
         },
         TERM,
-        applied_at,
+        at(applied_at, 1_000 - 10_000),
         Canaries::default(),
     );
     assert_eq!(a.response, Response::Applied);
@@ -328,5 +333,47 @@ fn the_timed_variant_is_chosen_only_when_every_member_decodes_it() {
             term: TERM,
             leases: vec![lease("g", 5, TERM, 1)]
         }
+    );
+}
+
+#[test]
+fn a_timed_lease_applied_late_is_held_at_most_the_skew_allowance_past_its_wall_clock_end() {
+    let t0 = Instant::now();
+    let hour_ms = 3_600_000;
+    // Applied as it is decided: the whole duration.
+    assert_eq!(
+        timed_lease_left_ms(hour_ms, 5_000 + hour_ms as i64, at(t0, 5_000)),
+        hour_ms
+    );
+    // Replayed after a restart, or by a follower catching up, an hour after its
+    // wall-clock end: the allowance, not another hour.
+    assert_eq!(
+        timed_lease_left_ms(hour_ms, 5_000, at(t0, 5_000 + hour_ms as i64)),
+        LEASE_CLOCK_SKEW_ALLOWANCE_MS
+    );
+    // A short lease is never lengthened by the allowance.
+    assert_eq!(
+        timed_lease_left_ms(1_000, 5_000, at(t0, 5_000 + hour_ms as i64)),
+        1_000
+    );
+    // Never past the longest invisible duration.
+    assert_eq!(
+        timed_lease_left_ms(u64::MAX, i64::MAX, at(t0, 0)),
+        LEASE_TIME_LEFT_MAX_MS
+    );
+    let mut m = GroupMeta::default();
+    apply(
+        &mut m,
+        Command::FifoLeasesTimed {
+            term: TERM,
+            leases: vec![timed(lease("g", 5, TERM, 1), hour_ms)],
+        },
+        TERM,
+        at(t0, 1_000 + hour_ms as i64),
+        Canaries::default(),
+    );
+    assert_eq!(
+        m.lease_deadlines[&key("g", 0)].visible_at,
+        t0 + Duration::from_millis(LEASE_CLOCK_SKEW_ALLOWANCE_MS)
     );
 }
