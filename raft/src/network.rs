@@ -339,7 +339,7 @@ impl PeerClient {
         let call = async {
             tokio::time::sleep(filter.transfer_delay(from, target, request_bytes)).await;
             let reply = match method {
-                Method::AppendEntries => client.append_entries(request).await,
+                Method::AppendEntries { .. } => client.append_entries(request).await,
                 Method::Vote => client.vote(request).await,
                 Method::InstallSnapshot => client.install_snapshot(request).await,
             };
@@ -354,13 +354,13 @@ impl PeerClient {
             .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("peer call timed out")));
         let reply = reply.map_err(|s| failed_call(&s))?;
         self.contacts.heard_from(self.target);
-        if matches!(method, Method::AppendEntries) {
+        if let Method::AppendEntries { term } = method {
             let header = reply
                 .metadata()
                 .get(crate::format::LOG_COMMANDS_HEADER)
                 .and_then(|v| v.to_str().ok());
-            self.formats
-                .record(self.target, crate::peer_formats::set_of_header(header));
+            let set = crate::peer_formats::set_of_header(header);
+            self.formats.record(self.target, set, term);
         }
         let result: Result<Resp, RaftError<NodeId, E>> =
             decode(reply.get_ref()).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
@@ -370,7 +370,10 @@ impl PeerClient {
 
 #[derive(Clone, Copy)]
 enum Method {
-    AppendEntries,
+    /// Sent by the leader of `term`.
+    AppendEntries {
+        term: u64,
+    },
     Vote,
     InstallSnapshot,
 }
@@ -400,7 +403,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
-        self.call(Method::AppendEntries, &rpc, option.hard_ttl())
+        let term = rpc.vote.leader_id().term;
+        self.call(Method::AppendEntries { term }, &rpc, option.hard_ttl())
             .await
     }
 

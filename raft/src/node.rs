@@ -429,24 +429,21 @@ impl RaftNode {
         Ok(())
     }
 
-    /// True if every member of the group (learners included) has said it
-    /// decodes log command set `set` ([`crate::format::LOG_COMMANDS`]), so a
-    /// command of that set may be written; false for a set this release does
-    /// not know, and while a member has not answered an AppendEntries yet.
+    /// True if every member of the group (learners included) has said, in this
+    /// node's current term, that it decodes log command set `set`
+    /// ([`crate::format::LOG_COMMANDS`]), so a command of that set may be
+    /// written; false for a set this release does not know.
     pub fn members_decode(&self, set: u8) -> bool {
         if set > crate::format::LOG_COMMANDS {
             return false;
         }
-        let members: Vec<NodeId> = {
+        let (members, term): (Vec<NodeId>, u64) = {
             let m = self.raft.metrics();
             let m = m.borrow();
-            m.membership_config
-                .membership()
-                .nodes()
-                .map(|(&id, _)| id)
-                .collect()
+            let nodes = m.membership_config.membership().nodes();
+            (nodes.map(|(&id, _)| id).collect(), m.current_term)
         };
-        self.formats.members_decode(members, self.id, set)
+        self.formats.members_decode(members, self.id, set, term)
     }
 
     /// True if this node currently leads.

@@ -9,20 +9,36 @@ use std::sync::{Arc, Mutex};
 
 use crate::types::NodeId;
 
-/// True if every member in `members` other than `self_id` has said it decodes
-/// log command set `set` or a later one (`reported`: the last set each peer
-/// said; a peer that has said nothing yet counts as set 1, the set of releases
-/// that do not say). This node decodes its own sets. No I/O.
+/// What one peer last said: its log command set, in its answer to an
+/// AppendEntries of the leader of `term`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetSaid {
+    /// The log command set.
+    pub set: u8,
+    /// The term of the AppendEntries it answered.
+    pub term: u64,
+}
+
+/// True if every member in `members` other than `self_id` has said, answering
+/// an AppendEntries of `term` (this leader's), that it decodes log command set
+/// `set` or a later one (`reported`: what each peer said last). A peer that has
+/// said nothing in `term` counts as set 1, the set of releases that do not say:
+/// an answer from an earlier term may come from a binary since replaced. This
+/// node decodes its own sets. No I/O.
 pub fn members_decode(
-    reported: &HashMap<NodeId, u8>,
+    reported: &HashMap<NodeId, SetSaid>,
     members: impl IntoIterator<Item = NodeId>,
     self_id: NodeId,
     set: u8,
+    term: u64,
 ) -> bool {
-    members
-        .into_iter()
-        .filter(|&m| m != self_id)
-        .all(|m| reported.get(&m).copied().unwrap_or(1) >= set)
+    members.into_iter().filter(|&m| m != self_id).all(|m| {
+        reported
+            .get(&m)
+            .filter(|s| s.term == term)
+            .map_or(1, |s| s.set)
+            >= set
+    })
 }
 
 /// The set a peer's answer header carries (`None`: no header, an earlier
@@ -31,19 +47,21 @@ pub fn set_of_header(value: Option<&str>) -> u8 {
     value.and_then(|v| v.trim().parse().ok()).unwrap_or(1)
 }
 
-/// The last log command set each peer said it decodes; cheap to clone (shared by
-/// the peer clients and the node). A peer's latest answer replaces what it said
-/// before, so a member restarted on an earlier release closes the set for the
-/// writes after its next answer; entries of the set already written stay
-/// unreadable to it (a downgrade is not possible), and so do writes made in the
-/// moment before that answer or while it was down.
+/// What each peer last said about the log command set it decodes; cheap to
+/// clone (shared by the peer clients and the node). A peer's latest answer
+/// replaces what it said before, and only answers in the leader's current term
+/// count, so a member restarted on an earlier release closes the set for the
+/// writes after its next answer, or after the next election. Entries of the set
+/// already written stay unreadable to it (a downgrade is not possible), and so
+/// do writes made in the moment before that answer or while it was down.
 #[derive(Clone, Debug, Default)]
-pub struct PeerFormats(Arc<Mutex<HashMap<NodeId, u8>>>);
+pub struct PeerFormats(Arc<Mutex<HashMap<NodeId, SetSaid>>>);
 
 impl PeerFormats {
-    /// Records that `peer`'s latest AppendEntries answer said set `set`.
-    pub fn record(&self, peer: NodeId, set: u8) {
-        self.0.lock().unwrap().insert(peer, set);
+    /// Records that `peer`'s answer to an AppendEntries of the leader of `term`
+    /// said set `set`.
+    pub fn record(&self, peer: NodeId, set: u8, term: u64) {
+        self.0.lock().unwrap().insert(peer, SetSaid { set, term });
     }
 
     /// [`members_decode`] over what the peers said so far.
@@ -52,8 +70,9 @@ impl PeerFormats {
         members: impl IntoIterator<Item = NodeId>,
         self_id: NodeId,
         set: u8,
+        term: u64,
     ) -> bool {
-        members_decode(&self.0.lock().unwrap(), members, self_id, set)
+        members_decode(&self.0.lock().unwrap(), members, self_id, set, term)
     }
 }
 
@@ -61,30 +80,46 @@ impl PeerFormats {
 mod tests {
     use super::*;
 
+    const T: u64 = 4;
+
+    fn said(set: u8, term: u64) -> SetSaid {
+        SetSaid { set, term }
+    }
+
     #[test]
-    fn a_set_is_used_only_when_every_other_member_said_it_decodes_it() {
-        let mut said = HashMap::new();
+    fn a_set_is_used_only_when_every_other_member_said_it_decodes_it_in_this_term() {
+        let mut said_by = HashMap::new();
         // Nobody has answered yet: only set 1.
-        assert!(members_decode(&said, [0, 1, 2], 0, 1));
-        assert!(!members_decode(&said, [0, 1, 2], 0, 2));
-        said.insert(1, 2);
+        assert!(members_decode(&said_by, [0, 1, 2], 0, 1, T));
+        assert!(!members_decode(&said_by, [0, 1, 2], 0, 2, T));
+        said_by.insert(1, said(2, T));
         assert!(
-            !members_decode(&said, [0, 1, 2], 0, 2),
+            !members_decode(&said_by, [0, 1, 2], 0, 2, T),
             "node 2 has not said"
         );
-        said.insert(2, 1);
+        said_by.insert(2, said(1, T));
         assert!(
-            !members_decode(&said, [0, 1, 2], 0, 2),
+            !members_decode(&said_by, [0, 1, 2], 0, 2, T),
             "node 2 is on set 1"
         );
-        said.insert(2, 3);
-        assert!(members_decode(&said, [0, 1, 2], 0, 2));
+        said_by.insert(2, said(3, T));
+        assert!(members_decode(&said_by, [0, 1, 2], 0, 2, T));
         // A member that is not in the group any more does not count; one added
         // later does until it says.
-        assert!(members_decode(&said, [0, 1], 0, 2));
-        assert!(!members_decode(&said, [0, 1, 2, 3], 0, 2));
+        assert!(members_decode(&said_by, [0, 1], 0, 2, T));
+        assert!(!members_decode(&said_by, [0, 1, 2, 3], 0, 2, T));
         // A single-node group decodes what its one member does.
-        assert!(members_decode(&HashMap::new(), [0], 0, 2));
+        assert!(members_decode(&HashMap::new(), [0], 0, 2, T));
+    }
+
+    #[test]
+    fn what_a_peer_said_in_an_earlier_term_does_not_count() {
+        // Node 2 said set 2 while node 0 led term T; node 0 leads again in a
+        // later term, and node 2 may since have been restarted on an earlier
+        // release: until it answers in the new term, only set 1.
+        let said_by: HashMap<_, _> = [(1, said(2, T + 1)), (2, said(2, T))].into();
+        assert!(!members_decode(&said_by, [0, 1, 2], 0, 2, T + 1));
+        assert!(members_decode(&said_by, [0, 1, 2], 0, 1, T + 1));
     }
 
     #[test]
@@ -93,8 +128,11 @@ mod tests {
         assert_eq!(set_of_header(Some("x")), 1);
         assert_eq!(set_of_header(Some("2")), 2);
         let f = PeerFormats::default();
-        f.record(1, 2);
-        f.record(1, set_of_header(None));
-        assert!(!f.members_decode([0, 1], 0, 2), "the latest answer counts");
+        f.record(1, 2, T);
+        f.record(1, set_of_header(None), T);
+        assert!(
+            !f.members_decode([0, 1], 0, 2, T),
+            "the latest answer counts"
+        );
     }
 }
