@@ -168,6 +168,7 @@ impl Consumers {
                     // else as the wall clocks say.
                     let visible_at = meta
                         .lease_deadlines
+                        .0
                         .get(&k)
                         .filter(|d| d.delivery_id == l.delivery_id)
                         .map(|d| d.visible_at)

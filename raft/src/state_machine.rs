@@ -47,7 +47,7 @@ pub struct GroupMeta {
     /// from a [`crate::types::Command::FifoLeasesTimed`] (their invisible time
     /// counted from the apply). Not stored and not part of a snapshot: a lease
     /// restored at a restart or from a snapshot has none, and is judged by its
-    /// wall-clock `visible_at_ms`. Node-local, so left out of comparisons.
+    /// wall-clock `visible_at_ms`. Node-local: left out of `Debug` output.
     #[serde(skip)]
     pub lease_deadlines: LeaseDeadlines,
     /// Log index of the last entry applied to this copy (None before the first), set
@@ -64,37 +64,16 @@ pub struct GroupMeta {
 }
 
 /// This member's own deadlines of the FIFO leases it applied with their time
-/// left, by (group, topic, queue id). Instants of this process: replicas holding
-/// the same replicated metadata hold different ones, so they compare equal
-/// whatever they hold and print as `LeaseDeadlines(node-local)`, keeping
-/// [`GroupMeta`]'s equality and `Debug` output about replicated state alone.
-#[derive(Clone, Default)]
+/// left, by (group, topic, queue id). Instants of this process, which replicas
+/// holding the same replicated metadata do not share: `Debug` prints
+/// `LeaseDeadlines(node-local)`, so [`GroupMeta`]'s `Debug` output, which tests
+/// compare across replicas, shows replicated state alone.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct LeaseDeadlines(pub BTreeMap<(String, String, i32), LeaseDeadline>);
-
-impl PartialEq for LeaseDeadlines {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for LeaseDeadlines {}
 
 impl std::fmt::Debug for LeaseDeadlines {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("LeaseDeadlines(node-local)")
-    }
-}
-
-impl std::ops::Deref for LeaseDeadlines {
-    type Target = BTreeMap<(String, String, i32), LeaseDeadline>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for LeaseDeadlines {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
     }
 }
 

@@ -195,6 +195,7 @@ async fn a_timed_lease_is_written_once_every_member_decodes_it_and_each_counts_i
             .read()
             .unwrap()
             .lease_deadlines
+            .0
             .get(&("G".to_string(), "TopicF".to_string(), 0))
             .copied()
             .unwrap_or_else(|| panic!("node {id} has no deadline for the timed lease"));

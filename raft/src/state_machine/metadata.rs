@@ -159,7 +159,7 @@ pub(crate) fn apply(
                 .collect();
             for k in leases {
                 meta.fifo_leases.remove(&k);
-                meta.lease_deadlines.remove(&k);
+                meta.lease_deadlines.0.remove(&k);
                 rows.push(RowChange::RemoveLease(k));
             }
             meta.groups.remove(&name);
@@ -195,7 +195,7 @@ fn stale(proposed_term: u64, entry_term: u64) -> Applied {
 fn apply_leases(meta: &mut GroupMeta, leases: Vec<FifoLease>, rows: &mut Vec<RowChange>) {
     for l in leases {
         if let Some(key) = store_lease(meta, l, rows) {
-            meta.lease_deadlines.remove(&key);
+            meta.lease_deadlines.0.remove(&key);
         }
     }
 }
@@ -230,19 +230,12 @@ fn apply_timed_leases(
         let Some(key) = store_lease(meta, t.lease, rows) else {
             continue;
         };
-        // A duration past what the clock can hold: judged by the wall clock.
-        match at.instant.checked_add(Duration::from_millis(left_ms)) {
-            Some(visible_at) => {
-                let deadline = LeaseDeadline {
-                    delivery_id,
-                    visible_at,
-                };
-                meta.lease_deadlines.insert(key, deadline);
-            }
-            None => {
-                meta.lease_deadlines.remove(&key);
-            }
-        }
+        // At most 12 h ahead: no Instant overflows there.
+        let deadline = LeaseDeadline {
+            delivery_id,
+            visible_at: at.instant + Duration::from_millis(left_ms),
+        };
+        meta.lease_deadlines.0.insert(key, deadline);
     }
 }
 

@@ -263,7 +263,7 @@ fn a_timed_lease_is_held_from_its_apply_on_this_nodes_clock_whatever_the_wall_cl
         "the stored row is the lease as earlier releases store it"
     );
     assert_eq!(
-        m.lease_deadlines[&key("g", 0)],
+        m.lease_deadlines.0[&key("g", 0)],
         LeaseDeadline {
             delivery_id: l.delivery_id,
             visible_at: applied_at + Duration::from_secs(30),
@@ -278,7 +278,7 @@ fn a_timed_lease_is_held_from_its_apply_on_this_nodes_clock_whatever_the_wall_cl
             leases: vec![timed(older, 1)],
         },
     );
-    assert_eq!(m.lease_deadlines[&key("g", 0)].delivery_id, l.delivery_id);
+    assert_eq!(m.lease_deadlines.0[&key("g", 0)].delivery_id, l.delivery_id);
     // A newer one written without its time left (an earlier release's leader)
     // drops the deadline: its delivery is judged by the wall clock.
     run(
@@ -288,7 +288,7 @@ fn a_timed_lease_is_held_from_its_apply_on_this_nodes_clock_whatever_the_wall_cl
             leases: vec![lease("g", 5, TERM, 2)],
         },
     );
-    assert!(!m.lease_deadlines.contains_key(&key("g", 0)));
+    assert!(!m.lease_deadlines.0.contains_key(&key("g", 0)));
 }
 
 #[test]
@@ -312,9 +312,9 @@ fn a_timed_lease_of_another_term_changes_nothing_and_deleting_its_group_drops_it
             leases: vec![timed(lease("g", 5, TERM, 1), 10_000)],
         },
     );
-    assert!(m.lease_deadlines.contains_key(&key("g", 0)));
+    assert!(m.lease_deadlines.0.contains_key(&key("g", 0)));
     run(&mut m, Command::DeleteGroup("g".into()));
-    assert!(m.lease_deadlines.is_empty() && m.fifo_leases.is_empty());
+    assert!(m.lease_deadlines.0.is_empty() && m.fifo_leases.is_empty());
 }
 
 #[test]
@@ -373,7 +373,7 @@ fn a_timed_lease_applied_late_is_held_at_most_the_skew_allowance_past_its_wall_c
         Canaries::default(),
     );
     assert_eq!(
-        m.lease_deadlines[&key("g", 0)].visible_at,
+        m.lease_deadlines.0[&key("g", 0)].visible_at,
         t0 + Duration::from_millis(LEASE_CLOCK_SKEW_ALLOWANCE_MS)
     );
 }
