@@ -147,9 +147,47 @@ async fn run_ledgermq(flush: &str, spec: LoadSpec, dir: &Path) -> Result<Summary
         call_timeout: Duration::from_secs(10),
     };
     driver.create(8).await?;
+    let label = spec.label.clone();
+    let whole_run = spec.warmup.is_zero();
+    let pid = cluster.nodes[leader].pid();
+    let before = pid.and_then(cpu_time_us);
     let summary = run(Arc::new(driver), spec).await;
+    let after = pid.and_then(cpu_time_us);
+    if let (Some(b), Some(a)) = (before, after) {
+        let cpu_us = a.saturating_sub(b);
+        if whole_run && summary.acked > 0 {
+            println!(
+                "[{label}] leader (node {leader}) CPU: {:.1} µs per acknowledged send \
+                 ({:.2} s of CPU over {} sends, consuming included)",
+                cpu_us as f64 / summary.acked as f64,
+                cpu_us as f64 / 1e6,
+                summary.acked
+            );
+        } else {
+            println!(
+                "[{label}] leader (node {leader}) CPU: {:.2} s over the run, warm-up \
+                 included (--warmup-secs 0 gives it per acknowledged send)",
+                cpu_us as f64 / 1e6
+            );
+        }
+    }
     drop(cluster);
     Ok(summary)
+}
+
+/// CPU time (user + system, every thread) process `pid` has used so far, in µs,
+/// from `/proc/PID/stat` (fields 14 and 15, clock ticks; proc(5)); None if it
+/// cannot be read.
+pub fn cpu_time_us(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3, so fields 14 and 15 are at 11 and 12.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks * 1_000_000 / hz as u64)
 }
 
 async fn run_nats(spec: LoadSpec, dir: &Path) -> Result<Summary> {
@@ -189,4 +227,28 @@ async fn run_rabbit(spec: LoadSpec, dir: &Path) -> Result<Summary> {
     let summary = run(Arc::new(driver), spec).await;
     cluster.stop();
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_of_this_process_grows_as_it_works() {
+        let pid = std::process::id();
+        let before = cpu_time_us(pid).expect("own /proc/PID/stat");
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while cpu_time_us(pid).unwrap() == before {
+            for i in 0..100_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no CPU time counted"
+            );
+        }
+        std::hint::black_box(x);
+        assert_eq!(cpu_time_us(u32::MAX), None);
+    }
 }

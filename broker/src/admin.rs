@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use ledgermq_raft::{Command, GroupConfig, TopicConfig, TopicMessageType};
+use ledgermq_raft::{Command, GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
 use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
@@ -41,13 +41,16 @@ pub fn topic_config(r: &UpdateTopicRequest, max_queues: u32) -> Result<TopicConf
             ),
         ));
     }
-    let perm = if r.perm == 0 { 6 } else { r.perm };
-    if !matches!(perm, 2 | 4 | 6) {
-        return Err(refuse(
-            Code::BadRequest,
-            "perm must be 2 (write), 4 (read) or 6 (both)",
-        ));
-    }
+    let perm = if r.perm == 0 {
+        TopicPerm::default()
+    } else {
+        TopicPerm::operator_choice(r.perm).ok_or_else(|| {
+            refuse(
+                Code::BadRequest,
+                "perm must be 2 (write), 4 (read) or 6 (both)",
+            )
+        })?
+    };
     Ok(TopicConfig {
         name: r.name.clone(),
         queue_count: r.queue_count,
@@ -172,7 +175,10 @@ mod tests {
             fifo: true,
         };
         let t = topic_config(&ok, MAX_QUEUES).unwrap();
-        assert_eq!((t.perm, t.message_type), (6, TopicMessageType::Fifo));
+        assert_eq!(
+            (t.perm, t.message_type),
+            (TopicPerm::READ_WRITE, TopicMessageType::Fifo)
+        );
         for bad in [
             UpdateTopicRequest {
                 queue_count: 0,

@@ -7,11 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledgermq_namesrv::pb::{BrokerNode, MessageType, Role, TopicConfig};
+use ledgermq_namesrv::pb::{BrokerNode, Role, TopicConfig};
 use ledgermq_namesrv::registrar::Registrar;
-use ledgermq_raft::{RaftNode, TopicMessageType};
+use ledgermq_raft::RaftNode;
 use openraft::ServerState;
 use tokio::task::JoinHandle;
+
+use crate::kinds::message_type_to_ns;
 
 /// Who this node is to clients.
 #[derive(Debug, Clone)]
@@ -42,13 +44,8 @@ pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
         .map(|t| TopicConfig {
             name: t.name.clone(),
             queue_count: t.queue_count,
-            perm: t.perm,
-            message_type: match t.message_type {
-                TopicMessageType::Normal => MessageType::Normal,
-                TopicMessageType::Fifo => MessageType::Fifo,
-                TopicMessageType::Delay => MessageType::Delay,
-                TopicMessageType::Transaction => MessageType::Transaction,
-            } as i32,
+            perm: t.perm.bits(),
+            message_type: message_type_to_ns(t.message_type) as i32,
         })
         .collect();
     BrokerNode {

@@ -158,7 +158,7 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
         topics
             .str(name)
             .bytes(&t.queue_count.to_be_bytes())
-            .bytes(&t.perm.to_be_bytes())
+            .bytes(&t.perm.bits().to_be_bytes())
             .bytes(&[kind]);
     }
     let mut groups = Canon::new();
@@ -253,6 +253,7 @@ pub fn queue_digest(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ledgermq_raft::TopicPerm;
     use ledgermq_store::{MessageRecord, StoreConfig};
 
     #[test]
@@ -352,7 +353,7 @@ mod tests {
             TopicConfig {
                 name: "T".into(),
                 queue_count: 4,
-                perm: 6,
+                perm: TopicPerm::READ_WRITE,
                 message_type: TopicMessageType::Fifo,
             },
         );
@@ -411,7 +412,7 @@ mod tests {
         c.fifo_leases.values_mut().for_each(|l| l.attempt = 2);
         assert_ne!(state_digest(&c).fifo_leases_crc32, da.fifo_leases_crc32);
         let mut c = b.clone();
-        c.topics.values_mut().for_each(|t| t.perm = 4);
+        c.topics.values_mut().for_each(|t| t.perm = TopicPerm::READ);
         assert_ne!(state_digest(&c).topics_crc32, da.topics_crc32);
         let mut c = b;
         c.groups.values_mut().for_each(|g| g.broadcast = true);

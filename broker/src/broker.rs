@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, GroupConfig, RaftNode, TopicConfig, TopicMessageType};
+use ledgermq_raft::{Command, GroupConfig, RaftNode, TopicConfig, TopicMessageType, TopicPerm};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::consume::BroadcastClients;
@@ -195,7 +195,7 @@ impl Broker {
         let t = TopicConfig {
             name: name.to_owned(),
             queue_count: self.settings.default_queue_count,
-            perm: 6,
+            perm: TopicPerm::READ_WRITE,
             message_type: TopicMessageType::Normal,
         };
         self.node

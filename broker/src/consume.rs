@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, TopicConfig, TopicMessageType};
+use ledgermq_raft::{Command, TopicConfig, TopicMessageType, TopicPerm};
 use ledgermq_store::store::now_ms;
 use ledgermq_store::MessageRecord;
 
@@ -133,7 +133,7 @@ impl Broker {
                 format!("topic {name} does not exist in broker group {}", self.group),
             )
         })?;
-        if t.perm & 4 == 0 {
+        if !t.perm.readable() {
             return Err(refuse(
                 Code::Forbidden,
                 format!("topic {name} is not readable"),
@@ -255,7 +255,7 @@ impl Broker {
                 .write_command(Command::EnsureTopic(TopicConfig {
                     name: topic.clone(),
                     queue_count: 1,
-                    perm: 6,
+                    perm: TopicPerm::READ_WRITE,
                     message_type: TopicMessageType::Normal,
                 }))
                 .await?;

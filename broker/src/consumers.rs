@@ -24,9 +24,7 @@ use ledgermq_raft::{Command, FifoLease, OffsetCommit, RaftNode, TimedFifoLease};
 use ledgermq_store::record::PROPERTY_TAGS;
 use ledgermq_store::store::now_ms;
 use ledgermq_store::{MessageRecord, RecordView, StoreError};
-use openraft::ServerState;
 use tokio::sync::Mutex;
-use tokio::task::JoinHandle;
 
 use crate::error::{refuse, BrokerError};
 use crate::filter::TagFilter;
@@ -35,7 +33,9 @@ use crate::pb::{self, Code};
 use crate::pop::{deadline_from_wall, AckOutcome, Inflight, QueueState};
 use crate::receipt::ReceiptHandle;
 
+mod committer;
 mod leases;
+pub use committer::OffsetCommitter;
 use leases::lease;
 
 /// Entries read past per queue and call at most (filtered-out messages included).
@@ -122,12 +122,10 @@ impl Consumers {
     }
 
     /// The term this node leads in, once it has applied an entry of that term
-    /// (consumer offsets from earlier terms are then all applied); None otherwise.
+    /// (consumer offsets from earlier terms are then all applied); None otherwise
+    /// ([`ledgermq_raft::NodeStatus::ready_term`]).
     pub fn ready_term(&self) -> Option<u64> {
-        let m = self.node.raft().metrics().borrow().clone();
-        let applied_term = m.last_applied.map(|l| l.leader_id.term);
-        (m.state == ServerState::Leader && applied_term == Some(m.current_term))
-            .then_some(m.current_term)
+        self.node.status_now().ready_term
     }
 
     /// The state of `key` in `term`. A table of an older term is dropped; a call
@@ -507,11 +505,13 @@ impl Consumers {
         Ok(())
     }
 
-    /// Commits moved consumer offsets through Raft, once.
-    pub async fn commit_offsets_once(&self) -> Result<usize, BrokerError> {
-        let Some(term) = self.ready_term() else {
-            return Ok(0);
-        };
+    /// Commits the consumer offsets that moved in `term` through Raft, once; none
+    /// if this node's table is of another term. Returns how many queues'
+    /// offsets were committed. A commit this node proposed as leader of `term` is
+    /// passed on to the next leader if the term ends before it is committed
+    /// (offsets only move forward, so a late one cannot take a group back).
+    /// Errors: the Raft write's.
+    pub async fn commit_offsets_once(&self, term: u64) -> Result<usize, BrokerError> {
         let queues: Vec<_> = {
             let t = self.table.lock().unwrap();
             if t.term != term {
@@ -549,21 +549,6 @@ impl Consumers {
             return Err(e);
         }
         Ok(n)
-    }
-
-    /// Runs [`Self::commit_offsets_once`] every `interval`.
-    pub fn spawn_committer(self: &Arc<Self>, interval: Duration) -> JoinHandle<()> {
-        let me = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = me.commit_offsets_once().await {
-                    tracing::warn!(error = %e, "committing consumer offsets failed; will retry");
-                }
-            }
-        })
     }
 }
 

@@ -37,6 +37,14 @@ pub enum BrokerError {
     /// Binding or serving failed.
     #[error("transport: {0}")]
     Transport(String),
+    /// A configuration value that cannot be used.
+    #[error("config key {key}: {reason}")]
+    Config {
+        /// The key (of `mqbroker`'s TOML file).
+        key: &'static str,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Shorthand for a refusal.
@@ -83,7 +91,9 @@ impl BrokerError {
             },
             BrokerError::Store(s) => store_code(s),
             BrokerError::Leader { .. } => Code::HaNotAvailable,
-            BrokerError::NameServer(_) | BrokerError::Transport(_) => Code::InternalServerError,
+            BrokerError::NameServer(_) | BrokerError::Transport(_) | BrokerError::Config { .. } => {
+                Code::InternalServerError
+            }
         }
     }
 

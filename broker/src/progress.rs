@@ -64,7 +64,7 @@ pub fn consumer_progress(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ledgermq_raft::{TopicConfig, TopicMessageType};
+    use ledgermq_raft::{TopicConfig, TopicMessageType, TopicPerm};
 
     #[test]
     fn progress_lists_every_queue_of_a_topic_or_every_queue_the_group_committed() {
@@ -74,7 +74,7 @@ mod tests {
             TopicConfig {
                 name: "T".into(),
                 queue_count: 2,
-                perm: 6,
+                perm: TopicPerm::READ_WRITE,
                 message_type: TopicMessageType::Normal,
             },
         );

@@ -26,33 +26,15 @@ use std::time::{Duration, Instant};
 
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{self as ns, GroupRoute};
+use ledgermq_raft::{TopicMessageType, TopicPerm};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::BrokerError;
+use crate::kinds::{message_type_from_ns, message_type_to_pb, permission_to_pb};
 use crate::pb;
 
 /// Deadline of one call to a name server.
 const NAMESRV_CALL_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// RocketMQ permission bits (2 writable, 4 readable) as the protocol's enum.
-pub fn permission(perm: u32) -> pb::Permission {
-    match (perm & 4 != 0, perm & 2 != 0) {
-        (true, true) => pb::Permission::ReadWrite,
-        (true, false) => pb::Permission::Read,
-        (false, true) => pb::Permission::Write,
-        (false, false) => pb::Permission::None,
-    }
-}
-
-/// The protocol's message type for a name-server topic type.
-pub fn message_type(t: i32) -> pb::MessageType {
-    match ns::MessageType::try_from(t) {
-        Ok(ns::MessageType::Fifo) => pb::MessageType::Fifo,
-        Ok(ns::MessageType::Delay) => pb::MessageType::Delay,
-        Ok(ns::MessageType::Transaction) => pb::MessageType::Transaction,
-        _ => pb::MessageType::Normal,
-    }
-}
 
 /// `host:port` strings as protocol endpoints (scheme set: IPv4, IPv6 or domain
 /// name; a domain name takes one address, as the clients require). Unparsable
@@ -155,8 +137,8 @@ pub fn message_queues(
             &g.broker_group,
             &addrs,
             g.queue_count,
-            g.perm,
-            message_type(g.message_type),
+            TopicPerm::from_bits(g.perm),
+            message_type_from_ns(g.message_type),
             style,
         ));
     }
@@ -169,8 +151,8 @@ pub fn group_queues(
     group: &str,
     addrs: &[String],
     queue_count: u32,
-    perm: u32,
-    mtype: pb::MessageType,
+    perm: TopicPerm,
+    mtype: TopicMessageType,
     style: EndpointStyle,
 ) -> Vec<pb::MessageQueue> {
     let broker = |id: i32| pb::Broker {
@@ -190,9 +172,9 @@ pub fn group_queues(
                 name: topic.to_owned(),
             }),
             id,
-            permission: permission(perm) as i32,
+            permission: permission_to_pb(perm) as i32,
             broker: Some(broker(id)),
-            accept_message_types: vec![mtype as i32],
+            accept_message_types: vec![message_type_to_pb(mtype) as i32],
         })
         .collect()
 }
@@ -439,7 +421,5 @@ mod tests {
         assert_eq!(d.scheme, pb::AddressScheme::DomainName as i32);
         assert_eq!(d.addresses.len(), 1);
         assert_eq!(endpoints(&["nonsense".into()]).addresses.len(), 0);
-        assert_eq!(permission(2), pb::Permission::Write);
-        assert_eq!(permission(0), pb::Permission::None);
     }
 }

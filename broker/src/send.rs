@@ -141,7 +141,7 @@ impl Broker {
                     t
                 }
             };
-            if topic.perm & 2 == 0 {
+            if !topic.perm.writable() {
                 return Err(refuse(
                     Code::Forbidden,
                     format!("topic {} is not writable", topic.name),
@@ -222,7 +222,7 @@ impl Broker {
             &addrs,
             t.queue_count,
             t.perm,
-            crate::service::topic_message_type(t.message_type),
+            t.message_type,
             style,
         );
         if q.is_empty() {

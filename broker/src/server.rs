@@ -9,7 +9,9 @@ use tokio::task::JoinHandle;
 use crate::admin::Admin;
 use crate::admin_pb::broker_admin_server::BrokerAdminServer;
 use crate::broker::Broker;
+use crate::consumers::OffsetCommitter;
 use crate::error::BrokerError;
+use crate::leader_term::LeaderTerms;
 use crate::pb::messaging_service_server::MessagingServiceServer;
 use crate::service::Service;
 
@@ -18,36 +20,53 @@ use crate::service::Service;
 #[must_use = "the client port stops only through ClientServer::stop"]
 pub struct ClientServer {
     task: JoinHandle<()>,
-    committer: JoinHandle<()>,
+    leader_terms: LeaderTerms,
     shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
 impl ClientServer {
+    /// The term whose leader-term services run now, if any
+    /// ([`LeaderTerms::services_term`]).
+    pub fn services_term(&self) -> Option<u64> {
+        self.leader_terms.services_term()
+    }
+
     /// Stops serving: the listening socket closes at once, and calls on open
     /// connections get up to `drain` to finish (a write taken before a leadership
     /// hand-over is forwarded to the new leader and answered). Calls still open
     /// after it (long polls, Telemetry streams, each on its connection's own task)
-    /// are left to end with the process. The consumer-offset committer stops.
+    /// are left to end with the process. The leader-term services (the
+    /// consumer-offset committer) are then told their term ended, and get what is
+    /// left of `drain` to finish a commit under way.
     pub async fn stop(self, drain: Duration) {
+        let deadline = tokio::time::Instant::now() + drain;
         let _ = self.shutdown.send(());
         let mut task = self.task;
-        if tokio::time::timeout(drain, &mut task).await.is_err() {
+        if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
             task.abort();
             let _ = task.await;
         }
-        self.committer.abort();
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.leader_terms.stop(left).await;
     }
 }
 
 /// Binds `addr` and serves the client protocol and the admin service until
-/// [`ClientServer::stop`]; also starts the consumer-offset committer (every
-/// 100 ms). Error: the address cannot be bound.
+/// [`ClientServer::stop`]; also starts the leader-term services
+/// ([`crate::leader_term`]): the consumer-offset committer, every 100 ms while
+/// this node leads. Error: the address cannot be bound.
 pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer, BrokerError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| BrokerError::Transport(format!("bind {addr}: {e}")))?;
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let committer = broker.consumers.spawn_committer(Duration::from_millis(100));
+    let leader_terms = LeaderTerms::start(
+        broker.node.status(),
+        vec![Arc::new(OffsetCommitter {
+            consumers: broker.consumers.clone(),
+            interval: Duration::from_millis(100),
+        })],
+    );
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .add_service(
@@ -70,7 +89,7 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
     });
     Ok(ClientServer {
         task,
-        committer,
+        leader_terms,
         shutdown,
     })
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::Stream;
-use ledgermq_raft::TopicMessageType;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -24,16 +23,6 @@ use crate::route::EndpointStyle;
 pub struct Service(pub Arc<Broker>);
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
-/// The protocol's message type of a topic type.
-pub fn topic_message_type(t: TopicMessageType) -> pb::MessageType {
-    match t {
-        TopicMessageType::Normal => pb::MessageType::Normal,
-        TopicMessageType::Fifo => pb::MessageType::Fifo,
-        TopicMessageType::Delay => pb::MessageType::Delay,
-        TopicMessageType::Transaction => pb::MessageType::Transaction,
-    }
-}
 
 fn client_id(md: &MetadataMap) -> Option<String> {
     md.get(CLIENT_ID_HEADER)

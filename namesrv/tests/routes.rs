@@ -14,7 +14,7 @@ use ledgermq_namesrv::pb::{ListClusterRequest, QueryRouteRequest, QueryRouteResp
 use ledgermq_namesrv::registrar::Registrar;
 use ledgermq_raft::{
     BatchConfig, Command as RaftCommand, NetworkFilter, RaftNode, RaftNodeConfig, RaftTiming,
-    TopicConfig, TopicMessageType,
+    TopicConfig, TopicMessageType, TopicPerm,
 };
 use ledgermq_store::StoreConfig;
 use tokio::task::JoinHandle;
@@ -215,7 +215,7 @@ async fn name_servers_follow_the_group() {
         .write_command(RaftCommand::UpdateTopic(TopicConfig {
             name: "TopicN".into(),
             queue_count: 8,
-            perm: 6,
+            perm: TopicPerm::READ_WRITE,
             message_type: TopicMessageType::Normal,
         }))
         .await

@@ -51,9 +51,9 @@ pub mod writer;
 
 pub use error::{ForwardRefusal, RaftNodeError};
 pub use network::{LinkShape, NetworkFilter};
-pub use node::{RaftNode, RaftNodeConfig, RaftTiming};
+pub use node::{NodeRole, NodeStatus, RaftNode, RaftNodeConfig, RaftTiming};
 pub use types::{
     Command, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response,
-    TimedFifoLease, TopicConfig, TopicMessageType,
+    TimedFifoLease, TopicConfig, TopicMessageType, TopicPerm,
 };
 pub use writer::BatchConfig;

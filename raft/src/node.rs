@@ -27,6 +27,9 @@ use crate::writer::{BatchConfig, Writer};
 mod disk;
 mod storage;
 pub use storage::SET_ASIDE_MESSAGES_LOG;
+mod status;
+pub use status::{NodeRole, NodeStatus};
+mod transfer;
 mod upkeep;
 mod write;
 use upkeep::{probe_peers, rejoin_elections_when_caught_up, retention_loop};
@@ -113,6 +116,8 @@ pub struct RaftNode {
     elections: Arc<ElectionGate>,
     /// The log command set each peer decodes.
     formats: crate::peer_formats::PeerFormats,
+    /// Role, term, leader and readiness, changed only when one of them changes.
+    status: tokio::sync::watch::Receiver<NodeStatus>,
 }
 
 impl RaftNode {
@@ -295,6 +300,7 @@ impl RaftNode {
             cfg.timing.election_timeout_min_ms,
             cfg.timing.election_timeout_max_ms,
         ));
+        let (status, _) = status::spawn_status_watch(raft.metrics());
         let node = Arc::new(Self {
             id: cfg.node_id,
             raft,
@@ -312,6 +318,7 @@ impl RaftNode {
             stopping,
             elections,
             formats,
+            status,
         });
         // A crash between a snapshot build and its purge: finish the purge, so the
         // snapshot sits where the log begins.
@@ -368,6 +375,20 @@ impl RaftNode {
     /// may lag the leader's; `None` before the first commit). Errors: `Storage`.
     pub fn saved_commit_index(&self) -> Result<Option<u64>, RaftNodeError> {
         Ok(crate::log_store::saved_committed(&self.meta)?.map(|l| l.index))
+    }
+
+    /// This node's role, term, leader and readiness to serve as leader
+    /// ([`NodeStatus::ready_term`]); the watch is notified only when one of them
+    /// changes, not on every applied entry.
+    pub fn status(&self) -> tokio::sync::watch::Receiver<NodeStatus> {
+        self.status.clone()
+    }
+
+    /// The status as of openraft's latest metrics, read now (the watch of
+    /// [`Self::status`] follows them one task hop later): for decisions such as
+    /// whether to serve a call as leader.
+    pub fn status_now(&self) -> NodeStatus {
+        NodeStatus::from_metrics(&self.raft.metrics().borrow())
     }
 
     /// The openraft handle (metrics, triggers).
@@ -452,112 +473,6 @@ impl RaftNode {
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 
-    /// Graceful leadership transfer (rolling restarts): waits until `target` (or the
-    /// most caught-up follower) has every entry of this leader's log, then asks it to
-    /// start an election at once (Raft's TimeoutNow). Returns the new leader.
-    pub async fn transfer_leadership(
-        &self,
-        target: Option<NodeId>,
-        timeout: Duration,
-    ) -> Result<NodeId, RaftNodeError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        // No new writes from here on (the target must catch up with a log that
-        // stops growing); everything is restored by the guard even if this future
-        // is dropped part way.
-        let _restore = TransferGuard { node: self };
-        self.writer.set_paused(true);
-        let target = loop {
-            let m = self.raft.metrics().borrow().clone();
-            if m.current_leader != Some(self.id) {
-                return Err(RaftNodeError::NotLeader {
-                    leader: m.current_leader,
-                });
-            }
-            let last = m.last_log_index;
-            let repl = m.replication.clone().unwrap_or_default();
-            let caught_up = repl
-                .iter()
-                .filter(|(id, _)| **id != self.id && target.is_none_or(|t| t == **id))
-                .filter(|(_, matched)| matched.map(|l| l.index) >= last)
-                .map(|(id, _)| *id)
-                .next();
-            if let Some(t) = caught_up {
-                break t;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(RaftNodeError::Timeout {
-                    timeout_ms: timeout.as_millis() as u64,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let addr = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&target)
-            .map(|n| n.addr.clone())
-            .ok_or(RaftNodeError::InvalidInput(format!(
-                "node {target} is not a member"
-            )))?;
-        // openraft 0.9 followers refuse votes while the leader's lease (the maximum
-        // election timeout since its last heartbeat) holds, so the leader stops
-        // heartbeating and stays out of elections, and keeps asking the target to
-        // campaign until it wins.
-        self.raft.runtime_config().heartbeat(false);
-        self.elections.hold(Hold::Transfer);
-        let result = self.campaign_until_leader(target, &addr, deadline).await;
-        result.map_err(|e| match e {
-            RaftNodeError::Timeout { .. } => RaftNodeError::Timeout {
-                timeout_ms: timeout.as_millis() as u64,
-            },
-            other => other,
-        })
-    }
-
-    async fn campaign_until_leader(
-        &self,
-        target: NodeId,
-        addr: &str,
-        deadline: tokio::time::Instant,
-    ) -> Result<NodeId, RaftNodeError> {
-        let fail = |reason: String| RaftNodeError::Forward {
-            leader: target,
-            reason,
-            sent: true,
-        };
-        let channel = lazy_channel(addr, Duration::from_millis(500)).map_err(fail)?;
-        let mut rx = self.raft.metrics();
-        loop {
-            let req = peer_request(self.id, &(), Duration::from_secs(1))
-                .map_err(|s| fail(s.to_string()))?;
-            let mut client = RaftPeerClient::new(channel.clone());
-            match tokio::time::timeout(Duration::from_secs(1), client.timeout_now(req)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(s)) => tracing::warn!(target, error = %s, "TimeoutNow failed"),
-                Err(_) => tracing::warn!(target, "TimeoutNow timed out"),
-            }
-            let round_end =
-                (tokio::time::Instant::now() + Duration::from_millis(200)).min(deadline);
-            loop {
-                let leader = rx.borrow().current_leader;
-                if let Some(l) = leader.filter(|l| *l != self.id) {
-                    return Ok(l);
-                }
-                match tokio::time::timeout_at(round_end, rx.changed()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return Err(RaftNodeError::ShuttingDown),
-                    Err(_) => break,
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(RaftNodeError::Timeout { timeout_ms: 0 });
-            }
-        }
-    }
-
     /// Stops Raft and the server; with `clean`, flushes and shuts the store down so the
     /// next start needs no recovery scan. Without it the files are left as a crash
     /// would leave them (the page cache still holds what was written).
@@ -584,19 +499,5 @@ impl RaftNode {
             self.store.shutdown()?;
         }
         Ok(())
-    }
-}
-
-/// Re-enables heartbeats, elections and writes after a leadership transfer, however
-/// it ends.
-struct TransferGuard<'a> {
-    node: &'a RaftNode,
-}
-
-impl Drop for TransferGuard<'_> {
-    fn drop(&mut self) {
-        self.node.raft.runtime_config().heartbeat(true);
-        self.node.elections.release(Hold::Transfer);
-        self.node.writer.set_paused(false);
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{message, Cluster};
 use ledgermq_raft::{
-    Command, GroupConfig, OffsetCommit, RaftNodeError, TopicConfig, TopicMessageType,
+    Command, GroupConfig, OffsetCommit, RaftNodeError, TopicConfig, TopicMessageType, TopicPerm,
 };
 use ledgermq_store::FlushMode;
 
@@ -326,7 +326,7 @@ async fn leadership_transfer_and_metadata_replication() {
         .write_command(Command::UpdateTopic(TopicConfig {
             name: "TopicM".into(),
             queue_count: 4,
-            perm: 6,
+            perm: TopicPerm::READ_WRITE,
             message_type: TopicMessageType::Fifo,
         }))
         .await

@@ -20,7 +20,7 @@ use common::{message, Cluster};
 use ledgermq_raft::format::MAGIC;
 use ledgermq_raft::meta::MetaDb;
 use ledgermq_raft::{
-    Command, FifoLease, GroupConfig, NodeId, OffsetCommit, TopicConfig, TopicMessageType,
+    Command, FifoLease, GroupConfig, NodeId, OffsetCommit, TopicConfig, TopicMessageType, TopicPerm,
 };
 use ledgermq_store::FlushMode;
 
@@ -45,7 +45,7 @@ fn topic(name: &str, queue_count: u32, message_type: TopicMessageType) -> TopicC
     TopicConfig {
         name: name.into(),
         queue_count,
-        perm: 6,
+        perm: TopicPerm::READ_WRITE,
         message_type,
     }
 }

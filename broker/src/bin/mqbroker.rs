@@ -6,21 +6,10 @@
 //! 1.5 s to finish (through the new leader), unregisters and shuts the store
 //! down cleanly. Clients (RocketMQ 5 gRPC) and `mqadmin` use `client_addr`.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
-use ledgermq_broker::announce::{spawn_announcer, Identity};
-use ledgermq_broker::broker::Broker;
 use ledgermq_broker::config::BrokerConfig;
-use ledgermq_broker::route::{Members, NameServers};
-use ledgermq_namesrv::registrar::Registrar;
-use ledgermq_raft::{BatchConfig, NetworkFilter, RaftNode, RaftNodeConfig, RaftTiming};
-
-/// On SIGTERM, after the leadership hand-over: how long calls in flight get to
-/// finish before the client port closes.
-const SHUTDOWN_DRAIN: Duration = Duration::from_millis(1500);
+use ledgermq_broker::node::{BrokerNode, NodeTimings, StartOptions};
 
 /// mimalloc instead of glibc malloc: allocation was ~16% of a leader's CPU.
 #[global_allocator]
@@ -60,106 +49,30 @@ async fn main() -> Result<()> {
     if let Some(dir) = args.store_dir {
         cfg.store_root = dir;
     }
-    let members = cfg.members().map_err(anyhow::Error::msg)?;
-    let raft_addr = members
-        .get(&cfg.node_id)
-        .context("node_id not among peers")?
-        .clone();
-    let node = RaftNode::start(
-        RaftNodeConfig {
-            node_id: cfg.node_id,
-            listen_addr: raft_addr.parse().context("peer address of this node")?,
-            members,
-            store: {
-                let mut store = cfg.store_config().map_err(anyhow::Error::msg)?;
-                store.forget_lost_acknowledged = args.forget_lost_acknowledged;
-                store
-            },
-            timing: RaftTiming {
-                heartbeat_interval_ms: cfg.raft_heartbeat_ms,
-                election_timeout_min_ms: cfg.raft_election_min_ms,
-                election_timeout_max_ms: cfg.raft_election_max_ms,
-            },
-            batch: BatchConfig::default(),
-            store_host: cfg.client_addr.parse().context("client_addr")?,
-            write_timeout_ms: 2500,
-            cluster_name: cfg.broker_group.clone(),
-            retention_interval_ms: cfg.retention_interval_ms,
+    let node = BrokerNode::start(
+        &cfg,
+        StartOptions {
+            forget_lost_acknowledged: args.forget_lost_acknowledged,
+            ..StartOptions::default()
         },
-        NetworkFilter::default(),
+        NodeTimings::default(),
     )
     .await?;
-    let registrar = Arc::new(Registrar::start(
-        cfg.namesrv_addrs.clone(),
-        Duration::from_millis(cfg.namesrv_heartbeat_ms),
-        Duration::from_secs(3),
-    ));
-    let identity = Identity {
-        cluster: cfg.cluster.clone(),
-        broker_group: cfg.broker_group.clone(),
-        client_addr: cfg.advertised_client_addr().to_owned(),
-    };
-    let announcer = spawn_announcer(
-        node.clone(),
-        registrar.clone(),
-        identity,
-        Duration::from_secs(1),
-    );
-    let settings = cfg.service_settings();
-    let broker = Broker::new(
-        node.clone(),
-        cfg.broker_group.clone(),
-        settings,
-        NameServers::new(cfg.namesrv_addrs.clone()),
-        Members::new(
-            cfg.broker_group.clone(),
-            cfg.member_client_addrs().map_err(anyhow::Error::msg)?,
-        ),
-    );
-    let client_addr: std::net::SocketAddr = cfg.client_addr.parse().context("client_addr")?;
-    let server = ledgermq_broker::server::serve(broker, client_addr).await?;
     tracing::info!(node = cfg.node_id, group = %cfg.broker_group, "mqbroker started");
     println!("mqbroker {} node {} started", cfg.broker_group, cfg.node_id);
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // A Raft core that stopped on a fatal error (a storage failure, a panic) leaves
     // a node that cannot serve: exit so a supervisor restarts it, and recovery runs.
-    let mut metrics = node.raft().metrics();
-    let fatal = async move {
-        loop {
-            if let Err(e) = &metrics.borrow().running_state {
-                return e.to_string();
-            }
-            if metrics.changed().await.is_err() {
-                return "the Raft core stopped".to_string();
-            }
-        }
-    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
-        why = fatal => {
+        why = node.failed() => {
             tracing::error!(error = %why, "the Raft node failed; exiting");
             eprintln!("mqbroker: the Raft node failed: {why}");
             std::process::exit(70);
         }
     }
-    if node.is_leader() {
-        match node.transfer_leadership(None, Duration::from_secs(5)).await {
-            Ok(to) => tracing::info!(to, "leadership handed over"),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not hand leadership over; followers will elect")
-            }
-        }
-    }
-    // Calls taken before the hand-over finish through the new leader.
-    server.stop(SHUTDOWN_DRAIN).await;
-    announcer.abort();
-    let _ = announcer.await; // drops its handle on the registrar
-    match Arc::try_unwrap(registrar) {
-        Ok(r) => r.stop(true).await,
-        Err(_) => tracing::warn!("registrar still shared; not unregistering"),
-    }
-    node.stop(true).await?;
+    node.shutdown().await?;
     Ok(())
 }

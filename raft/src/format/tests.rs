@@ -17,7 +17,7 @@ use crate::codec::{log_id, SystemPayload};
 use crate::state_machine::{GroupMeta, SnapshotData};
 use crate::types::{
     Command, FifoLease, GroupConfig, LogId, NodeId, OffsetCommit, Request, TopicConfig,
-    TopicMessageType,
+    TopicMessageType, TopicPerm,
 };
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -56,7 +56,7 @@ fn topic() -> TopicConfig {
     TopicConfig {
         name: "TopicF".into(),
         queue_count: 8,
-        perm: 6,
+        perm: TopicPerm::READ_WRITE,
         message_type: TopicMessageType::Fifo,
     }
 }
@@ -148,6 +148,19 @@ fn stored_rows_of_the_previous_release_decode() {
         },
         "01058010010102010300010203000e3132372e302e302e313a39303030010e3132372e302e302e313a39303031020e3132372e302e302e313a3930303206352d32303438680202474606546f7069634606ac0202474e06546f70696346060c0106546f7069634606546f70696346080601010247460247460100100102474606546f706963460602474606546f7069634606ac028980808080a0010280a0bfe9d6660106546f7069634606ad02",
     );
+}
+
+#[test]
+fn a_topic_permission_keeps_the_bare_bits_earlier_releases_stored() {
+    for bits in [0u32, 2, 4, 6, 7] {
+        let as_u32 = postcard::to_allocvec(&bits).unwrap();
+        assert_eq!(
+            postcard::to_allocvec(&TopicPerm::from_bits(bits)).unwrap(),
+            as_u32
+        );
+        let back: TopicPerm = postcard::from_bytes(&as_u32).unwrap();
+        assert_eq!(back.bits(), bits);
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! it asks to store.
 
 use super::*;
-use crate::types::{OffsetCommit, TopicMessageType};
+use crate::types::{OffsetCommit, TopicMessageType, TopicPerm};
 
 const TERM: u64 = 7;
 
@@ -35,7 +35,7 @@ fn topic(name: &str, queue_count: u32) -> TopicConfig {
     TopicConfig {
         name: name.into(),
         queue_count,
-        perm: 6,
+        perm: TopicPerm::READ_WRITE,
         message_type: TopicMessageType::Normal,
     }
 }

@@ -1,0 +1,228 @@
+//! [`BrokerNode`]: one running member of a broker group as a library entry, so that
+//! `mqbroker` is short and a node can be started and stopped inside a test.
+//!
+//! Start order: the Raft node (store recovery, openraft, the peer port), the
+//! broker's service state, the client port with the leader-term services, then
+//! the announcements to the name servers. Stop order ([`BrokerNode::shutdown`]): leadership
+//! handed to a caught-up follower, calls in flight drained through the new leader,
+//! the client port closed, the name servers told, the store shut down cleanly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledgermq_namesrv::registrar::Registrar;
+use ledgermq_raft::{BatchConfig, NetworkFilter, RaftNode, RaftNodeConfig, RaftTiming};
+use tokio::task::JoinHandle;
+
+use crate::announce::{spawn_announcer, Identity};
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+use crate::route::{Members, NameServers};
+use crate::server::ClientServer;
+
+/// What a start takes beyond the configuration file.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Take part in elections at once even if this node may have lost entries it
+    /// had acknowledged (`mqbroker --forget-lost-acknowledged`).
+    pub forget_lost_acknowledged: bool,
+    /// Fault injection on the peer transport (tests); the default lets everything
+    /// through.
+    pub filter: NetworkFilter,
+}
+
+/// Timings of a node that are not in the configuration file.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeTimings {
+    /// How long a write may wait for its commit before it answers Timeout.
+    pub write_timeout: Duration,
+    /// How often the node's registration is refreshed at the name servers (besides
+    /// every role change).
+    pub announce_refresh: Duration,
+    /// How long a name server gets to answer a registration.
+    pub namesrv_timeout: Duration,
+    /// On shutdown, how long a leadership hand-over may take.
+    pub hand_over_timeout: Duration,
+    /// On shutdown, after the hand-over: how long calls in flight get to finish
+    /// before the client port closes.
+    pub shutdown_drain: Duration,
+}
+
+impl Default for NodeTimings {
+    fn default() -> Self {
+        Self {
+            write_timeout: Duration::from_millis(2500),
+            announce_refresh: Duration::from_secs(1),
+            namesrv_timeout: Duration::from_secs(3),
+            hand_over_timeout: Duration::from_secs(5),
+            shutdown_drain: Duration::from_millis(1500),
+        }
+    }
+}
+
+/// One running broker node (see the module doc).
+pub struct BrokerNode {
+    node: Arc<RaftNode>,
+    broker: Arc<Broker>,
+    server: ClientServer,
+    announcer: JoinHandle<()>,
+    registrar: Arc<Registrar>,
+    timings: NodeTimings,
+}
+
+fn config_error(key: &'static str, reason: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Config {
+        key,
+        reason: reason.to_string(),
+    }
+}
+
+impl BrokerNode {
+    /// Starts the node `cfg` describes. Errors: `Config` (a value that does not
+    /// parse, naming its key), and whatever opening the store, starting Raft or
+    /// binding a port returns.
+    pub async fn start(
+        cfg: &BrokerConfig,
+        opts: StartOptions,
+        timings: NodeTimings,
+    ) -> Result<Self, BrokerError> {
+        let members = cfg.members().map_err(|e| config_error("peers", e))?;
+        let raft_addr: SocketAddr = members
+            .get(&cfg.node_id)
+            .ok_or_else(|| config_error("node_id", "not among peers"))?
+            .parse()
+            .map_err(|e| config_error("peers", format!("this node's address: {e}")))?;
+        let client_addr: SocketAddr = cfg
+            .client_addr
+            .parse()
+            .map_err(|e| config_error("client_addr", e))?;
+        // `store_config` refuses only an unknown `flush` mode.
+        let mut store = cfg.store_config().map_err(|e| config_error("flush", e))?;
+        store.forget_lost_acknowledged = opts.forget_lost_acknowledged;
+        let member_clients = cfg
+            .member_client_addrs()
+            .map_err(|e| config_error("client_addrs", e))?;
+        let node = RaftNode::start(
+            RaftNodeConfig {
+                node_id: cfg.node_id,
+                listen_addr: raft_addr,
+                members,
+                store,
+                timing: RaftTiming {
+                    heartbeat_interval_ms: cfg.raft_heartbeat_ms,
+                    election_timeout_min_ms: cfg.raft_election_min_ms,
+                    election_timeout_max_ms: cfg.raft_election_max_ms,
+                },
+                batch: BatchConfig::default(),
+                store_host: client_addr,
+                write_timeout_ms: timings.write_timeout.as_millis() as u64,
+                cluster_name: cfg.broker_group.clone(),
+                retention_interval_ms: cfg.retention_interval_ms,
+            },
+            opts.filter,
+        )
+        .await?;
+        let broker = Broker::new(
+            node.clone(),
+            cfg.broker_group.clone(),
+            cfg.service_settings(),
+            NameServers::new(cfg.namesrv_addrs.clone()),
+            Members::new(cfg.broker_group.clone(), member_clients),
+        );
+        // The client port serves before the node is announced, so that routes
+        // never name a port that is not listening (and a port that cannot be
+        // bound leaves nothing registered).
+        let server = match crate::server::serve(broker.clone(), client_addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = node.stop(true).await;
+                return Err(e);
+            }
+        };
+        let registrar = Arc::new(Registrar::start(
+            cfg.namesrv_addrs.clone(),
+            Duration::from_millis(cfg.namesrv_heartbeat_ms),
+            timings.namesrv_timeout,
+        ));
+        let announcer = spawn_announcer(
+            node.clone(),
+            registrar.clone(),
+            Identity {
+                cluster: cfg.cluster.clone(),
+                broker_group: cfg.broker_group.clone(),
+                client_addr: cfg.advertised_client_addr().to_owned(),
+            },
+            timings.announce_refresh,
+        );
+        Ok(Self {
+            node,
+            broker,
+            server,
+            announcer,
+            registrar,
+            timings,
+        })
+    }
+
+    /// The Raft node.
+    pub fn raft_node(&self) -> &Arc<RaftNode> {
+        &self.node
+    }
+
+    /// The term whose leader-term services ([`crate::leader_term`]) run on this
+    /// node now, if any.
+    pub fn services_term(&self) -> Option<u64> {
+        self.server.services_term()
+    }
+
+    /// The broker's service state.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// Resolves when the Raft core has stopped by itself (a storage failure, a
+    /// panic), with why; the node can then not serve, and its process should exit
+    /// so that a supervisor restarts it and recovery runs.
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.node.raft().metrics();
+        loop {
+            if let Err(e) = &metrics.borrow_and_update().running_state {
+                return e.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the Raft core stopped".to_string();
+            }
+        }
+    }
+
+    /// Stops the node in the order of the module doc. A leader that cannot hand
+    /// over (no caught-up follower within `hand_over_timeout`) stops anyway and the
+    /// followers elect. Errors: the store's clean shutdown.
+    pub async fn shutdown(self) -> Result<(), BrokerError> {
+        if self.node.is_leader() {
+            match self
+                .node
+                .transfer_leadership(None, self.timings.hand_over_timeout)
+                .await
+            {
+                Ok(to) => tracing::info!(to, "leadership handed over"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not hand leadership over; followers will elect")
+                }
+            }
+        }
+        // Calls taken before the hand-over finish through the new leader.
+        self.server.stop(self.timings.shutdown_drain).await;
+        self.announcer.abort();
+        let _ = self.announcer.await; // drops its handle on the registrar
+        drop(self.broker);
+        match Arc::try_unwrap(self.registrar) {
+            Ok(r) => r.stop(true).await,
+            Err(_) => tracing::warn!("registrar still shared; not unregistering"),
+        }
+        self.node.stop(true).await?;
+        Ok(())
+    }
+}

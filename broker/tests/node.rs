@@ -1,0 +1,284 @@
+//! A broker group of three [`BrokerNode`]s in one process: the leader-term
+//! services (the consumer-offset committer) run on the ready leader alone and
+//! move with the leadership, and a shutdown hands leadership over.
+
+use std::path::Path;
+use std::time::Duration;
+
+use ledgermq_broker::config::BrokerConfig;
+use ledgermq_broker::node::{BrokerNode, NodeTimings, StartOptions};
+use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
+use ledgermq_broker::pb::receive_message_response::Content;
+use ledgermq_broker::pb::{
+    AckMessageEntry, AckMessageRequest, Code, FilterExpression, FilterType, Message, MessageQueue,
+    MessageType, ReceiveMessageRequest, Resource, SendMessageRequest, SystemProperties,
+};
+use tonic::transport::Channel;
+
+/// A free loopback port below Linux's ephemeral range, from a per-process start
+/// point (as `ledgermq_tests::cluster::free_port`, which this crate cannot use).
+fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        20_000 + (std::process::id() % 600) as u16 * 20,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let p = NEXT.fetch_add(1, Ordering::SeqCst);
+        let p = if p >= 32_000 { 20_000 + p % 12_000 } else { p };
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+fn configs(dir: &Path) -> Vec<BrokerConfig> {
+    let raft: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let client: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    (0..3)
+        .map(|i| {
+            let mut text = format!(
+                "cluster = \"DefaultCluster\"\nbroker_group = \"broker-t\"\nnode_id = {i}\n\
+                 client_addr = \"{}\"\nnamesrv_addrs = []\nstore_root = \"{}\"\n\
+                 flush = \"sync\"\ncommit_log_segment_bytes = 4194304\n\
+                 disk_space_warning_ratio = 0.99\nauto_create_topics = true\n\n[peers]\n",
+                client[i],
+                dir.join(format!("n{i}")).display(),
+            );
+            for (j, a) in raft.iter().enumerate() {
+                text.push_str(&format!("{j} = \"{a}\"\n"));
+            }
+            text.push_str("\n[client_addrs]\n");
+            for (j, a) in client.iter().enumerate() {
+                text.push_str(&format!("{j} = \"{a}\"\n"));
+            }
+            let path = dir.join(format!("n{i}.toml"));
+            std::fs::write(&path, text).unwrap();
+            BrokerConfig::load(&path).unwrap()
+        })
+        .collect()
+}
+
+fn res(name: &str) -> Option<Resource> {
+    Some(Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
+}
+
+/// `msg` with the client id header every official client sends.
+fn from_client<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut()
+        .insert("x-mq-client-id", "node-test@1".parse().unwrap());
+    req
+}
+
+async fn client(cfg: &BrokerConfig) -> MessagingServiceClient<Channel> {
+    MessagingServiceClient::connect(format!("http://{}", cfg.client_addr))
+        .await
+        .unwrap()
+}
+
+/// Sends `n` messages to `topic`, receives and acks them all as group `group`.
+async fn send_receive_ack(
+    c: &mut MessagingServiceClient<Channel>,
+    topic: &str,
+    group: &str,
+    n: usize,
+) {
+    static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    for _ in 0..n {
+        let i = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = c
+            .send_message(from_client(SendMessageRequest {
+                messages: vec![Message {
+                    topic: res(topic),
+                    user_properties: Default::default(),
+                    system_properties: Some(SystemProperties {
+                        message_id: format!("node-test-{i}"),
+                        message_type: MessageType::Normal as i32,
+                        ..Default::default()
+                    }),
+                    body: b"x".to_vec(),
+                }],
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status.unwrap().code, Code::Ok as i32);
+    }
+    let mut acked = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while acked < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{acked} of {n} received"
+        );
+        let mut stream = c
+            .receive_message(from_client(ReceiveMessageRequest {
+                group: res(group),
+                message_queue: Some(MessageQueue {
+                    topic: res(topic),
+                    id: -1,
+                    ..Default::default()
+                }),
+                filter_expression: Some(FilterExpression {
+                    r#type: FilterType::Tag as i32,
+                    expression: "*".into(),
+                }),
+                batch_size: 32,
+                invisible_duration: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                auto_renew: false,
+                long_polling_timeout: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        while let Some(item) = stream.message().await.unwrap() {
+            if let Some(Content::Message(m)) = item.content {
+                let props = m.system_properties.unwrap();
+                let r = c
+                    .ack_message(from_client(AckMessageRequest {
+                        group: res(group),
+                        topic: res(topic),
+                        entries: vec![AckMessageEntry {
+                            message_id: props.message_id,
+                            receipt_handle: props.receipt_handle.unwrap(),
+                        }],
+                    }))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert_eq!(r.status.unwrap().code, Code::Ok as i32);
+                acked += 1;
+            }
+        }
+    }
+}
+
+/// The offsets of `group` on `topic` committed on `node`, summed over queues.
+fn committed(node: &BrokerNode, group: &str, topic: &str) -> u64 {
+    let meta = node.raft_node().shared_meta().read().unwrap();
+    meta.offsets
+        .iter()
+        .filter(|((g, t, _), _)| g == group && t == topic)
+        .map(|(_, o)| *o)
+        .sum()
+}
+
+/// Waits until every live node has `want` committed for `group` on `topic`.
+async fn wait_committed(nodes: &[Option<BrokerNode>], group: &str, topic: &str, want: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen: Vec<u64> = nodes
+            .iter()
+            .flatten()
+            .map(|n| committed(n, group, topic))
+            .collect();
+        if seen.iter().all(|&o| o == want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "offsets committed per node {seen:?}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until exactly one live node is a ready leader whose leader-term services
+/// run for its term, and the others run none; returns its index and term.
+async fn serving_leader(nodes: &[Option<BrokerNode>]) -> (usize, u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let states: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                n.as_ref().map(|n| {
+                    (
+                        n.raft_node().status().borrow().ready_term,
+                        n.services_term(),
+                    )
+                })
+            })
+            .collect();
+        let leaders: Vec<_> = states
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Some((Some(t), Some(s))) if t == s => Some((i, *t)),
+                _ => None,
+            })
+            .collect();
+        let others_idle = states
+            .iter()
+            .flatten()
+            .filter(|(ready, _)| ready.is_none())
+            .all(|(_, services)| services.is_none());
+        if leaders.len() == 1 && others_idle {
+            return leaders[0];
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no single serving leader within 20 s: {states:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_term_services_follow_the_leader_through_a_hand_over_and_a_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfgs = configs(dir.path());
+    let mut nodes = Vec::new();
+    for cfg in &cfgs {
+        nodes.push(Some(
+            BrokerNode::start(cfg, StartOptions::default(), NodeTimings::default())
+                .await
+                .unwrap(),
+        ));
+    }
+    let (first, term) = serving_leader(&nodes).await;
+    // Acks of a clustering group reach every replica through the leader's
+    // offset committer.
+    let leader = nodes[first].as_ref().unwrap();
+    let mut c = client(&cfgs[first]).await;
+    send_receive_ack(&mut c, "NodeT", "NodeG", 3).await;
+    wait_committed(&nodes, "NodeG", "NodeT", 3).await;
+    // A hand-over: the old leader stays up, its services end, the new leader's
+    // start in a later term and commit the acks taken there.
+    let to = leader
+        .raft_node()
+        .transfer_leadership(None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (second, next_term) = serving_leader(&nodes).await;
+    assert_eq!(second as u64, to);
+    assert!(next_term > term, "{next_term} after {term}");
+    assert_eq!(nodes[first].as_ref().unwrap().services_term(), None);
+    let mut c = client(&cfgs[second]).await;
+    send_receive_ack(&mut c, "NodeT", "NodeG", 2).await;
+    wait_committed(&nodes, "NodeG", "NodeT", 5).await;
+    // A clean shutdown of the leader hands leadership to a caught-up follower.
+    nodes[second].take().unwrap().shutdown().await.unwrap();
+    let (third, last_term) = serving_leader(&nodes).await;
+    assert_ne!(third, second);
+    assert!(last_term > next_term, "{last_term} after {next_term}");
+    for n in nodes.into_iter().flatten() {
+        n.shutdown().await.unwrap();
+    }
+}
