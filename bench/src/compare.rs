@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use ledgermq_tests::cluster::{bin, ClusterOptions, LocalCluster};
+use ledgermq_testkit::bin;
+use ledgermq_testkit::cluster::{ClusterOptions, LocalCluster};
 
 use crate::ledgermq::LedgerMq;
 use crate::nats::Nats;

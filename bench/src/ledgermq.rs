@@ -14,10 +14,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
-use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
-use ledgermq_broker::pb::{
+use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_proto::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
+use ledgermq_proto::pb::messaging_service_client::MessagingServiceClient;
+use ledgermq_proto::pb::{
     receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, Message,
     MessageType, ReceiveMessageRequest, Resource, SendMessageRequest, SystemProperties,
 };

@@ -9,9 +9,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use futures::Stream;
-use ledgermq_broker::error::ok_status;
-use ledgermq_broker::pb;
-use ledgermq_broker::pb::messaging_service_server::{MessagingService, MessagingServiceServer};
+use ledgermq_proto::pb;
+use ledgermq_proto::pb::messaging_service_server::{MessagingService, MessagingServiceServer};
 use tonic::{Request, Response, Status, Streaming};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -23,7 +22,7 @@ pub struct Noop {
 }
 
 fn ok() -> Option<pb::Status> {
-    Some(ok_status())
+    Some(pb::Status::ok())
 }
 
 fn unimplemented<T>(what: &str) -> Result<Response<T>, Status> {

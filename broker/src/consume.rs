@@ -11,7 +11,7 @@ use ledgermq_store::MessageRecord;
 
 use crate::broker::Broker;
 use crate::consumers::{DeadLetter, PopRequest};
-use crate::error::{ok_status, refuse, BrokerError};
+use crate::error::{refuse, BrokerError};
 use crate::filter::TagFilter;
 use crate::message::{check_group, check_topic, duration_ms, timestamp, PROPERTY_ORIGIN_TOPIC};
 use crate::pb::{self, Code};
@@ -157,7 +157,7 @@ impl Broker {
             )],
             Ok(messages) => {
                 let mut out = Vec::with_capacity(messages.len() + 2);
-                out.push(status_item(ok_status()));
+                out.push(status_item(pb::Status::ok()));
                 out.extend(messages.into_iter().map(|m| pb::ReceiveMessageResponse {
                     content: Some(pb::receive_message_response::Content::Message(m)),
                 }));
@@ -313,7 +313,7 @@ impl Broker {
             entries.push(pb::AckMessageResultEntry {
                 message_id: entry.message_id.clone(),
                 receipt_handle: entry.receipt_handle.clone(),
-                status: Some(r.map_or_else(|e| e.to_status(), |_| ok_status())),
+                status: Some(r.map_or_else(|e| e.to_status(), |_| pb::Status::ok())),
             });
         }
         pb::AckMessageResponse {
@@ -349,7 +349,7 @@ impl Broker {
         .await;
         match r {
             Ok(h) => pb::ChangeInvisibleDurationResponse {
-                status: Some(ok_status()),
+                status: Some(pb::Status::ok()),
                 receipt_handle: h.encode(),
             },
             Err(e) => pb::ChangeInvisibleDurationResponse {
@@ -392,7 +392,7 @@ impl Broker {
         }
         .await;
         pb::ForwardMessageToDeadLetterQueueResponse {
-            status: Some(r.map_or_else(|e| e.to_status(), |_| ok_status())),
+            status: Some(r.map_or_else(|e| e.to_status(), |_| pb::Status::ok())),
         }
     }
 }
@@ -465,7 +465,7 @@ mod tests {
 
     #[test]
     fn overall_status_agrees_or_says_multiple() {
-        let ok = ok_status();
+        let ok = pb::Status::ok();
         let bad = refuse(Code::InvalidReceiptHandle, "x").to_status();
         assert_eq!(overall([&ok, &ok].into_iter()).code, Code::Ok as i32);
         assert_eq!(

@@ -115,14 +115,6 @@ fn store_code(s: &StoreError) -> Code {
     }
 }
 
-/// `Status{OK}`.
-pub fn ok_status() -> crate::pb::Status {
-    crate::pb::Status {
-        code: Code::Ok as i32,
-        message: "OK".into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

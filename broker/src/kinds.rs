@@ -4,7 +4,7 @@
 //!
 //! Sources: `apache.rocketmq.v2` `MessageType` and `Permission`
 //! (`proto/apache/rocketmq/v2/definition.proto`), and the name server's
-//! registration (`namesrv/proto`).
+//! registration (`proto/proto/ledgermq/namesrv.proto`).
 
 use ledgermq_namesrv::pb as ns;
 use ledgermq_raft::{TopicMessageType, TopicPerm};

@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn answers_read_not_served_from_the_call_or_any_entry() {
-        let ok = crate::error::ok_status();
+        let ok = crate::pb::Status::ok();
         let not = refuse(Code::HaNotAvailable, "x").to_status();
         let ack = |top: &pb::Status, entry: &pb::Status| pb::AckMessageResponse {
             status: Some(top.clone()),

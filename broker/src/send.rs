@@ -3,7 +3,7 @@
 use ledgermq_raft::{TopicConfig, TopicMessageType};
 
 use crate::broker::Broker;
-use crate::error::{ok_status, refuse, BrokerError};
+use crate::error::{refuse, BrokerError};
 use crate::message::{check_group, check_topic, incoming, Incoming};
 use crate::pb::{self, Code};
 use crate::route::{group_queues, message_queues, EndpointStyle};
@@ -90,7 +90,7 @@ impl Broker {
                 .iter()
                 .zip(placed)
                 .map(|(id, offset)| pb::SendResultEntry {
-                    status: Some(ok_status()),
+                    status: Some(pb::Status::ok()),
                     message_id: id.clone(),
                     transaction_id: String::new(),
                     offset: *offset as i64,
@@ -110,7 +110,7 @@ impl Broker {
         }
         pb::SendMessageResponse {
             status: Some(match &result {
-                Ok(_) => ok_status(),
+                Ok(_) => pb::Status::ok(),
                 Err(e) => e.to_status(),
             }),
             entries,
@@ -176,7 +176,7 @@ impl Broker {
             .await
         {
             Ok(q) => pb::QueryRouteResponse {
-                status: Some(ok_status()),
+                status: Some(pb::Status::ok()),
                 message_queues: q,
             },
             Err(e) => pb::QueryRouteResponse {
@@ -271,7 +271,7 @@ impl Broker {
         .await;
         match result {
             Ok(assignments) => pb::QueryAssignmentResponse {
-                status: Some(ok_status()),
+                status: Some(pb::Status::ok()),
                 assignments,
             },
             Err(e) => pb::QueryAssignmentResponse {

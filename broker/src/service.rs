@@ -11,7 +11,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::broker::{Broker, Target, CLIENT_ID_HEADER, FORWARDED_HEADER};
-use crate::error::{ok_status, refuse};
+use crate::error::refuse;
 use crate::message::duration;
 use crate::pb::messaging_service_server::MessagingService;
 use crate::pb::{self, telemetry_command, Code};
@@ -146,7 +146,7 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| ok_status());
+        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| pb::Status::ok());
         Ok(Response::new(pb::HeartbeatResponse {
             status: Some(status),
         }))
@@ -340,7 +340,7 @@ impl MessagingService for Service {
             while let Ok(Some(cmd)) = inbound.message().await {
                 if let Some(telemetry_command::Command::Settings(s)) = cmd.command {
                     let reply = pb::TelemetryCommand {
-                        status: Some(ok_status()),
+                        status: Some(pb::Status::ok()),
                         command: Some(telemetry_command::Command::Settings(merged_settings(&b, s))),
                     };
                     match tx.try_send(Ok(reply)) {
@@ -367,7 +367,7 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::NotifyClientTerminationRequest>,
     ) -> Result<Response<pb::NotifyClientTerminationResponse>, Status> {
-        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| ok_status());
+        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| pb::Status::ok());
         Ok(Response::new(pb::NotifyClientTerminationResponse {
             status: Some(status),
         }))

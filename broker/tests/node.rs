@@ -13,27 +13,8 @@ use ledgermq_broker::pb::{
     AckMessageEntry, AckMessageRequest, Code, FilterExpression, FilterType, Message, MessageQueue,
     MessageType, ReceiveMessageRequest, Resource, SendMessageRequest, SystemProperties,
 };
+use ledgermq_testkit::{free_port, BrokerToml};
 use tonic::transport::Channel;
-
-/// A free loopback port below Linux's ephemeral range, from a per-process start
-/// point (as `ledgermq_tests::cluster::free_port`, which this crate cannot use).
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let _ = NEXT.compare_exchange(
-        0,
-        20_000 + (std::process::id() % 600) as u16 * 20,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    loop {
-        let p = NEXT.fetch_add(1, Ordering::SeqCst);
-        let p = if p >= 32_000 { 20_000 + p % 12_000 } else { p };
-        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
-            return p;
-        }
-    }
-}
 
 fn configs(dir: &Path) -> Vec<BrokerConfig> {
     let raft: Vec<String> = (0..3)
@@ -44,23 +25,19 @@ fn configs(dir: &Path) -> Vec<BrokerConfig> {
         .collect();
     (0..3)
         .map(|i| {
-            let mut text = format!(
-                "cluster = \"DefaultCluster\"\nbroker_group = \"broker-t\"\nnode_id = {i}\n\
-                 client_addr = \"{}\"\nnamesrv_addrs = []\nstore_root = \"{}\"\n\
-                 flush = \"sync\"\ncommit_log_segment_bytes = 4194304\n\
-                 disk_space_warning_ratio = 0.99\nauto_create_topics = true\n\n[peers]\n",
-                client[i],
-                dir.join(format!("n{i}")).display(),
+            let mut toml = BrokerToml::member(
+                "DefaultCluster",
+                "broker-t",
+                i,
+                &raft,
+                &client,
+                &dir.join(format!("n{i}")),
             );
-            for (j, a) in raft.iter().enumerate() {
-                text.push_str(&format!("{j} = \"{a}\"\n"));
-            }
-            text.push_str("\n[client_addrs]\n");
-            for (j, a) in client.iter().enumerate() {
-                text.push_str(&format!("{j} = \"{a}\"\n"));
-            }
+            toml.commit_log_segment_bytes = Some(4 << 20);
+            toml.disk_space_warning_ratio = Some(0.99);
+            toml.auto_create_topics = Some(true);
             let path = dir.join(format!("n{i}.toml"));
-            std::fs::write(&path, text).unwrap();
+            toml.write(&path).unwrap();
             BrokerConfig::load(&path).unwrap()
         })
         .collect()

@@ -14,7 +14,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ledgermq_broker::admin_pb::{EntryDigest, LogDigestResponse, StateDigest};
+use ledgermq_proto::admin_pb::{EntryDigest, LogDigestResponse, StateDigest};
 use serde::Serialize;
 
 use crate::checker::note_example;

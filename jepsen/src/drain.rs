@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{ConsumerProgressRequest, QueueProgress};
+use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_proto::admin_pb::{ConsumerProgressRequest, QueueProgress};
 use serde::Serialize;
 
 /// How often the drain asks for the groups' progress.

@@ -14,6 +14,7 @@ use crate::hosts::Network;
 use crate::net::host_addr;
 use crate::node_env::{self, NodeDisk};
 use crate::JepsenError;
+use ledgermq_testkit::BrokerToml;
 
 /// Broker nodes (hosts 0..3).
 pub const NODES: usize = 3;
@@ -33,25 +34,7 @@ pub const NAMESRV_PORT: u16 = 9876;
 /// The path of a workspace binary (see the module docs). Error: `Host` naming the
 /// directories searched.
 pub fn bin(name: &str) -> Result<PathBuf, JepsenError> {
-    let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os("LEDGERMQ_BIN_DIR") {
-        dirs.push(PathBuf::from(d));
-    }
-    let exe = std::env::current_exe()?;
-    if let Some(d) = exe.parent() {
-        dirs.push(d.to_path_buf());
-        if let Some(up) = d.parent() {
-            dirs.push(up.to_path_buf());
-        }
-    }
-    dirs.iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            JepsenError::Host(format!(
-                "binary {name} not found in {dirs:?}: run `cargo build --bins` (add --release for release builds) first"
-            ))
-        })
+    ledgermq_testkit::bin(name).map_err(|e| JepsenError::Host(e.to_string()))
 }
 
 /// `host:port` of the name server.
@@ -68,25 +51,18 @@ pub fn client_addr(i: usize) -> String {
 /// small CommitLog segments ([`crate::retention::SEGMENT_BYTES`]) and frequent
 /// retention runs ([`crate::retention::RETENTION_INTERVAL`]).
 pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
-    let mut s = format!(
-        "cluster = \"JepsenCluster\"\nbroker_group = \"broker-a\"\nnode_id = {i}\n\
-         client_addr = \"{}\"\nnamesrv_addrs = [\"{}\"]\nstore_root = \"{}\"\n\
-         flush = \"{flush}\"\ncommit_log_segment_bytes = {}\nnamesrv_heartbeat_ms = 1000\n\
-         disk_space_warning_ratio = 0.99\nretention_interval_ms = {}\n\n[peers]\n",
-        client_addr(i),
-        namesrv_addr(),
-        store_root.display(),
-        crate::retention::SEGMENT_BYTES,
-        crate::retention::RETENTION_INTERVAL.as_millis(),
-    );
-    for j in 0..NODES {
-        s.push_str(&format!("{j} = \"{}:{RAFT_PORT}\"\n", host_addr(j)));
-    }
-    s.push_str("\n[client_addrs]\n");
-    for j in 0..NODES {
-        s.push_str(&format!("{j} = \"{}\"\n", client_addr(j)));
-    }
-    s
+    let raft: Vec<String> = (0..NODES)
+        .map(|j| format!("{}:{RAFT_PORT}", host_addr(j)))
+        .collect();
+    let client: Vec<String> = (0..NODES).map(client_addr).collect();
+    let mut toml = BrokerToml::member("JepsenCluster", "broker-a", i, &raft, &client, store_root);
+    toml.namesrv_addrs = vec![namesrv_addr()];
+    toml.flush = flush.to_owned();
+    toml.commit_log_segment_bytes = Some(crate::retention::SEGMENT_BYTES);
+    toml.namesrv_heartbeat_ms = Some(1000);
+    toml.disk_space_warning_ratio = Some(0.99);
+    toml.retention_interval_ms = Some(crate::retention::RETENTION_INTERVAL.as_millis() as u64);
+    toml.to_toml()
 }
 
 /// One process of the cluster.

@@ -25,8 +25,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::LogDigestRequest;
+use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_proto::admin_pb::LogDigestRequest;
 
 use crate::hosts::Network;
 use crate::node_env::{fill_disk, free_disk, NODE_DISK_BYTES};

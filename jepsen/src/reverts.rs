@@ -66,11 +66,11 @@ pub fn damages_stored_bytes(kind: FaultKind) -> bool {
 }
 
 /// The times (ms since the Unix epoch) at which one node's log says it set its
-/// messages aside ([`ledgermq_raft::node::SET_ASIDE_MESSAGES_LOG`]); lines whose
+/// messages aside ([`ledgermq_proto::log_lines::SET_ASIDE_MESSAGES`]); lines whose
 /// time cannot be read are left out.
 pub fn set_aside_times(log: &str) -> Vec<i64> {
     log.lines()
-        .filter(|l| l.contains(ledgermq_raft::node::SET_ASIDE_MESSAGES_LOG))
+        .filter(|l| l.contains(ledgermq_proto::log_lines::SET_ASIDE_MESSAGES))
         .filter_map(line_time_ms)
         .collect()
 }
@@ -175,7 +175,7 @@ mod tests {
         let damaged = [(FaultKind::CorruptMetadata, 10_000, 15_000, Some(2))];
         let set_aside_line = format!(
             "2026-12-01T13:55:21.879203Z ERROR ledgermq_raft::node::storage: {}",
-            ledgermq_raft::node::SET_ASIDE_MESSAGES_LOG
+            ledgermq_proto::log_lines::SET_ASIDE_MESSAGES
         );
         let at = set_aside_times(&set_aside_line);
         assert_eq!(at.len(), 1);

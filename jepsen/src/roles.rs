@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::LogDigestRequest;
+use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_proto::admin_pb::LogDigestRequest;
 use serde::Serialize;
 
 use crate::workload::Recorder;

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
-use ledgermq_broker::pb::{
+use ledgermq_proto::pb::messaging_service_client::MessagingServiceClient;
+use ledgermq_proto::pb::{
     receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, FilterExpression,
     FilterType, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource,
     SendMessageRequest, SystemProperties,

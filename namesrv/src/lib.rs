@@ -13,12 +13,8 @@ pub mod registrar;
 pub mod registry;
 pub mod server;
 
-/// Generated code of `proto/namesrv.proto` (`ledgermq.namesrv`).
-pub mod pb {
-    // Generated: documented in the .proto file.
-    #![allow(missing_docs)]
-    tonic::include_proto!("ledgermq.namesrv");
-}
+/// The generated name server protocol (`ledgermq.namesrv`), from [`ledgermq_proto`].
+pub use ledgermq_proto::namesrv_pb as pb;
 
 /// Failures of the name server and its clients.
 #[derive(Debug, thiserror::Error)]

@@ -1,10 +1,11 @@
 //! Workspace-level integration tests live in `tests/tests/`; they start the project's
 //! real binaries as separate processes. This library holds what they share with the
-//! demo programs: [`cluster`], a local cluster of real processes, [`clocks`], one
+//! demo programs: [`cluster`], a local cluster of real processes (from
+//! [`ledgermq_testkit`], the kit every harness shares), [`clocks`], one
 //! whose node clocks a test can move, and [`netns`], a network namespace with its
 //! own hosts file.
 
 #![deny(missing_docs)]
 pub mod clocks;
-pub mod cluster;
+pub use ledgermq_testkit::cluster;
 pub mod netns;

@@ -2,7 +2,7 @@
 //! and stopped (process groups killed) when dropped: a 3-node NATS JetStream
 //! cluster ([`nats::NatsCluster`]) and a 3-node RabbitMQ cluster
 //! ([`rabbit::RabbitCluster`]). Both use Debian's packages (`nats-server`,
-//! `rabbitmq-server`). The LedgerMQ group is `ledgermq_tests::cluster::LocalCluster`.
+//! `rabbitmq-server`). The LedgerMQ group is `ledgermq_testkit::cluster::LocalCluster`.
 
 pub mod nats;
 pub mod proc;

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use ledgermq_tests::cluster::{free_port, wait_listening};
+use ledgermq_testkit::{free_port, wait_listening};
 
 use super::proc::{find_binary, PeerProc};
 

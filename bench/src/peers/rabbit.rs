@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ledgermq_tests::cluster::{free_port, wait_listening};
+use ledgermq_testkit::{free_port, wait_listening};
 
 use super::proc::{find_binary, PeerProc};
 

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{
+use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_proto::admin_pb::{
     EntryDigest, LogDigestRequest, LogDigestResponse, QueueDigestRequest,
 };
 use tonic::transport::Channel;

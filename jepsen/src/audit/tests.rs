@@ -1,5 +1,5 @@
 use super::*;
-use ledgermq_broker::admin_pb::QueueTail;
+use ledgermq_proto::admin_pb::QueueTail;
 
 /// A view of node `id` that applied through `applied`, holding `entries` (log
 /// index, term, crc) and queue T#0 with `queue` = (max offset, last CommitLog

@@ -172,9 +172,9 @@ pub(crate) fn open(cfg: &StoreConfig) -> Result<Storage, RaftNodeError> {
 }
 
 /// What a node logs when it sets its messages aside (the jepsen harness looks
-/// for it to lay a follower's revert to a damaged metadata store).
-pub const SET_ASIDE_MESSAGES_LOG: &str =
-    "the log cannot replay the metadata: setting this node's messages aside, starting empty and taking them back from the group";
+/// for it to lay a follower's revert to a damaged metadata store); defined in
+/// [`ledgermq_proto::log_lines`], which the harness reads without linking the node.
+pub const SET_ASIDE_MESSAGES_LOG: &str = ledgermq_proto::log_lines::SET_ASIDE_MESSAGES;
 
 /// Removes the messages set aside in `into` once `store` holds again everything
 /// it had acknowledged ([`super::upkeep::caught_up`]): the group has given them

@@ -8,20 +8,13 @@ use std::time::{Duration, Instant};
 
 use ledgermq_raft::{BatchConfig, NetworkFilter, NodeId, RaftNode, RaftNodeConfig, RaftTiming};
 use ledgermq_store::{FlushMode, MessageRecord, StoreConfig};
+use ledgermq_testkit::free_port;
 
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub cfgs: BTreeMap<NodeId, RaftNodeConfig>,
     pub nodes: BTreeMap<NodeId, Option<Arc<RaftNode>>>,
     pub filter: NetworkFilter,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A command committing `group`'s consumer offset of (`topic`, queue 0).

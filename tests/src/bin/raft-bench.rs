@@ -8,7 +8,7 @@
 //!   `--kills` times and measures the time from each kill to the first write that
 //!   commits on the new leader.
 
-use ledgermq_tests::cluster::free_port;
+use ledgermq_testkit::free_port;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -10,43 +10,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use ledgermq_namesrv::pb::name_server_client::NameServerClient;
-use ledgermq_namesrv::pb::{ListClusterRequest, Role};
+use ledgermq_proto::namesrv_pb::name_server_client::NameServerClient;
+use ledgermq_proto::namesrv_pb::{ListClusterRequest, Role};
 
-pub use ledgermq_jepsen::procs::bin;
+use crate::{bin, free_port, wait_listening, BrokerToml, KitError};
 
-/// A free loopback port below Linux's ephemeral range (32768-60999), so outgoing
-/// connections of other tests cannot take it between this check and the bind by a
-/// cluster process. Ports are handed out in turn from a per-process start point.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let _ = NEXT.compare_exchange(
-        0,
-        20_000 + (std::process::id() % 600) as u16 * 20,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    loop {
-        let p = NEXT.fetch_add(1, Ordering::SeqCst);
-        let p = if p >= 32_000 { 20_000 + p % 12_000 } else { p };
-        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
-            return p;
-        }
-    }
-}
+type Result<T> = std::result::Result<T, KitError>;
 
-/// Waits until something listens on `addr`.
-pub fn wait_listening(addr: &str, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    while std::net::TcpStream::connect(addr).is_err() {
-        if Instant::now() > deadline {
-            bail!("nothing listens on {addr} after {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
+/// Reads a configuration file as TOML. Error: [`KitError::Config`].
+fn read_toml(path: &Path) -> Result<toml::Value> {
+    let config = |reason: String| KitError::Config {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| config(e.to_string()))?;
+    toml::from_str(&text).map_err(|e| config(e.to_string()))
 }
 
 /// One broker node process.
@@ -88,7 +66,8 @@ impl BrokerProc {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.log)?;
+            .open(&self.log)
+            .map_err(KitError::io(format!("opening {}", self.log.display())))?;
         let mut cmd = command(self.netns.as_deref(), &bin("mqbroker")?);
         cmd.arg("-c").arg(&self.config);
         if let Some(d) = &self.store_dir {
@@ -97,10 +76,13 @@ impl BrokerProc {
         let child = cmd
             .env("RUST_LOG", "info,openraft=warn")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdout(log.try_clone()?)
+            .stdout(
+                log.try_clone()
+                    .map_err(KitError::io("duplicating a log handle"))?,
+            )
             .stderr(log)
             .spawn()
-            .context("spawning mqbroker")?;
+            .map_err(KitError::io("spawning mqbroker"))?;
         self.child = Some(child);
         Ok(())
     }
@@ -182,7 +164,8 @@ impl LocalCluster {
     /// Writes configurations under `dir` and starts every process; returns once each
     /// group has a leader the name server knows of.
     pub async fn start(dir: &Path, opts: &ClusterOptions) -> Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir)
+            .map_err(KitError::io(format!("creating {}", dir.display())))?;
         if let Some(deploy) = &opts.deploy_dir {
             return Self::start_deployed(dir, deploy).await;
         }
@@ -205,7 +188,8 @@ impl LocalCluster {
             format!(
                 "listen = \"{namesrv_addr}\"\nscan_interval_ms = 500\nnode_expiry_ms = 10000\n"
             ),
-        )?;
+        )
+        .map_err(KitError::io(format!("writing {}", ns_cfg.display())))?;
         let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr, opts.netns.clone())?;
         for g in 0..opts.groups {
             let group = format!("broker-{}", (b'a' + g as u8) as char);
@@ -218,28 +202,21 @@ impl LocalCluster {
             for i in 0..3 {
                 let name = format!("{group}-n{i}");
                 let config = dir.join(format!("{name}.toml"));
-                let mut text = format!(
-                    "cluster = \"DefaultCluster\"\nbroker_group = \"{group}\"\nnode_id = {i}\n\
-                     client_addr = \"{}\"\nnamesrv_addrs = [\"{namesrv_addr}\"]\n\
-                     store_root = \"{}\"\nflush = \"{}\"\ncommit_log_segment_bytes = 67108864\n\
-                     namesrv_heartbeat_ms = {}\ndisk_space_warning_ratio = 0.99\n",
-                    client[i],
-                    dir.join(&name).display(),
-                    opts.flush,
-                    opts.namesrv_heartbeat_ms,
+                let mut toml = BrokerToml::member(
+                    "DefaultCluster",
+                    &group,
+                    i,
+                    &raft,
+                    &client,
+                    &dir.join(&name),
                 );
-                if let Some(e) = &opts.client_endpoint {
-                    text.push_str(&format!("client_endpoint = \"{e}\"\n"));
-                }
-                text.push_str("\n[peers]\n");
-                for (j, a) in raft.iter().enumerate() {
-                    text.push_str(&format!("{j} = \"{a}\"\n"));
-                }
-                text.push_str("\n[client_addrs]\n");
-                for (j, a) in client.iter().enumerate() {
-                    text.push_str(&format!("{j} = \"{a}\"\n"));
-                }
-                std::fs::write(&config, text)?;
+                toml.namesrv_addrs = vec![namesrv_addr.clone()];
+                toml.flush = opts.flush.clone();
+                toml.commit_log_segment_bytes = Some(64 << 20);
+                toml.namesrv_heartbeat_ms = Some(opts.namesrv_heartbeat_ms);
+                toml.disk_space_warning_ratio = Some(0.99);
+                toml.client_endpoint = opts.client_endpoint.clone();
+                toml.write(&config)?;
                 let mut node = BrokerProc {
                     group: group.clone(),
                     node_id: i as u64,
@@ -267,14 +244,20 @@ impl LocalCluster {
 
     /// A cluster of just a name server started from `ns_cfg`, listening on `addr`.
     fn with_namesrv(dir: &Path, ns_cfg: &Path, addr: &str, netns: Option<String>) -> Result<Self> {
-        let ns_log = std::fs::File::create(dir.join("namesrv.log"))?;
+        let ns_log_path = dir.join("namesrv.log");
+        let ns_log = std::fs::File::create(&ns_log_path)
+            .map_err(KitError::io(format!("creating {}", ns_log_path.display())))?;
         let namesrv = command(netns.as_deref(), &bin("mqnamesrv")?)
             .arg("-c")
             .arg(ns_cfg)
-            .stdout(ns_log.try_clone()?)
+            .stdout(
+                ns_log
+                    .try_clone()
+                    .map_err(KitError::io("duplicating a log handle"))?,
+            )
             .stderr(ns_log)
             .spawn()
-            .context("spawning mqnamesrv")?;
+            .map_err(KitError::io("spawning mqnamesrv"))?;
         let cluster = Self {
             namesrv_addr: addr.to_owned(),
             nodes: Vec::new(),
@@ -300,24 +283,27 @@ impl LocalCluster {
 
     async fn start_deployed(dir: &Path, deploy: &Path) -> Result<Self> {
         let ns_cfg = deploy.join("namesrv.toml");
-        let text = std::fs::read_to_string(&ns_cfg)
-            .with_context(|| format!("reading {}", ns_cfg.display()))?;
-        let listen: toml::Value = toml::from_str(&text)?;
+        let listen = read_toml(&ns_cfg)?;
         let namesrv_addr = listen
             .get("listen")
             .and_then(|v| v.as_str())
-            .context("namesrv.toml has no listen address")?
+            .ok_or_else(|| KitError::Config {
+                path: ns_cfg.clone(),
+                reason: "no listen address".into(),
+            })?
             .to_owned();
         let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr, None)?;
         for i in 0..3u64 {
             let config = deploy.join(format!("n{i}.toml"));
-            let text = std::fs::read_to_string(&config)?;
-            let v: toml::Value = toml::from_str(&text)?;
+            let v = read_toml(&config)?;
             let field = |k: &str| {
                 v.get(k)
                     .and_then(|x| x.as_str())
                     .map(str::to_owned)
-                    .with_context(|| format!("{} has no {k}", config.display()))
+                    .ok_or_else(|| KitError::Config {
+                        path: config.clone(),
+                        reason: format!("no {k}"),
+                    })
             };
             let mut node = BrokerProc {
                 group: field("broker_group")?,
@@ -381,7 +367,10 @@ impl LocalCluster {
                 return Ok(i);
             }
             if Instant::now() > deadline {
-                bail!("group {group} has no leader after {timeout:?}");
+                return Err(KitError::NoLeader {
+                    group: group.to_owned(),
+                    waited_ms: timeout.as_millis(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -407,11 +396,15 @@ impl LocalCluster {
         let out = command(self.netns.as_deref(), &bin("mqadmin")?)
             .args(args)
             .args(["-n", &self.namesrv_addr])
-            .output()?;
+            .output()
+            .map_err(KitError::io("running mqadmin"))?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            bail!("mqadmin {args:?} failed: {text}");
+            return Err(KitError::Admin {
+                args: args.iter().map(|a| a.to_string()).collect(),
+                output: text,
+            });
         }
         Ok(text)
     }

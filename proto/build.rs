@@ -1,6 +1,7 @@
-// Compiles the client protocol (proto/apache/rocketmq/v2) and the admin protocol
-// (proto/ledgermq/admin.proto) with the pure-Rust protox
-// compiler, so `cargo build` needs no protoc from apt.
+// Compiles the client protocol (proto/apache/rocketmq/v2), the admin protocol
+// (proto/ledgermq/admin.proto) and the name server protocol
+// (proto/ledgermq/namesrv.proto) with the pure-Rust protox compiler, so
+// `cargo build` needs no protoc from apt.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(
@@ -8,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "apache/rocketmq/v2/definition.proto",
             "apache/rocketmq/v2/service.proto",
             "ledgermq/admin.proto",
+            "ledgermq/namesrv.proto",
         ],
         ["proto"],
     )?;

@@ -17,18 +17,11 @@ use ledgermq_raft::{
     TopicConfig, TopicMessageType, TopicPerm,
 };
 use ledgermq_store::StoreConfig;
+use ledgermq_testkit::{bin, free_port};
 use tokio::task::JoinHandle;
 
 const HEARTBEAT: Duration = Duration::from_millis(1000);
 const T: Duration = Duration::from_secs(20);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct NameSrv {
     addr: String,
@@ -62,7 +55,7 @@ impl Drop for NameSrv {
 }
 
 fn spawn(cfg: &std::path::Path, addr: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mqnamesrv"))
+    Command::new(bin("mqnamesrv").unwrap())
         .arg("-c")
         .arg(cfg)
         .args(["--listen", addr])
@@ -73,11 +66,7 @@ fn spawn(cfg: &std::path::Path, addr: &str) -> Child {
 }
 
 fn wait_listening(addr: &str) {
-    let deadline = Instant::now() + T;
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{addr} never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    ledgermq_testkit::wait_listening(addr, T).unwrap();
 }
 
 async fn route(addr: &str, topic: &str) -> Option<QueryRouteResponse> {
