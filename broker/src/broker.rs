@@ -17,10 +17,14 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::consume::BroadcastClients;
 use crate::consumers::Consumers;
+use crate::error::ErrorKind;
 use crate::error::{refuse, BrokerError};
 use crate::pb::messaging_service_client::MessagingServiceClient;
-use crate::pb::Code;
 use crate::route::{Members, NameServers};
+
+/// Most queues per topic any configuration allows (`max_queues_per_topic` is at
+/// most this).
+pub const MAX_QUEUES: u32 = 1024;
 
 /// Metadata key marking a call already passed on by a follower.
 pub const FORWARDED_HEADER: &str = "x-ledgermq-forwarded";
@@ -188,7 +192,7 @@ impl Broker {
         }
         if !self.settings.auto_create_topics {
             return Err(refuse(
-                Code::TopicNotFound,
+                ErrorKind::TopicNotFound,
                 format!("topic {name} does not exist in broker group {}", self.group),
             ));
         }
@@ -213,7 +217,7 @@ impl Broker {
         }
         if !self.settings.auto_create_groups {
             return Err(refuse(
-                Code::ConsumerGroupNotFound,
+                ErrorKind::ConsumerGroupNotFound,
                 format!("consumer group {name} does not exist"),
             ));
         }
@@ -228,7 +232,7 @@ impl Broker {
         };
         if groups >= self.settings.max_consumer_groups {
             return Err(refuse(
-                Code::ConsumerGroupNotFound,
+                ErrorKind::ConsumerGroupNotFound,
                 format!(
                     "consumer group {name} does not exist and is not created: broker group {} \
                      has {groups} consumer groups (max_consumer_groups = {})",
@@ -265,7 +269,7 @@ impl Broker {
             return Ok(());
         }
         Err(refuse(
-            Code::TooManyRequests,
+            ErrorKind::TooManyRequests,
             format!(
                 "broadcasting group {group} already has {max} consuming client ids \
                  (max_broadcast_clients_per_group); one frees its place after {} ms unseen",
@@ -288,7 +292,7 @@ impl Broker {
                         // Passed on to a node that no longer leads: let the sender
                         // look for the leader again rather than wait here.
                         return Err(refuse(
-                            Code::HaNotAvailable,
+                            ErrorKind::NoLeader,
                             format!(
                                 "node {} no longer leads; leader is {leader}",
                                 self.node.id()
@@ -303,7 +307,7 @@ impl Broker {
             }
             if Instant::now() >= deadline {
                 return Err(refuse(
-                    Code::HaNotAvailable,
+                    ErrorKind::NoLeader,
                     format!(
                         "broker group {} has no reachable leader right now",
                         self.group

@@ -217,13 +217,13 @@ impl BrokerConfig {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
         let s = cfg.service_settings();
-        if !(1..=crate::admin::MAX_QUEUES).contains(&s.max_queues_per_topic)
+        if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic)
             || s.default_queue_count > s.max_queues_per_topic
         {
             return Err(err(format!(
                 "max_queues_per_topic must be {}..={} (at least an auto-created topic's queues)",
                 s.default_queue_count,
-                crate::admin::MAX_QUEUES
+                crate::broker::MAX_QUEUES
             )));
         }
         if s.max_messages_per_send == 0 || s.telemetry_reply_buffer == 0 {

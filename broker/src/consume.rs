@@ -1,20 +1,19 @@
-//! ReceiveMessage (long polling), AckMessage, ChangeInvisibleDuration and
-//! ForwardMessageToDeadLetterQueue, run on the group's leader (a follower passes
-//! them on: see [`crate::broker`]).
+//! Receiving (long polling), acking, changing a delivery's invisible time and
+//! dead-lettering, in the broker's terms, run on the group's leader (a follower
+//! passes the calls on: see [`crate::broker`]); `grpc::consume` adapts them to
+//! the 5.x calls.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ledgermq_raft::{Command, TopicConfig, TopicMessageType, TopicPerm};
-use ledgermq_store::store::now_ms;
 use ledgermq_store::MessageRecord;
 
 use crate::broker::Broker;
 use crate::consumers::{DeadLetter, PopRequest};
-use crate::error::{refuse, BrokerError};
-use crate::filter::TagFilter;
-use crate::message::{check_group, check_topic, duration_ms, timestamp, PROPERTY_ORIGIN_TOPIC};
-use crate::pb::{self, Code};
+use crate::error::{refuse, BrokerError, ErrorKind};
+use crate::filter::{FilterExpr, TagFilter};
+use crate::message::{check_group, check_topic, Delivery, PROPERTY_ORIGIN_TOPIC};
 use crate::receipt::ReceiptHandle;
 
 /// Shortest and longest invisible duration a receive may ask for, ms (RocketMQ
@@ -84,6 +83,24 @@ pub struct Consumer {
     pub max_delivery_attempts: u32,
 }
 
+/// One ReceiveMessage call in the broker's terms.
+#[derive(Debug, Clone)]
+pub struct ReceiveRequest {
+    /// The topic to receive from (every queue of it this group holds).
+    pub topic: String,
+    /// The consumer group.
+    pub group: String,
+    /// The subscription's filter; `None` takes every message.
+    pub filter: Option<FilterExpr>,
+    /// How long each message stays invisible, ms; `None` for the broker's
+    /// default. Must be within [`INVISIBLE_RANGE_MS`].
+    pub invisible_ms: Option<u64>,
+    /// Most messages wanted; 0 or less for the broker's most.
+    pub batch_size: i32,
+    /// The client's long-polling timeout, ms; `None` for the broker's longest.
+    pub long_polling_ms: Option<u64>,
+}
+
 impl Broker {
     /// The consumer for a call: checks the group name, creates the group when
     /// allowed. Errors: ILLEGAL_CONSUMER_GROUP, CONSUMER_GROUP_NOT_FOUND,
@@ -92,108 +109,77 @@ impl Broker {
     /// TOO_MANY_REQUESTS (the broadcasting group has its most client ids).
     pub async fn consumer(
         &self,
-        group: Option<&pb::Resource>,
+        group: &str,
         client_id: Option<&str>,
     ) -> Result<Consumer, BrokerError> {
-        let group = group.map(|g| g.name.clone()).unwrap_or_default();
-        check_group(&group)?;
-        let cfg = self.group_or_create(&group).await?;
+        check_group(group)?;
+        let cfg = self.group_or_create(group).await?;
         let key = if cfg.broadcast {
             let id = client_id.filter(|c| !c.is_empty()).ok_or_else(|| {
                 refuse(
-                    Code::ClientIdRequired,
+                    ErrorKind::ClientIdRequired,
                     "a broadcasting group needs the x-mq-client-id header",
                 )
             })?;
             if id.len() > MAX_CLIENT_ID_BYTES {
                 return Err(refuse(
-                    Code::BadRequest,
+                    ErrorKind::BadRequest,
                     format!("client id is over {MAX_CLIENT_ID_BYTES} bytes"),
                 ));
             }
-            self.admit_broadcast_client(&group, id)?;
+            self.admit_broadcast_client(group, id)?;
             format!("{group}@{id}")
         } else {
-            group.clone()
+            group.to_owned()
         };
         Ok(Consumer {
-            group,
+            group: group.to_owned(),
             key,
             fifo: cfg.fifo,
             max_delivery_attempts: cfg.max_delivery_attempts.max(1),
         })
     }
 
-    fn readable_topic(&self, topic: Option<&pb::Resource>) -> Result<TopicConfig, BrokerError> {
-        let name = topic.map(|t| t.name.clone()).unwrap_or_default();
-        check_topic(&name)?;
-        let t = self.topic(&name).ok_or_else(|| {
+    fn readable_topic(&self, name: &str) -> Result<TopicConfig, BrokerError> {
+        check_topic(name)?;
+        let t = self.topic(name).ok_or_else(|| {
             refuse(
-                Code::TopicNotFound,
+                ErrorKind::TopicNotFound,
                 format!("topic {name} does not exist in broker group {}", self.group),
             )
         })?;
         if !t.perm.readable() {
             return Err(refuse(
-                Code::Forbidden,
+                ErrorKind::Forbidden,
                 format!("topic {name} is not readable"),
             ));
         }
         Ok(t)
     }
 
-    /// ReceiveMessage on the leader: waits up to the long-polling time for messages.
-    /// Returns the stream's items: a status (OK, or MESSAGE_NOT_FOUND when nothing
-    /// came), the messages, then the delivery timestamp.
-    pub async fn receive_local(
+    /// ReceiveMessage on the leader: waits until `started` plus the long-polling
+    /// wait ([`long_poll_wait_ms`]) for messages; an empty list when none came.
+    /// Errors: ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN (not readable), the
+    /// consumer's ([`Self::consumer`]), ILLEGAL_FILTER_EXPRESSION, UNSUPPORTED
+    /// (SQL92), ILLEGAL_INVISIBLE_TIME, and the pop's (this node does not lead,
+    /// a lease write failed).
+    pub async fn receive(
         &self,
-        req: &pb::ReceiveMessageRequest,
+        req: &ReceiveRequest,
         client_id: Option<&str>,
         started: Instant,
-    ) -> Vec<pb::ReceiveMessageResponse> {
-        match self.receive_checked(req, client_id, started).await {
-            Ok(messages) if messages.is_empty() => vec![status_item(
-                refuse(Code::MessageNotFound, "no new message").to_status(),
-            )],
-            Ok(messages) => {
-                let mut out = Vec::with_capacity(messages.len() + 2);
-                out.push(status_item(pb::Status::ok()));
-                out.extend(messages.into_iter().map(|m| pb::ReceiveMessageResponse {
-                    content: Some(pb::receive_message_response::Content::Message(m)),
-                }));
-                out.push(pb::ReceiveMessageResponse {
-                    content: Some(pb::receive_message_response::Content::DeliveryTimestamp(
-                        timestamp(now_ms()),
-                    )),
-                });
-                out
-            }
-            Err(e) => vec![status_item(e.to_status())],
-        }
-    }
-
-    async fn receive_checked(
-        &self,
-        req: &pb::ReceiveMessageRequest,
-        client_id: Option<&str>,
-        started: Instant,
-    ) -> Result<Vec<pb::Message>, BrokerError> {
-        let wait = long_poll_wait_ms(
-            req.long_polling_timeout.as_ref().map(duration_ms),
-            self.settings.max_long_polling_ms,
-        );
+    ) -> Result<Vec<Delivery>, BrokerError> {
+        let wait = long_poll_wait_ms(req.long_polling_ms, self.settings.max_long_polling_ms);
         let deadline = started + Duration::from_millis(wait);
-        let topic =
-            self.readable_topic(req.message_queue.as_ref().and_then(|q| q.topic.as_ref()))?;
-        let consumer = self.consumer(req.group.as_ref(), client_id).await?;
-        let filter = TagFilter::parse(req.filter_expression.as_ref())?;
-        let invisible_ms = match &req.invisible_duration {
-            Some(d) => duration_ms(d),
-            None => self.settings.default_invisible_ms,
-        };
+        let topic = self.readable_topic(&req.topic)?;
+        let consumer = self.consumer(&req.group, client_id).await?;
+        let filter = TagFilter::parse(req.filter.as_ref())?;
+        let invisible_ms = req
+            .invisible_ms
+            .unwrap_or(self.settings.default_invisible_ms);
         if !(INVISIBLE_RANGE_MS.0..=INVISIBLE_RANGE_MS.1).contains(&invisible_ms) {
             return Err(refuse(
-                Code::IllegalInvisibleTime,
+                ErrorKind::IllegalInvisibleTime,
                 format!(
                     "invisible duration {invisible_ms} ms is outside [{}, {}] ms",
                     INVISIBLE_RANGE_MS.0, INVISIBLE_RANGE_MS.1
@@ -274,7 +260,7 @@ impl Broker {
             .await
             .map_err(|e| {
                 refuse(
-                    Code::ProxyTimeout,
+                    ErrorKind::OutcomeUnknown,
                     format!(
                         "the message was copied to the dead-letter queue, but its ack failed: {e}"
                     ),
@@ -282,155 +268,97 @@ impl Broker {
             })
     }
 
-    /// AckMessage on the leader: one result per entry.
-    pub async fn ack_local(
+    /// AckMessage on the leader: acks each receipt handle of `topic`; one result
+    /// per handle, in order. Error (for the whole call): the consumer's
+    /// ([`Self::consumer`]). Per handle: INVALID_RECEIPT_HANDLE (undecodable, for
+    /// another topic, or not a delivery in flight), and the ack's write failures.
+    pub async fn ack(
         &self,
-        req: &pb::AckMessageRequest,
+        group: &str,
+        topic: &str,
+        receipt_handles: &[&str],
         client_id: Option<&str>,
-    ) -> pb::AckMessageResponse {
-        let consumer = match self.consumer(req.group.as_ref(), client_id).await {
-            Ok(c) => c,
-            Err(e) => return ack_error(req, e),
-        };
-        let topic = req
-            .topic
-            .as_ref()
-            .map(|t| t.name.clone())
-            .unwrap_or_default();
-        let mut entries = Vec::with_capacity(req.entries.len());
-        for entry in &req.entries {
+    ) -> Result<Vec<Result<(), BrokerError>>, BrokerError> {
+        let consumer = self.consumer(group, client_id).await?;
+        let mut results = Vec::with_capacity(receipt_handles.len());
+        for &handle in receipt_handles {
             let r = async {
-                let h = ReceiptHandle::decode(&entry.receipt_handle)?;
+                let h = ReceiptHandle::decode(handle)?;
                 if h.topic != topic {
                     return Err(refuse(
-                        Code::InvalidReceiptHandle,
+                        ErrorKind::InvalidReceiptHandle,
                         "the receipt handle is for another topic",
                     ));
                 }
                 self.consumers.ack(&consumer.key, &h, consumer.fifo).await
             }
             .await;
-            entries.push(pb::AckMessageResultEntry {
-                message_id: entry.message_id.clone(),
-                receipt_handle: entry.receipt_handle.clone(),
-                status: Some(r.map_or_else(|e| e.to_status(), |_| pb::Status::ok())),
-            });
+            results.push(r);
         }
-        pb::AckMessageResponse {
-            status: Some(overall(entries.iter().filter_map(|e| e.status.as_ref()))),
-            entries,
-        }
+        Ok(results)
     }
 
-    /// ChangeInvisibleDuration on the leader.
-    pub async fn change_invisible_local(
+    /// ChangeInvisibleDuration on the leader: the delivery of `receipt_handle`
+    /// becomes visible again `invisible_ms` from now; returns its new receipt
+    /// handle. Errors: the consumer's, INVALID_RECEIPT_HANDLE,
+    /// ILLEGAL_INVISIBLE_TIME (over 12 h), and the write's.
+    pub async fn change_invisible(
         &self,
-        req: &pb::ChangeInvisibleDurationRequest,
+        group: &str,
+        receipt_handle: &str,
+        invisible_ms: u64,
         client_id: Option<&str>,
-    ) -> pb::ChangeInvisibleDurationResponse {
-        let r = async {
-            let consumer = self.consumer(req.group.as_ref(), client_id).await?;
-            let h = ReceiptHandle::decode(&req.receipt_handle)?;
-            let ms = req
-                .invisible_duration
-                .as_ref()
-                .map(duration_ms)
-                .unwrap_or(0);
-            if ms > INVISIBLE_RANGE_MS.1 {
-                return Err(refuse(
-                    Code::IllegalInvisibleTime,
-                    "invisible duration over 12 h",
-                ));
-            }
-            self.consumers
-                .change_invisible(&consumer.key, &h, ms, consumer.fifo)
-                .await
+    ) -> Result<ReceiptHandle, BrokerError> {
+        let consumer = self.consumer(group, client_id).await?;
+        let h = ReceiptHandle::decode(receipt_handle)?;
+        if invisible_ms > INVISIBLE_RANGE_MS.1 {
+            return Err(refuse(
+                ErrorKind::IllegalInvisibleTime,
+                "invisible duration over 12 h",
+            ));
         }
-        .await;
-        match r {
-            Ok(h) => pb::ChangeInvisibleDurationResponse {
-                status: Some(pb::Status::ok()),
-                receipt_handle: h.encode(),
-            },
-            Err(e) => pb::ChangeInvisibleDurationResponse {
-                status: Some(e.to_status()),
-                receipt_handle: String::new(),
-            },
-        }
+        self.consumers
+            .change_invisible(&consumer.key, &h, invisible_ms, consumer.fifo)
+            .await
     }
 
-    /// ForwardMessageToDeadLetterQueue on the leader.
-    pub async fn forward_to_dlq_local(
+    /// ForwardMessageToDeadLetterQueue on the leader: copies the message of the
+    /// current delivery `receipt_handle` to the group's dead-letter queue and acks
+    /// it. Errors: the consumer's, INVALID_RECEIPT_HANDLE (not the current
+    /// delivery, or no stored message), and the copy's and ack's.
+    pub async fn forward_to_dlq(
         &self,
-        req: &pb::ForwardMessageToDeadLetterQueueRequest,
+        group: &str,
+        receipt_handle: &str,
         client_id: Option<&str>,
-    ) -> pb::ForwardMessageToDeadLetterQueueResponse {
-        let r = async {
-            let consumer = self.consumer(req.group.as_ref(), client_id).await?;
-            let h = ReceiptHandle::decode(&req.receipt_handle)?;
-            // Only the current delivery, once: a repeated or stale request must not
-            // copy the message again.
-            if !self.consumers.is_current(&consumer.key, &h, consumer.fifo).await? {
-                return Err(refuse(
-                    Code::InvalidReceiptHandle,
-                    "the receipt handle is not the message's current delivery (acked or delivered again)",
-                ));
-            }
-            let stored = self
-                .node
-                .store()
-                .get_message(&h.topic, h.queue_id, h.queue_offset)
-                .map_err(|_| {
-                    refuse(
-                        Code::InvalidReceiptHandle,
-                        "the receipt handle names no stored message",
-                    )
-                })?;
-            let record = stored.view().to_record();
-            self.dead_letter(&consumer, DeadLetter { handle: h, record })
-                .await
+    ) -> Result<(), BrokerError> {
+        let consumer = self.consumer(group, client_id).await?;
+        let h = ReceiptHandle::decode(receipt_handle)?;
+        // Only the current delivery, once: a repeated or stale request must not
+        // copy the message again.
+        if !self
+            .consumers
+            .is_current(&consumer.key, &h, consumer.fifo)
+            .await?
+        {
+            return Err(refuse(
+                ErrorKind::InvalidReceiptHandle,
+                "the receipt handle is not the message's current delivery (acked or delivered again)",
+            ));
         }
-        .await;
-        pb::ForwardMessageToDeadLetterQueueResponse {
-            status: Some(r.map_or_else(|e| e.to_status(), |_| pb::Status::ok())),
-        }
-    }
-}
-
-fn status_item(s: pb::Status) -> pb::ReceiveMessageResponse {
-    pb::ReceiveMessageResponse {
-        content: Some(pb::receive_message_response::Content::Status(s)),
-    }
-}
-
-fn ack_error(req: &pb::AckMessageRequest, e: BrokerError) -> pb::AckMessageResponse {
-    let s = e.to_status();
-    pb::AckMessageResponse {
-        status: Some(s.clone()),
-        entries: req
-            .entries
-            .iter()
-            .map(|x| pb::AckMessageResultEntry {
-                message_id: x.message_id.clone(),
-                receipt_handle: x.receipt_handle.clone(),
-                status: Some(s.clone()),
-            })
-            .collect(),
-    }
-}
-
-/// One status for many results: theirs if they agree, MULTIPLE_RESULTS otherwise.
-pub fn overall<'a>(mut statuses: impl Iterator<Item = &'a pb::Status>) -> pb::Status {
-    let Some(first) = statuses.next() else {
-        return refuse(Code::BadRequest, "no entries").to_status();
-    };
-    if statuses.all(|s| s.code == first.code) {
-        first.clone()
-    } else {
-        pb::Status {
-            code: Code::MultipleResults as i32,
-            message: "entries have different results".into(),
-        }
+        let stored = self
+            .node
+            .store()
+            .get_message(&h.topic, h.queue_id, h.queue_offset)
+            .map_err(|_| {
+                refuse(
+                    ErrorKind::InvalidReceiptHandle,
+                    "the receipt handle names no stored message",
+                )
+            })?;
+        let record = stored.view().to_record();
+        self.dead_letter(&consumer, DeadLetter { handle: h, record })
+            .await
     }
 }
 
@@ -461,17 +389,5 @@ mod tests {
         // c2 unseen for 120 s frees its place; c1 (seen at 100 s) keeps its own.
         assert!(t.admit("G", "c3", t0 + Duration::from_secs(120), 2, idle));
         assert!(!t.admit("G", "c2", t0 + Duration::from_secs(121), 2, idle));
-    }
-
-    #[test]
-    fn overall_status_agrees_or_says_multiple() {
-        let ok = pb::Status::ok();
-        let bad = refuse(Code::InvalidReceiptHandle, "x").to_status();
-        assert_eq!(overall([&ok, &ok].into_iter()).code, Code::Ok as i32);
-        assert_eq!(
-            overall([&ok, &bad].into_iter()).code,
-            Code::MultipleResults as i32
-        );
-        assert_eq!(overall([].into_iter()).code, Code::BadRequest as i32);
     }
 }

@@ -26,10 +26,10 @@ use ledgermq_store::store::now_ms;
 use ledgermq_store::{MessageRecord, RecordView, StoreError};
 use tokio::sync::Mutex;
 
+use crate::error::ErrorKind;
 use crate::error::{refuse, BrokerError};
 use crate::filter::TagFilter;
-use crate::message::{outgoing, DeliveryFields};
-use crate::pb::{self, Code};
+use crate::message::{Delivery, DeliveryFields};
 use crate::pop::{deadline_from_wall, AckOutcome, Inflight, QueueState};
 use crate::receipt::ReceiptHandle;
 
@@ -91,7 +91,7 @@ pub struct DeadLetter {
 #[derive(Debug, Default)]
 pub struct PopResult {
     /// Messages to deliver, with their receipt handles.
-    pub messages: Vec<pb::Message>,
+    pub messages: Vec<Delivery>,
     /// Messages for the dead-letter queue.
     pub dead: Vec<DeadLetter>,
     /// FIFO deliveries to record through Raft before answering.
@@ -224,7 +224,7 @@ impl Consumers {
             .queue_offsets(&handle.topic, handle.queue_id);
         if handle.queue_offset >= max {
             return Err(refuse(
-                Code::InvalidReceiptHandle,
+                ErrorKind::InvalidReceiptHandle,
                 "the receipt handle names a message the queue does not hold",
             ));
         }
@@ -233,7 +233,7 @@ impl Consumers {
 
     fn not_ready() -> BrokerError {
         refuse(
-            Code::HaNotAvailable,
+            ErrorKind::NoLeader,
             "this node is not (yet) a ready leader of its group",
         )
     }
@@ -422,7 +422,7 @@ impl Consumers {
                 Ok(())
             }
             AckOutcome::Stale => Err(refuse(
-                Code::InvalidReceiptHandle,
+                ErrorKind::InvalidReceiptHandle,
                 "the receipt handle expired: the message was delivered again since",
             )),
         }
@@ -447,7 +447,7 @@ impl Consumers {
         let attempt = st.attempt_of(handle.queue_offset, handle.delivery_id);
         let Some(attempt) = attempt else {
             return Err(refuse(
-                Code::InvalidReceiptHandle,
+                ErrorKind::InvalidReceiptHandle,
                 "the receipt handle is not the message's current delivery",
             ));
         };
@@ -557,12 +557,15 @@ fn delivered(
     handle: ReceiptHandle,
     req: &PopRequest,
     attempt: u32,
-) -> pb::Message {
-    let fields = DeliveryFields {
-        receipt_handle: handle.encode(),
-        queue_offset: handle.queue_offset,
-        invisible_ms: req.invisible_ms,
-        delivery_attempt: attempt,
-    };
-    outgoing(view, Some(&fields))
+) -> Delivery {
+    Delivery {
+        record: view.to_record(),
+        physical_offset: view.physical_offset(),
+        fields: DeliveryFields {
+            receipt_handle: handle.encode(),
+            queue_offset: handle.queue_offset,
+            invisible_ms: req.invisible_ms,
+            delivery_attempt: attempt,
+        },
+    }
 }

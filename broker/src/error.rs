@@ -1,19 +1,79 @@
-//! The broker crate's one error type, and how each failure maps to a status code of
-//! the RocketMQ 5 protocol (`apache.rocketmq.v2.Code`).
+//! The broker crate's one error type, and the protocol-neutral kind of each
+//! failure ([`ErrorKind`]): what went wrong in the broker's own terms. Each
+//! protocol adapter maps a kind to its status code (`grpc::status` for the
+//! RocketMQ 5.x protocol); the broker's rules never name a protocol's code.
 
 use ledgermq_raft::RaftNodeError;
 use ledgermq_store::StoreError;
 
-use crate::pb::Code;
+/// What kind of failure a [`BrokerError`] is, in the broker's terms. The names
+/// follow RocketMQ's (its 5.x `Code` and 4.x `ResponseCode` share them); whether a
+/// write may still take effect is a kind of its own ([`ErrorKind::OutcomeUnknown`]
+/// against [`ErrorKind::NoLeader`]), so no adapter has to guess it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Malformed or inconsistent input not covered by a narrower kind.
+    BadRequest,
+    /// A topic name that is not allowed.
+    IllegalTopic,
+    /// A consumer group name that is not allowed.
+    IllegalConsumerGroup,
+    /// A tag that is not allowed.
+    IllegalMessageTag,
+    /// A message key that is not allowed.
+    IllegalMessageKey,
+    /// A message group that is not allowed.
+    IllegalMessageGroup,
+    /// A user property name that is not allowed (reserved, or bad characters).
+    IllegalMessagePropertyKey,
+    /// A message id that is not allowed.
+    IllegalMessageId,
+    /// An invisible duration out of range.
+    IllegalInvisibleTime,
+    /// A filter expression that cannot be parsed or is not supported.
+    IllegalFilterExpression,
+    /// A receipt handle that does not name a delivery in flight.
+    InvalidReceiptHandle,
+    /// A message body over the maximum size.
+    MessageBodyTooLarge,
+    /// Too much in one call (e.g. more messages than one send may carry).
+    PayloadTooLarge,
+    /// A message that does not fit its topic's type (e.g. a message group on a
+    /// normal topic).
+    MessagePropertyConflictWithType,
+    /// The topic does not exist.
+    TopicNotFound,
+    /// The consumer group does not exist.
+    ConsumerGroupNotFound,
+    /// No such message (e.g. a physical offset past the log).
+    MessageNotFound,
+    /// The topic's or group's permission forbids the call.
+    Forbidden,
+    /// The call needs the consumer's client id, and it has none.
+    ClientIdRequired,
+    /// A feature this broker does not offer (yet).
+    Unsupported,
+    /// The broker is overloaded; try again later.
+    TooManyRequests,
+    /// Surely not done: no leader could take the call (there is none, this node
+    /// does not lead, or the leader could not be reached before anything was sent).
+    NoLeader,
+    /// The outcome is unknown: the call may still take effect (a timeout, a
+    /// forwarded call whose answer was lost, a node stopping).
+    OutcomeUnknown,
+    /// A failure of this node (storage, transport, configuration).
+    Internal,
+}
 
 /// Failures of the broker's client service, its admin service and its setup.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
-    /// A request the protocol refuses, with the status code that names why.
+    /// A request the broker refuses or could not finish, with the kind that names
+    /// why.
     #[error("{message}")]
     Refused {
-        /// The protocol status code (only codes the official Rust client 5.0.0 knows).
-        code: Code,
+        /// Why.
+        kind: ErrorKind,
         /// A message for the client.
         message: String,
     },
@@ -47,23 +107,22 @@ pub enum BrokerError {
     },
 }
 
-/// Shorthand for a refusal.
-pub fn refuse(code: Code, message: impl Into<String>) -> BrokerError {
+/// Shorthand for a refusal of kind `kind`.
+pub fn refuse(kind: ErrorKind, message: impl Into<String>) -> BrokerError {
     BrokerError::Refused {
-        code,
+        kind,
         message: message.into(),
     }
 }
 
 impl BrokerError {
-    /// The protocol status code a client gets for this failure. An unknown outcome
-    /// (a timeout, a forwarded write whose answer was lost, a node stopping) says
-    /// `PROXY_TIMEOUT`: the write may still commit (at-least-once); a write surely
-    /// not made for want of a leader says `HA_NOT_AVAILABLE`; bad input its own
-    /// 4xxxx code.
-    pub fn code(&self) -> Code {
+    /// The kind of this failure. An unknown outcome (a timeout, a forwarded write
+    /// whose answer was lost, a node stopping) is `OutcomeUnknown`: the write may
+    /// still commit (at-least-once); a write surely not made for want of a leader
+    /// is `NoLeader`; bad input its own kind.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            BrokerError::Refused { code, .. } => *code,
+            BrokerError::Refused { kind, .. } => *kind,
             BrokerError::Raft(e) => match e {
                 // The outcome is unknown: the write may still commit (a forwarded
                 // write whose answer was lost may have been proposed; an entry
@@ -74,7 +133,7 @@ impl BrokerError {
                 | RaftNodeError::Abandoned { .. }
                 | RaftNodeError::Forward { .. }
                 | RaftNodeError::Expired
-                | RaftNodeError::ShuttingDown => Code::ProxyTimeout,
+                | RaftNodeError::ShuttingDown => ErrorKind::OutcomeUnknown,
                 // Surely not written.
                 // StaleTerm: committed in a later term, so not applied (this node
                 // lost the leadership the command was decided under).
@@ -83,35 +142,27 @@ impl BrokerError {
                 | RaftNodeError::NoLeader
                 | RaftNodeError::StaleTerm { .. }
                 | RaftNodeError::CutOff { .. }
-                | RaftNodeError::LeaderUnreachable { .. } => Code::HaNotAvailable,
-                RaftNodeError::InvalidInput(_) => Code::BadRequest,
-                RaftNodeError::Overloaded { .. } => Code::TooManyRequests,
-                RaftNodeError::Store(s) => store_code(s),
-                _ => Code::InternalServerError,
+                | RaftNodeError::LeaderUnreachable { .. } => ErrorKind::NoLeader,
+                RaftNodeError::InvalidInput(_) => ErrorKind::BadRequest,
+                RaftNodeError::Overloaded { .. } => ErrorKind::TooManyRequests,
+                RaftNodeError::Store(s) => store_kind(s),
+                _ => ErrorKind::Internal,
             },
-            BrokerError::Store(s) => store_code(s),
-            BrokerError::Leader { .. } => Code::HaNotAvailable,
+            BrokerError::Store(s) => store_kind(s),
+            BrokerError::Leader { .. } => ErrorKind::NoLeader,
             BrokerError::NameServer(_) | BrokerError::Transport(_) | BrokerError::Config { .. } => {
-                Code::InternalServerError
+                ErrorKind::Internal
             }
-        }
-    }
-
-    /// The status message sent with this failure.
-    pub fn to_status(&self) -> crate::pb::Status {
-        crate::pb::Status {
-            code: self.code() as i32,
-            message: self.to_string(),
         }
     }
 }
 
-fn store_code(s: &StoreError) -> Code {
+fn store_kind(s: &StoreError) -> ErrorKind {
     match s {
-        StoreError::InvalidInput(_) => Code::BadRequest,
-        StoreError::MessageTooLarge { .. } => Code::MessageBodyTooLarge,
-        StoreError::OutOfRange { .. } => Code::MessageNotFound,
-        _ => Code::InternalServerError,
+        StoreError::InvalidInput(_) => ErrorKind::BadRequest,
+        StoreError::MessageTooLarge { .. } => ErrorKind::MessageBodyTooLarge,
+        StoreError::OutOfRange { .. } => ErrorKind::MessageNotFound,
+        _ => ErrorKind::Internal,
     }
 }
 
@@ -124,13 +175,13 @@ mod tests {
         // openraft's Fatal::Stopped: an entry proposed before a graceful stop may
         // still commit (the raft layer does not tell before from after proposing).
         let e = BrokerError::Raft(RaftNodeError::ShuttingDown);
-        assert_eq!(e.code(), Code::ProxyTimeout);
+        assert_eq!(e.kind(), ErrorKind::OutcomeUnknown);
         // Refusals that surely wrote nothing keep saying so.
         for e in [
             RaftNodeError::NoLeader,
             RaftNodeError::NotLeader { leader: None },
         ] {
-            assert_eq!(BrokerError::Raft(e).code(), Code::HaNotAvailable);
+            assert_eq!(BrokerError::Raft(e).kind(), ErrorKind::NoLeader);
         }
     }
 }

@@ -6,8 +6,17 @@ use std::collections::BTreeSet;
 
 use ledgermq_store::record::tag_hash;
 
-use crate::error::{refuse, BrokerError};
-use crate::pb::{Code, FilterExpression, FilterType};
+use crate::error::{refuse, BrokerError, ErrorKind};
+
+/// A subscription's filter expression as a client sends it (5.x
+/// `FilterExpression`, 4.x `expressionType` and `subString`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilterExpr {
+    /// A TAG expression: `*`, empty, or `a||b||c`.
+    Tag(String),
+    /// An SQL92 expression over properties (not supported).
+    Sql92(String),
+}
 
 /// A parsed tag filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,14 +36,17 @@ impl TagFilter {
     /// Parses a TAG expression (`*`, empty, or `a||b||c`; blanks around tags are
     /// trimmed). Errors: `ILLEGAL_FILTER_EXPRESSION` for empty alternatives,
     /// `UNSUPPORTED` for SQL92 filters (not built).
-    pub fn parse(expr: Option<&FilterExpression>) -> Result<Self, BrokerError> {
-        let Some(e) = expr else {
-            return Ok(TagFilter::All);
+    pub fn parse(expr: Option<&FilterExpr>) -> Result<Self, BrokerError> {
+        let s = match expr {
+            None => return Ok(TagFilter::All),
+            Some(FilterExpr::Sql92(_)) => {
+                return Err(refuse(
+                    ErrorKind::Unsupported,
+                    "SQL92 filters are not supported",
+                ))
+            }
+            Some(FilterExpr::Tag(e)) => e.trim(),
         };
-        if e.r#type == FilterType::Sql as i32 {
-            return Err(refuse(Code::Unsupported, "SQL92 filters are not supported"));
-        }
-        let s = e.expression.trim();
         if s.is_empty() || s == "*" {
             return Ok(TagFilter::All);
         }
@@ -42,7 +54,7 @@ impl TagFilter {
         for t in s.split("||").map(str::trim) {
             if t.is_empty() || t.contains('|') {
                 return Err(refuse(
-                    Code::IllegalFilterExpression,
+                    ErrorKind::IllegalFilterExpression,
                     format!("tag expression {s:?} is illegal: use * or tagA||tagB"),
                 ));
             }
@@ -76,11 +88,8 @@ impl TagFilter {
 mod tests {
     use super::*;
 
-    fn tag(s: &str) -> FilterExpression {
-        FilterExpression {
-            r#type: FilterType::Tag as i32,
-            expression: s.into(),
-        }
+    fn tag(s: &str) -> FilterExpr {
+        FilterExpr::Tag(s.into())
     }
 
     #[test]
@@ -106,15 +115,12 @@ mod tests {
     fn bad_expressions_are_refused() {
         for bad in ["a||", "||a", "a|||b", "a|b"] {
             let e = TagFilter::parse(Some(&tag(bad))).unwrap_err();
-            assert_eq!(e.code(), Code::IllegalFilterExpression, "{bad}");
+            assert_eq!(e.kind(), ErrorKind::IllegalFilterExpression, "{bad}");
         }
-        let sql = FilterExpression {
-            r#type: FilterType::Sql as i32,
-            expression: "a > 1".into(),
-        };
+        let sql = FilterExpr::Sql92("a > 1".into());
         assert_eq!(
-            TagFilter::parse(Some(&sql)).unwrap_err().code(),
-            Code::Unsupported
+            TagFilter::parse(Some(&sql)).unwrap_err().kind(),
+            ErrorKind::Unsupported
         );
     }
 }

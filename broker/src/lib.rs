@@ -1,22 +1,27 @@
-//! LedgerMQ's broker node: the RocketMQ 5 gRPC protocol (`apache.rocketmq.v2`) over a
-//! Raft group, and the announcements that keep every name server's routes current.
+//! LedgerMQ's broker node: a broker core in its own terms over a Raft group, the
+//! RocketMQ 5 gRPC protocol (`apache.rocketmq.v2`) as an adapter over it, and the
+//! announcements that keep every name server's routes current.
 //!
-//! - [`service`]: the MessagingService; [`send`] and [`consume`] its calls.
-//! - [`broker`]: a node's service state, and passing calls on to the leader.
+//! The core (no protocol types in its calls; failures are an [`ErrorKind`]):
+//! - [`broker`]: a node's service state, and finding the leader to pass calls to.
+//! - [`send`]: the queue a message goes to, one Raft entry per send;
+//!   [`consume`]: receive, ack, invisible time and dead letters on the leader.
 //! - [`consumers`], [`pop`]: the leader's consumption state (in flight, acks,
 //!   offsets), [`receipt`]: receipt handles, [`filter`]: tag filters.
+//! - [`message`]: stored property names and the checks a message passes.
 //! - [`leader_term`]: the services that run only while this node leads a term
 //!   (the consumer-offset committer), started and ended in one place.
-//! - [`message`]: protocol messages <-> CommitLog records, input checks.
-//! - [`route`]: routes from the name servers; [`kinds`]: a topic's message type
-//!   and permission in each protocol.
-//! - [`admin`]: topic and group changes from `mqadmin`; [`audit`]: log digests.
+//! - [`route`]: the name servers and the group's members' client addresses.
+//! - [`audit`]: log digests; [`progress`]: consumer progress.
 //! - [`announce`]: turns the Raft node's state into name-server registrations.
 //! - [`config`]: the `mqbroker -c FILE` configuration; [`node`]: a whole node
 //!   ([`node::BrokerNode::start`]), which `mqbroker` runs.
+//!
+//! The adapters:
+//! - [`grpc`]: the 5.x protocol (MessagingService) and the admin service;
+//!   [`kinds`]: a topic's message type and permission in each protocol.
 
 #![deny(missing_docs)]
-pub mod admin;
 pub mod announce;
 pub mod audit;
 pub mod broker;
@@ -25,6 +30,7 @@ pub mod consume;
 pub mod consumers;
 pub mod error;
 pub mod filter;
+pub mod grpc;
 pub mod kinds;
 pub mod leader_term;
 pub mod message;
@@ -32,13 +38,10 @@ pub mod node;
 pub mod pop;
 pub mod progress;
 pub mod receipt;
-mod relay;
 pub mod route;
 pub mod send;
-pub mod server;
-pub mod service;
 
-pub use error::BrokerError;
+pub use error::{BrokerError, ErrorKind};
 
 /// The generated admin protocol, from [`ledgermq_proto`].
 pub use ledgermq_proto::admin_pb;

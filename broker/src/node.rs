@@ -19,8 +19,8 @@ use crate::announce::{spawn_announcer, Identity};
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::grpc::server::ClientServer;
 use crate::route::{Members, NameServers};
-use crate::server::ClientServer;
 
 /// What a start takes beyond the configuration file.
 #[derive(Debug, Clone, Default)]
@@ -134,7 +134,7 @@ impl BrokerNode {
         // The client port serves before the node is announced, so that routes
         // never name a port that is not listening (and a port that cannot be
         // bound leaves nothing registered).
-        let server = match crate::server::serve(broker.clone(), client_addr).await {
+        let server = match crate::grpc::server::serve(broker.clone(), client_addr).await {
             Ok(s) => s,
             Err(e) => {
                 let _ = node.stop(true).await;

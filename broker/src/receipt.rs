@@ -4,8 +4,8 @@
 //! stale one. Format: `v1:{term}:{delivery_id}:{queue_id}:{queue_offset}:{topic}`
 //! (topic names cannot hold `:`). No I/O.
 
+use crate::error::ErrorKind;
 use crate::error::{refuse, BrokerError};
-use crate::pb::Code;
 
 /// One delivery of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,7 @@ impl ReceiptHandle {
     pub fn decode(s: &str) -> Result<Self, BrokerError> {
         let bad = || {
             refuse(
-                Code::InvalidReceiptHandle,
+                ErrorKind::InvalidReceiptHandle,
                 format!("receipt handle {s:?} is invalid"),
             )
         };
@@ -91,8 +91,8 @@ mod tests {
             "v1:1:2:99999999999:4:t",
         ] {
             assert_eq!(
-                ReceiptHandle::decode(bad).unwrap_err().code(),
-                Code::InvalidReceiptHandle,
+                ReceiptHandle::decode(bad).unwrap_err().kind(),
+                ErrorKind::InvalidReceiptHandle,
                 "{bad}"
             );
         }

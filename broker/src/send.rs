@@ -1,12 +1,12 @@
-//! SendMessage, QueryRoute and QueryAssignment.
+//! Sending in the broker's terms: the queue a message goes to, its topic's
+//! checks, and one Raft entry per send answered once committed. `grpc::send`
+//! adapts it to SendMessage.
 
 use ledgermq_raft::{TopicConfig, TopicMessageType};
 
 use crate::broker::Broker;
-use crate::error::{refuse, BrokerError};
-use crate::message::{check_group, check_topic, incoming, Incoming};
-use crate::pb::{self, Code};
-use crate::route::{group_queues, message_queues, EndpointStyle};
+use crate::error::{refuse, BrokerError, ErrorKind};
+use crate::message::Incoming;
 
 /// The queue a message goes to: a FIFO message's queue follows from its message
 /// group (CRC32 of the group modulo the queue count), so a group's messages stay in
@@ -35,103 +35,68 @@ pub fn check_type(topic: &TopicConfig, m: &Incoming) -> Result<(), BrokerError> 
     match (topic.message_type, m.message_group.is_some()) {
         (TopicMessageType::Fifo, true) | (TopicMessageType::Normal, false) => Ok(()),
         (TopicMessageType::Fifo, false) => Err(refuse(
-            Code::MessagePropertyConflictWithType,
+            ErrorKind::MessagePropertyConflictWithType,
             format!(
                 "topic {} is a FIFO topic: messages need a message group",
                 topic.name
             ),
         )),
         (TopicMessageType::Normal, true) => Err(refuse(
-            Code::MessagePropertyConflictWithType,
+            ErrorKind::MessagePropertyConflictWithType,
             format!(
                 "topic {} is a normal topic: a message group needs a FIFO topic",
                 topic.name
             ),
         )),
         _ => Err(refuse(
-            Code::Unsupported,
+            ErrorKind::Unsupported,
             format!("topic {}'s message type is not supported yet", topic.name),
         )),
     }
 }
 
-impl Broker {
-    /// SendMessage: checks every message, stores them all in one Raft entry and
-    /// answers once it is committed. One result entry per message. More than
-    /// `max_messages_per_send` messages: PAYLOAD_TOO_LARGE, nothing stored.
-    pub async fn send(&self, req: pb::SendMessageRequest) -> pb::SendMessageResponse {
-        let n = req.messages.len();
-        if n == 0 {
-            return pb::SendMessageResponse {
-                status: Some(refuse(Code::BadRequest, "no messages to send").to_status()),
-                entries: vec![],
-            };
-        }
-        let mut ids = Vec::with_capacity(n);
-        let result = if n > self.settings.max_messages_per_send {
-            ids.extend(req.messages.iter().map(|m| {
-                m.system_properties
-                    .as_ref()
-                    .map(|p| p.message_id.clone())
-                    .unwrap_or_default()
-            }));
-            Err(refuse(
-                Code::PayloadTooLarge,
-                format!(
-                    "{n} messages in one send; at most {} are allowed",
-                    self.settings.max_messages_per_send
-                ),
-            ))
-        } else {
-            self.send_checked(req, &mut ids).await
-        };
-        let entries = match &result {
-            Ok(placed) => ids
-                .iter()
-                .zip(placed)
-                .map(|(id, offset)| pb::SendResultEntry {
-                    status: Some(pb::Status::ok()),
-                    message_id: id.clone(),
-                    transaction_id: String::new(),
-                    offset: *offset as i64,
-                })
-                .collect(),
-            Err(e) => (0..n)
-                .map(|i| pb::SendResultEntry {
-                    status: Some(e.to_status()),
-                    message_id: ids.get(i).cloned().unwrap_or_default(),
-                    transaction_id: String::new(),
-                    offset: 0,
-                })
-                .collect(),
-        };
-        if let Err(e) = &result {
-            tracing::debug!(error = %e, "send refused");
-        }
-        pb::SendMessageResponse {
-            status: Some(match &result {
-                Ok(_) => pb::Status::ok(),
-                Err(e) => e.to_status(),
-            }),
-            entries,
-        }
+/// Checks the number of messages in one send. Errors: BAD_REQUEST (none),
+/// PAYLOAD_TOO_LARGE (more than `max_messages_per_send`).
+pub fn check_send_count(n: usize, max_messages_per_send: usize) -> Result<(), BrokerError> {
+    if n == 0 {
+        return Err(refuse(ErrorKind::BadRequest, "no messages to send"));
     }
+    if n > max_messages_per_send {
+        return Err(refuse(
+            ErrorKind::PayloadTooLarge,
+            format!("{n} messages in one send; at most {max_messages_per_send} are allowed"),
+        ));
+    }
+    Ok(())
+}
 
-    async fn send_checked(
+impl Broker {
+    /// Stores the messages of one send in one Raft entry and answers once it is
+    /// committed, with each message's queue offset, in order. `messages` are the
+    /// protocol's messages as they are converted, in order (a conversion is an
+    /// `Err` when the message is refused); the id of each converted message is
+    /// pushed to `ids` as it is converted, so a failed send can still name the
+    /// messages it took in. Errors: the first refusal (conversion, all messages
+    /// of one send on one topic, TOPIC_NOT_FOUND, FORBIDDEN when the topic is not
+    /// writable, the message against its topic's type), then the write's (an
+    /// unknown outcome when it may still commit). Nothing is stored unless every
+    /// message passes.
+    pub async fn send(
         &self,
-        req: pb::SendMessageRequest,
+        messages: impl IntoIterator<Item = Result<Incoming, BrokerError>>,
         ids: &mut Vec<String>,
     ) -> Result<Vec<u64>, BrokerError> {
-        let mut records = Vec::with_capacity(req.messages.len());
+        let messages = messages.into_iter();
+        let mut records = Vec::with_capacity(messages.size_hint().0);
         let mut topic_cfg: Option<TopicConfig> = None;
-        for m in req.messages {
-            let inc = incoming(m, self.settings.max_body_bytes)?;
+        for inc in messages {
+            let inc = inc?;
             ids.push(inc.message_id.clone());
             let topic = match &topic_cfg {
                 Some(t) if t.name == inc.record.topic => t.clone(),
                 Some(_) => {
                     return Err(refuse(
-                        Code::BadRequest,
+                        ErrorKind::BadRequest,
                         "all messages of one send must have the same topic",
                     ))
                 }
@@ -143,7 +108,7 @@ impl Broker {
             };
             if !topic.perm.writable() {
                 return Err(refuse(
-                    Code::Forbidden,
+                    ErrorKind::Forbidden,
                     format!("topic {} is not writable", topic.name),
                 ));
             }
@@ -161,124 +126,6 @@ impl Broker {
         // messages; a write that reached a leader is never sent again here.
         let placed = self.node.write_messages(records).await?;
         Ok(placed.into_iter().map(|p| p.queue_offset).collect())
-    }
-
-    /// QueryRoute: the topic's queues on every broker group, from the name servers;
-    /// this group's own view when the name servers do not know the topic yet (just
-    /// created). Error: TOPIC_NOT_FOUND.
-    pub async fn query_route(
-        &self,
-        req: pb::QueryRouteRequest,
-        style: EndpointStyle,
-    ) -> pb::QueryRouteResponse {
-        match self
-            .route_queues(req.topic.map(|t| t.name).unwrap_or_default(), style)
-            .await
-        {
-            Ok(q) => pb::QueryRouteResponse {
-                status: Some(pb::Status::ok()),
-                message_queues: q,
-            },
-            Err(e) => pb::QueryRouteResponse {
-                status: Some(e.to_status()),
-                message_queues: vec![],
-            },
-        }
-    }
-
-    async fn route_queues(
-        &self,
-        topic: String,
-        style: EndpointStyle,
-    ) -> Result<Vec<pb::MessageQueue>, BrokerError> {
-        check_topic(&topic)?;
-        let from_namesrv = match self.namesrv.route(&topic).await {
-            Ok(r) => r
-                .map(|r| message_queues(&topic, &r, style, self.settings.stale_member_ms))
-                .unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "name servers unreachable; answering this group's view");
-                vec![]
-            }
-        };
-        if !from_namesrv.is_empty() {
-            return Ok(from_namesrv);
-        }
-        let t = self.topic_or_create(&topic).await?;
-        let mut addrs = Vec::new();
-        if let Some((leader, _)) = self.node.leader() {
-            if let Some(a) = self.members().configured().get(&leader) {
-                addrs.push(a.clone());
-            }
-        }
-        for a in self.members().configured().values() {
-            if !addrs.contains(a) {
-                addrs.push(a.clone());
-            }
-        }
-        let q = group_queues(
-            &topic,
-            &self.group,
-            &addrs,
-            t.queue_count,
-            t.perm,
-            t.message_type,
-            style,
-        );
-        if q.is_empty() {
-            return Err(refuse(
-                Code::TopicNotFound,
-                format!("topic {topic} has no queues"),
-            ));
-        }
-        Ok(q)
-    }
-
-    /// QueryAssignment: one assignment per readable broker group and endpoint, queue
-    /// id -1 (any queue of that group: the leader spreads receives over them).
-    pub async fn query_assignment(
-        &self,
-        req: pb::QueryAssignmentRequest,
-        style: EndpointStyle,
-    ) -> pb::QueryAssignmentResponse {
-        let result = async {
-            check_group(&req.group.map(|g| g.name).unwrap_or_default())?;
-            let queues = self
-                .route_queues(req.topic.map(|t| t.name).unwrap_or_default(), style)
-                .await?;
-            let mut seen = std::collections::BTreeSet::new();
-            let mut out = Vec::new();
-            for mut q in queues {
-                let readable = matches!(
-                    pb::Permission::try_from(q.permission),
-                    Ok(pb::Permission::Read | pb::Permission::ReadWrite)
-                );
-                // One per group and endpoint: with spread endpoints, a push
-                // consumer polls through every member and rides out a dead one.
-                let key = q
-                    .broker
-                    .as_ref()
-                    .map(|b| (b.name.clone(), format!("{:?}", b.endpoints)));
-                if readable && seen.insert(key) {
-                    q.id = -1;
-                    out.push(pb::Assignment {
-                        message_queue: Some(q),
-                    });
-                }
-            }
-            Ok::<_, BrokerError>(out)
-        }
-        .await;
-        match result {
-            Ok(assignments) => pb::QueryAssignmentResponse {
-                status: Some(pb::Status::ok()),
-                assignments,
-            },
-            Err(e) => pb::QueryAssignmentResponse {
-                status: Some(e.to_status()),
-                assignments: vec![],
-            },
-        }
     }
 }
 

@@ -15,13 +15,10 @@ use crate::admin_pb::{
     UpdateTopicRequest,
 };
 use crate::broker::Broker;
+use crate::broker::MAX_QUEUES;
+use crate::error::ErrorKind;
 use crate::error::{refuse, BrokerError};
 use crate::message::{check_group, check_topic};
-use crate::pb::Code;
-
-/// Most queues per topic any configuration allows (`max_queues_per_topic` is at
-/// most this).
-pub const MAX_QUEUES: u32 = 1024;
 
 /// The admin service handle.
 #[derive(Clone)]
@@ -34,7 +31,7 @@ pub fn topic_config(r: &UpdateTopicRequest, max_queues: u32) -> Result<TopicConf
     let max_queues = max_queues.min(MAX_QUEUES);
     if r.queue_count == 0 || r.queue_count > max_queues {
         return Err(refuse(
-            Code::BadRequest,
+            ErrorKind::BadRequest,
             format!(
                 "queue count {} is outside 1..={max_queues} (the broker's max_queues_per_topic)",
                 r.queue_count
@@ -46,7 +43,7 @@ pub fn topic_config(r: &UpdateTopicRequest, max_queues: u32) -> Result<TopicConf
     } else {
         TopicPerm::operator_choice(r.perm).ok_or_else(|| {
             refuse(
-                Code::BadRequest,
+                ErrorKind::BadRequest,
                 "perm must be 2 (write), 4 (read) or 6 (both)",
             )
         })?

@@ -1,6 +1,6 @@
 //! What a node answers for a consumption call (ack, change of invisible duration,
 //! dead-lettering) that it passes on to the leader, decided from the outcome of
-//! each attempt. Plain decisions: no I/O; `service::on_leader!` does the calls.
+//! each attempt. Plain decisions: no I/O; `service::on_leader` makes the calls.
 //!
 //! The one rule that matters for correctness: once an attempt went unanswered,
 //! the node asked may have taken the call (its answer lost), so the call's final
@@ -12,6 +12,7 @@
 //! retry finds the delivery gone) would think it undone. The call served here
 //! (this node became the leader meanwhile) goes through the same rule.
 
+use crate::error::ErrorKind;
 use crate::error::{refuse, BrokerError};
 use crate::pb::{self, Code};
 
@@ -141,7 +142,7 @@ impl Relay {
 /// an unknown outcome (that attempt may have taken effect).
 fn unknown_outcome(reason: &str) -> BrokerError {
     refuse(
-        Code::ProxyTimeout,
+        ErrorKind::OutcomeUnknown,
         format!("the leader did not answer; the call may have taken effect ({reason})"),
     )
 }
@@ -149,6 +150,7 @@ fn unknown_outcome(reason: &str) -> BrokerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grpc::ToStatus;
 
     /// An answer that only says whether it was served.
     #[derive(Debug, Clone, Copy)]
@@ -195,12 +197,12 @@ mod tests {
         let mut r = Relay::default();
         assert!(matches!(r.after(lost(), false), Next::TryAgain));
         assert_eq!(code(r.after(lost(), true)), Some(Code::ProxyTimeout));
-        let e = refuse(Code::HaNotAvailable, "no leader");
-        assert_eq!(r.no_leader(e).code(), Code::ProxyTimeout);
+        let e = refuse(ErrorKind::NoLeader, "no leader");
+        assert_eq!(r.no_leader(e).kind(), ErrorKind::OutcomeUnknown);
         // Never passed on: nothing was done.
         let r = Relay::default();
-        let e = refuse(Code::HaNotAvailable, "no leader");
-        assert_eq!(r.no_leader(e).code(), Code::HaNotAvailable);
+        let e = refuse(ErrorKind::NoLeader, "no leader");
+        assert_eq!(r.no_leader(e).kind(), ErrorKind::NoLeader);
     }
 
     #[test]
@@ -242,7 +244,7 @@ mod tests {
             Next::TryAgain
         ));
         match r.after(Attempt::Answered(Refused), false) {
-            Next::Fail(e) => assert_eq!(e.code(), Code::ProxyTimeout),
+            Next::Fail(e) => assert_eq!(e.kind(), ErrorKind::OutcomeUnknown),
             other => panic!("{other:?}"),
         }
         // Without a lost attempt the refusal stands.
@@ -256,7 +258,7 @@ mod tests {
     #[test]
     fn answers_read_not_served_from_the_call_or_any_entry() {
         let ok = crate::pb::Status::ok();
-        let not = refuse(Code::HaNotAvailable, "x").to_status();
+        let not = refuse(ErrorKind::NoLeader, "x").to_status();
         let ack = |top: &pb::Status, entry: &pb::Status| pb::AckMessageResponse {
             status: Some(top.clone()),
             entries: vec![pb::AckMessageResultEntry {

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::admin::Admin;
 use crate::admin_pb::broker_admin_server::BrokerAdminServer;
 use crate::broker::Broker;
 use crate::consumers::OffsetCommitter;
 use crate::error::BrokerError;
+use crate::grpc::admin::Admin;
+use crate::grpc::service::Service;
 use crate::leader_term::LeaderTerms;
 use crate::pb::messaging_service_server::MessagingServiceServer;
-use crate::service::Service;
 
 /// A serving client port (see [`serve`]). Dropping it leaves the port serving
 /// until the process exits.

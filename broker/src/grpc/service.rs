@@ -8,15 +8,21 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use tonic::metadata::MetadataMap;
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::broker::{Broker, Target, CLIENT_ID_HEADER, FORWARDED_HEADER};
 use crate::error::refuse;
-use crate::message::duration;
+use crate::error::ErrorKind;
+use crate::grpc::consume::{self, ack_local, change_invisible_local, forward_to_dlq_local};
+use crate::grpc::message::duration;
+use crate::grpc::relay::{Answer, Attempt, Next, Relay};
+use crate::grpc::route::{self, EndpointStyle};
+use crate::grpc::send;
+use crate::grpc::ToStatus;
+use crate::pb::messaging_service_client::MessagingServiceClient;
 use crate::pb::messaging_service_server::MessagingService;
-use crate::pb::{self, telemetry_command, Code};
-use crate::relay::{Attempt, Next, Relay};
-use crate::route::EndpointStyle;
+use crate::pb::{self, telemetry_command};
 
 /// The service handle.
 #[derive(Clone)]
@@ -36,7 +42,7 @@ fn client_id(md: &MetadataMap) -> Option<String> {
 fn client_of(b: &Broker, md: &MetadataMap) -> Result<Option<String>, pb::Status> {
     match client_id(md) {
         None if b.settings.require_client_id => Err(refuse(
-            Code::ClientIdRequired,
+            ErrorKind::ClientIdRequired,
             format!("the {CLIENT_ID_HEADER} header (client id) is required"),
         )
         .to_status()),
@@ -73,55 +79,66 @@ fn onward<T>(msg: T, client: Option<&str>, timeout: Duration) -> Request<T> {
 /// Deadline for finding the leader of a short call.
 const CALL_LEADER_WAIT: Duration = Duration::from_millis(2500);
 
-/// Runs a consumption call on the ready leader: here, or passed on to the leader.
-/// A leader that cannot be reached (this node may not have noticed it died yet),
-/// or a node that says it does not lead, is looked for again until
-/// [`CALL_LEADER_WAIT`] passes. Acks and changes of invisible duration may be
-/// repeated safely; a repeated dead-lettering whose first attempt copied the
-/// message but did not ack it copies it again (at least once). What the client
-/// is told is decided by [`Relay`]: once an attempt went unanswered, any failure
-/// is an unknown outcome.
-macro_rules! on_leader {
-    ($self:ident, $req:ident, $method:ident, $local:ident, $err:expr) => {{
-        let md = $req.metadata().clone();
-        let cid = match client_of(&$self.0, &md) {
-            Ok(c) => c,
-            Err(s) => return Ok(Response::new(($err)(s))),
-        };
-        let msg = $req.into_inner();
-        let b = &$self.0;
-        let deadline = Instant::now() + CALL_LEADER_WAIT;
-        let mut relay = Relay::default();
-        let r = loop {
-            let attempt = match b.target(forwarded(&md), deadline).await {
-                // Served here, through the same rule: this node may have become
-                // the leader after an attempt elsewhere went unanswered.
-                Ok(Target::Local) => Attempt::Answered(b.$local(&msg, cid.as_deref()).await),
-                Ok(Target::Leader(mut c)) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let req = onward(
-                        msg.clone(),
-                        cid.as_deref(),
-                        left.max(Duration::from_millis(200)),
-                    );
-                    match c.$method(req).await {
-                        Ok(r) => Attempt::Answered(r.into_inner()),
-                        Err(s) => Attempt::Unanswered(s.message().to_owned()),
-                    }
-                }
-                Err(e) => break ($err)(relay.no_leader(e).to_status()),
-            };
-            match relay.after(attempt, Instant::now() >= deadline) {
-                Next::Pass(r) => break r,
-                Next::Fail(e) => break ($err)(e.to_status()),
-                Next::TryAgain => {
-                    tracing::debug!("the call was not served; looking for the leader again");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+/// Runs a consumption call on the ready leader: here (`local`), or passed on to
+/// the leader (`remote`, the same call on the leader's client). A leader that
+/// cannot be reached (this node may not have noticed it died yet), or a node
+/// that says it does not lead, is looked for again until [`CALL_LEADER_WAIT`]
+/// passes. Acks and changes of invisible duration may be repeated safely; a
+/// repeated dead-lettering whose first attempt copied the message but did not
+/// ack it copies it again (at least once). What the client is told is decided by
+/// [`Relay`]: once an attempt went unanswered, any failure is an unknown outcome;
+/// `failed` makes the call's answer of a failure status.
+async fn on_leader<Req, Resp>(
+    b: &Broker,
+    req: Request<Req>,
+    local: impl AsyncFn(&Broker, &Req, Option<&str>) -> Resp,
+    remote: impl AsyncFn(
+        MessagingServiceClient<Channel>,
+        Request<Req>,
+    ) -> Result<Response<Resp>, Status>,
+    failed: impl Fn(pb::Status) -> Resp,
+) -> Result<Response<Resp>, Status>
+where
+    Req: Clone,
+    Resp: Answer,
+{
+    let md = req.metadata().clone();
+    let cid = match client_of(b, &md) {
+        Ok(c) => c,
+        Err(s) => return Ok(Response::new(failed(s))),
+    };
+    let msg = req.into_inner();
+    let deadline = Instant::now() + CALL_LEADER_WAIT;
+    let mut relay = Relay::default();
+    let r = loop {
+        let attempt = match b.target(forwarded(&md), deadline).await {
+            // Served here, through the same rule: this node may have become
+            // the leader after an attempt elsewhere went unanswered.
+            Ok(Target::Local) => Attempt::Answered(local(b, &msg, cid.as_deref()).await),
+            Ok(Target::Leader(c)) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let req = onward(
+                    msg.clone(),
+                    cid.as_deref(),
+                    left.max(Duration::from_millis(200)),
+                );
+                match remote(c, req).await {
+                    Ok(r) => Attempt::Answered(r.into_inner()),
+                    Err(s) => Attempt::Unanswered(s.message().to_owned()),
                 }
             }
+            Err(e) => break failed(relay.no_leader(e).to_status()),
         };
-        Ok(Response::new(r))
-    }};
+        match relay.after(attempt, Instant::now() >= deadline) {
+            Next::Pass(r) => break r,
+            Next::Fail(e) => break failed(e.to_status()),
+            Next::TryAgain => {
+                tracing::debug!("the call was not served; looking for the leader again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    Ok(Response::new(r))
 }
 
 #[tonic::async_trait]
@@ -138,7 +155,7 @@ impl MessagingService for Service {
         }
         let style = style(req.metadata());
         Ok(Response::new(
-            self.0.query_route(req.into_inner(), style).await,
+            route::query_route(&self.0, req.into_inner(), style).await,
         ))
     }
 
@@ -177,7 +194,7 @@ impl MessagingService for Service {
                 entries,
             }));
         }
-        Ok(Response::new(self.0.send(req.into_inner()).await))
+        Ok(Response::new(send::send(&self.0, req.into_inner()).await))
     }
 
     async fn query_assignment(
@@ -192,7 +209,7 @@ impl MessagingService for Service {
         }
         let style = style(req.metadata());
         Ok(Response::new(
-            self.0.query_assignment(req.into_inner(), style).await,
+            route::query_assignment(&self.0, req.into_inner(), style).await,
         ))
     }
 
@@ -218,13 +235,15 @@ impl MessagingService for Service {
         let wait = crate::consume::long_poll_wait_ms(
             msg.long_polling_timeout
                 .as_ref()
-                .map(crate::message::duration_ms),
+                .map(crate::grpc::message::duration_ms),
             b.settings.max_long_polling_ms,
         );
         let find_by = started + Duration::from_millis(wait);
         let items = loop {
             match b.target(forwarded(&md), find_by).await {
-                Ok(Target::Local) => break b.receive_local(&msg, cid.as_deref(), started).await,
+                Ok(Target::Local) => {
+                    break consume::receive_local(b, &msg, cid.as_deref(), started).await
+                }
                 Ok(Target::Leader(mut c)) => {
                     // The leader's long poll must end before ours does.
                     let mut m = msg.clone();
@@ -244,7 +263,7 @@ impl MessagingService for Service {
                     }
                     if Instant::now() >= find_by {
                         break vec![status_only(
-                            Code::MessageNotFound,
+                            ErrorKind::MessageNotFound,
                             "no leader answered; no new message",
                         )];
                     }
@@ -253,7 +272,7 @@ impl MessagingService for Service {
                 Err(_) => {
                     // No leader during the whole long poll: nothing to deliver.
                     break vec![status_only(
-                        Code::MessageNotFound,
+                        ErrorKind::MessageNotFound,
                         "no leader; no new message",
                     )];
                 }
@@ -269,8 +288,12 @@ impl MessagingService for Service {
         req: Request<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, Status> {
         let entries = req.get_ref().entries.clone();
-        on_leader!(self, req, ack_message, ack_local, |s: pb::Status| {
-            pb::AckMessageResponse {
+        on_leader(
+            &self.0,
+            req,
+            ack_local,
+            async |mut c, r| c.ack_message(r).await,
+            |s: pb::Status| pb::AckMessageResponse {
                 status: Some(s.clone()),
                 entries: entries
                     .iter()
@@ -280,21 +303,23 @@ impl MessagingService for Service {
                         status: Some(s.clone()),
                     })
                     .collect(),
-            }
-        })
+            },
+        )
+        .await
     }
 
     async fn forward_message_to_dead_letter_queue(
         &self,
         req: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, Status> {
-        on_leader!(
-            self,
+        on_leader(
+            &self.0,
             req,
-            forward_message_to_dead_letter_queue,
             forward_to_dlq_local,
-            |s| pb::ForwardMessageToDeadLetterQueueResponse { status: Some(s) }
+            async |mut c, r| c.forward_message_to_dead_letter_queue(r).await,
+            |s| pb::ForwardMessageToDeadLetterQueueResponse { status: Some(s) },
         )
+        .await
     }
 
     async fn end_transaction(
@@ -305,7 +330,7 @@ impl MessagingService for Service {
             |s| s,
             |_| {
                 refuse(
-                    Code::Unsupported,
+                    ErrorKind::Unsupported,
                     "transactional messages are not supported yet",
                 )
                 .to_status()
@@ -377,16 +402,17 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, Status> {
-        on_leader!(
-            self,
+        on_leader(
+            &self.0,
             req,
-            change_invisible_duration,
             change_invisible_local,
+            async |mut c, r| c.change_invisible_duration(r).await,
             |s| pb::ChangeInvisibleDurationResponse {
                 status: Some(s),
                 receipt_handle: String::new(),
-            }
+            },
         )
+        .await
     }
 }
 
@@ -432,10 +458,10 @@ async fn drain(mut s: Streaming<pb::ReceiveMessageResponse>) -> Vec<pb::ReceiveM
     }
 }
 
-fn status_only(code: Code, message: &str) -> pb::ReceiveMessageResponse {
+fn status_only(kind: ErrorKind, message: &str) -> pb::ReceiveMessageResponse {
     pb::ReceiveMessageResponse {
         content: Some(pb::receive_message_response::Content::Status(
-            refuse(code, message).to_status(),
+            refuse(kind, message).to_status(),
         )),
     }
 }
