@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ledgermq_store::{FlushMode, StoreConfig};
 use serde::Deserialize;
@@ -55,19 +56,35 @@ pub struct BrokerConfig {
     /// CommitLog segment size in bytes (RocketMQ: 1 GiB).
     #[serde(default = "default_segment_bytes")]
     pub commit_log_segment_bytes: u64,
-    /// Name-server heartbeat period in ms (RocketMQ: 30 s; here 3 s, so routes
-    /// leave out a member that went down within three periods).
-    #[serde(default = "default_heartbeat_ms")]
-    pub namesrv_heartbeat_ms: u64,
-    /// Raft heartbeat period in ms.
-    #[serde(default = "default_raft_heartbeat_ms")]
-    pub raft_heartbeat_ms: u64,
-    /// Raft election timeout lower bound in ms.
-    #[serde(default = "default_election_min_ms")]
-    pub raft_election_min_ms: u64,
-    /// Raft election timeout upper bound in ms.
-    #[serde(default = "default_election_max_ms")]
-    pub raft_election_max_ms: u64,
+    /// Name-server heartbeat period, key `namesrv_heartbeat_ms` (RocketMQ: 30 s;
+    /// here 3 s, so routes leave out a member that went down within three periods).
+    #[serde(
+        rename = "namesrv_heartbeat_ms",
+        default = "default_heartbeat",
+        deserialize_with = "millis"
+    )]
+    pub namesrv_heartbeat: Duration,
+    /// Raft heartbeat period, key `raft_heartbeat_ms`.
+    #[serde(
+        rename = "raft_heartbeat_ms",
+        default = "default_raft_heartbeat",
+        deserialize_with = "millis"
+    )]
+    pub raft_heartbeat: Duration,
+    /// Raft election timeout lower bound, key `raft_election_min_ms`.
+    #[serde(
+        rename = "raft_election_min_ms",
+        default = "default_election_min",
+        deserialize_with = "millis"
+    )]
+    pub raft_election_min: Duration,
+    /// Raft election timeout upper bound, key `raft_election_max_ms`.
+    #[serde(
+        rename = "raft_election_max_ms",
+        default = "default_election_max",
+        deserialize_with = "millis"
+    )]
+    pub raft_election_max: Duration,
     /// Client addresses of the group's members: node id (as a string key) →
     /// `host:port`. Used to pass consumption calls on to the leader and in routes;
     /// members left out are looked up on the name servers.
@@ -100,10 +117,14 @@ pub struct BrokerConfig {
     /// its own offsets, under `group@client-id`).
     #[serde(default = "default_max_broadcast_clients")]
     pub max_broadcast_clients_per_group: usize,
-    /// A broadcasting client id not seen for this long frees its place, ms
-    /// (RocketMQ's `broadcastOffsetExpireSecond`: 120 s).
-    #[serde(default = "default_broadcast_client_idle_ms")]
-    pub broadcast_client_idle_ms: u64,
+    /// A broadcasting client id not seen for this long frees its place, key
+    /// `broadcast_client_idle_ms` (RocketMQ's `broadcastOffsetExpireSecond`: 120 s).
+    #[serde(
+        rename = "broadcast_client_idle_ms",
+        default = "default_broadcast_client_idle",
+        deserialize_with = "millis"
+    )]
+    pub broadcast_client_idle: Duration,
     /// Most messages in one SendMessage request.
     #[serde(default = "default_max_messages_per_send")]
     pub max_messages_per_send: usize,
@@ -123,10 +144,15 @@ pub struct BrokerConfig {
     /// 1.0 turns forced cleaning off).
     #[serde(default = "default_disk_force_clean_ratio")]
     pub disk_force_clean_ratio: f64,
-    /// Period of this member's retention runs, ms (RocketMQ's
-    /// `cleanResourceInterval`: 10,000). Each run deletes at most 10 segments.
-    #[serde(default = "default_retention_interval_ms")]
-    pub retention_interval_ms: u64,
+    /// Period of this member's retention runs, key `retention_interval_ms`
+    /// (RocketMQ's `cleanResourceInterval`: 10,000 ms). Each run deletes at most 10
+    /// segments.
+    #[serde(
+        rename = "retention_interval_ms",
+        default = "default_retention_interval",
+        deserialize_with = "millis"
+    )]
+    pub retention_interval: Duration,
     /// Removed (accepted and ignored, so files written for earlier releases still
     /// load): the jepsen harness's durable mark, a file where the node recorded its
     /// last fsynced CommitLog offset. The harness now finds what a power loss takes
@@ -150,8 +176,13 @@ fn default_max_consumer_groups() -> usize {
 fn default_max_broadcast_clients() -> usize {
     crate::broker::ServiceSettings::default().max_broadcast_clients_per_group
 }
-fn default_broadcast_client_idle_ms() -> u64 {
-    crate::broker::ServiceSettings::default().broadcast_client_idle_ms
+fn default_broadcast_client_idle() -> Duration {
+    Duration::from_millis(crate::broker::ServiceSettings::default().broadcast_client_idle_ms)
+}
+
+/// A duration written as whole milliseconds (the file's `*_ms` keys).
+fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    u64::deserialize(d).map(Duration::from_millis)
 }
 fn default_max_messages_per_send() -> usize {
     crate::broker::ServiceSettings::default().max_messages_per_send
@@ -164,8 +195,8 @@ fn default_disk_space_warning_ratio() -> f64 {
     ledgermq_store::retention::RetentionConfig::default().disk_space_warning_ratio
 }
 
-fn default_retention_interval_ms() -> u64 {
-    10_000
+fn default_retention_interval() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_disk_force_clean_ratio() -> f64 {
@@ -178,17 +209,17 @@ fn default_flush() -> String {
 fn default_segment_bytes() -> u64 {
     ledgermq_store::commit_log::DEFAULT_SEGMENT_BYTES
 }
-fn default_heartbeat_ms() -> u64 {
-    3_000
+fn default_heartbeat() -> Duration {
+    Duration::from_secs(3)
 }
-fn default_raft_heartbeat_ms() -> u64 {
-    ledgermq_raft::RaftTiming::default().heartbeat_interval_ms
+fn default_raft_heartbeat() -> Duration {
+    Duration::from_millis(ledgermq_raft::RaftTiming::default().heartbeat_interval_ms)
 }
-fn default_election_min_ms() -> u64 {
-    ledgermq_raft::RaftTiming::default().election_timeout_min_ms
+fn default_election_min() -> Duration {
+    Duration::from_millis(ledgermq_raft::RaftTiming::default().election_timeout_min_ms)
 }
-fn default_election_max_ms() -> u64 {
-    ledgermq_raft::RaftTiming::default().election_timeout_max_ms
+fn default_election_max() -> Duration {
+    Duration::from_millis(ledgermq_raft::RaftTiming::default().election_timeout_max_ms)
 }
 
 /// A configuration that cannot be used, with the reason.
@@ -237,7 +268,7 @@ impl BrokerConfig {
                 cfg.disk_space_warning_ratio
             )));
         }
-        if cfg.retention_interval_ms == 0 {
+        if cfg.retention_interval.is_zero() {
             return Err(err("retention_interval_ms must be at least 1".into()));
         }
         if !(cfg.disk_force_clean_ratio > 0.0 && cfg.disk_force_clean_ratio <= 1.0) {
@@ -283,12 +314,12 @@ impl BrokerConfig {
             max_body_bytes: self.max_body_bytes,
             auto_create_topics: self.auto_create_topics,
             auto_create_groups: self.auto_create_groups,
-            stale_member_ms: 3 * self.namesrv_heartbeat_ms,
+            stale_member_ms: 3 * self.namesrv_heartbeat.as_millis() as u64,
             require_client_id: self.require_client_id,
             max_queues_per_topic: self.max_queues_per_topic,
             max_consumer_groups: self.max_consumer_groups,
             max_broadcast_clients_per_group: self.max_broadcast_clients_per_group,
-            broadcast_client_idle_ms: self.broadcast_client_idle_ms,
+            broadcast_client_idle_ms: self.broadcast_client_idle.as_millis() as u64,
             max_messages_per_send: self.max_messages_per_send,
             telemetry_reply_buffer: self.telemetry_reply_buffer,
             ..crate::broker::ServiceSettings::default()
@@ -396,6 +427,38 @@ mod tests {
         .unwrap();
         let c = BrokerConfig::load(&p).unwrap();
         c.store_config().unwrap();
+    }
+
+    #[test]
+    fn durations_are_read_from_their_millisecond_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        let base = "cluster='c'\nbroker_group='g'\nnode_id=0\nclient_addr='127.0.0.1:1'\n\
+                    store_root='/tmp/x'\n";
+        let peers = "[peers]\n0='127.0.0.1:2'\n";
+        std::fs::write(&p, format!("{base}{peers}")).unwrap();
+        let c = BrokerConfig::load(&p).unwrap();
+        assert_eq!(c.namesrv_heartbeat, Duration::from_secs(3));
+        assert_eq!(c.retention_interval, Duration::from_secs(10));
+        assert_eq!(c.broadcast_client_idle, Duration::from_secs(120));
+        let timed = "namesrv_heartbeat_ms=1500\nraft_heartbeat_ms=70\nraft_election_min_ms=400\n\
+                     raft_election_max_ms=800\nbroadcast_client_idle_ms=5000\nretention_interval_ms=250\n";
+        std::fs::write(&p, format!("{base}{timed}{peers}")).unwrap();
+        let c = BrokerConfig::load(&p).unwrap();
+        assert_eq!(c.namesrv_heartbeat, Duration::from_millis(1500));
+        assert_eq!(c.raft_heartbeat, Duration::from_millis(70));
+        assert_eq!(c.raft_election_min, Duration::from_millis(400));
+        assert_eq!(c.raft_election_max, Duration::from_millis(800));
+        assert_eq!(c.broadcast_client_idle, Duration::from_secs(5));
+        assert_eq!(c.retention_interval, Duration::from_millis(250));
+        assert_eq!(c.service_settings().stale_member_ms, 4500);
+        // A negative or fractional value names its key.
+        for bad in ["retention_interval_ms=-1\n", "namesrv_heartbeat_ms=1.5\n"] {
+            std::fs::write(&p, format!("{base}{bad}{peers}")).unwrap();
+            let e = BrokerConfig::load(&p).unwrap_err().to_string();
+            let key = bad.split('=').next().unwrap();
+            assert!(e.contains(key), "{e}");
+        }
     }
 
     #[test]

@@ -111,15 +111,15 @@ impl BrokerNode {
                 members,
                 store,
                 timing: RaftTiming {
-                    heartbeat_interval_ms: cfg.raft_heartbeat_ms,
-                    election_timeout_min_ms: cfg.raft_election_min_ms,
-                    election_timeout_max_ms: cfg.raft_election_max_ms,
+                    heartbeat_interval_ms: cfg.raft_heartbeat.as_millis() as u64,
+                    election_timeout_min_ms: cfg.raft_election_min.as_millis() as u64,
+                    election_timeout_max_ms: cfg.raft_election_max.as_millis() as u64,
                 },
                 batch: BatchConfig::default(),
                 store_host: client_addr,
                 write_timeout_ms: timings.write_timeout.as_millis() as u64,
                 cluster_name: cfg.broker_group.clone(),
-                retention_interval_ms: cfg.retention_interval_ms,
+                retention_interval_ms: cfg.retention_interval.as_millis() as u64,
             },
             opts.filter,
         )
@@ -143,7 +143,7 @@ impl BrokerNode {
         };
         let registrar = Arc::new(Registrar::start(
             cfg.namesrv_addrs.clone(),
-            Duration::from_millis(cfg.namesrv_heartbeat_ms),
+            cfg.namesrv_heartbeat,
             timings.namesrv_timeout,
         ));
         let announcer = spawn_announcer(

@@ -162,7 +162,7 @@ impl QueueState {
     /// Takes over a delivery a previous leader made of `offset` (== `next_new()`):
     /// it stays in flight until its deadline, and its handle can ack it.
     pub fn adopt(&mut self, offset: u64, inflight: Inflight) {
-        debug_assert_eq!(offset, self.next);
+        assert_eq!(offset, self.next, "deliveries are adopted in queue order");
         self.inflight.insert(offset, inflight);
         self.next = offset + 1;
     }
@@ -174,7 +174,7 @@ impl QueueState {
         let attempt = match self.inflight.get(&offset) {
             Some(i) => i.attempt + 1,
             None => {
-                debug_assert_eq!(offset, self.next, "first deliveries go in order");
+                assert_eq!(offset, self.next, "first deliveries go in order");
                 self.next = offset + 1;
                 1
             }
@@ -193,7 +193,7 @@ impl QueueState {
     /// Passes over `offset` (== `next_new()`) without delivering it: it does not
     /// match the subscription's filter.
     pub fn skip(&mut self, offset: u64) {
-        debug_assert_eq!(offset, self.next);
+        assert_eq!(offset, self.next, "offsets are skipped in queue order");
         self.acked.insert(offset);
         self.next = offset + 1;
         self.advance();

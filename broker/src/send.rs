@@ -124,7 +124,14 @@ impl Broker {
         }
         // RaftNode waits for a leader (up to its write timeout) without copying the
         // messages; a write that reached a leader is never sent again here.
+        let sent = records.len();
         let placed = self.node.write_messages(records).await?;
+        // One queue offset per message, in order: the answer pairs them up.
+        assert_eq!(
+            placed.len(),
+            sent,
+            "a send answered with another number of placements"
+        );
         Ok(placed.into_iter().map(|p| p.queue_offset).collect())
     }
 }

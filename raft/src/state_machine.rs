@@ -286,7 +286,11 @@ impl StateMachine {
         if let (Some(prev), Some(seg)) = (self.last_applied, seg) {
             let prev_seg = self.last_segment.or_else(|| self.segment_of(prev.index));
             if prev_seg.is_some_and(|p| p != seg) {
-                debug_assert_eq!(self.store.dispatched_next_log_index(), prev.index + 1);
+                assert_eq!(
+                    self.store.dispatched_next_log_index(),
+                    prev.index + 1,
+                    "a boundary snapshot must hold exactly what was dispatched"
+                );
                 let snapshot = crate::boundary::BoundarySnapshot {
                     meta: SnapshotMeta {
                         last_log_id: Some(prev),
@@ -344,7 +348,15 @@ impl StateMachine {
         placed: Vec<DispatchedMessage>,
     ) -> Result<Response, RaftNodeError> {
         let index = entry.log_id.index;
-        debug_assert!(placed.iter().all(|p| p.log_index == index));
+        assert!(
+            placed.iter().all(|p| p.log_index == index),
+            "entry {index} applied with another entry's placements"
+        );
+        assert!(
+            self.last_applied.is_none_or(|l| l.index < index),
+            "entry {index} applied after {:?}: applies go forward",
+            self.last_applied
+        );
         let response = match entry.payload {
             EntryPayload::Normal(Request::Messages(_)) => Response::Messages(
                 placed

@@ -315,7 +315,7 @@ impl CommitLog {
         let room = seg - start % seg;
         if total + BLANK_MIN_BYTES > room {
             // Pad the rest of this segment; the entry starts the next one.
-            debug_assert!(
+            assert!(
                 room >= BLANK_MIN_BYTES,
                 "a record left less than the blank minimum"
             );
@@ -338,7 +338,13 @@ impl CommitLog {
             };
             encode_into(buf, m, props, *len, at);
         }
-        debug_assert_eq!(buf.len() as u64, total);
+        // What is written must be the size the placement was planned for: the
+        // segment padding, the next entry's offset and the Raft index rely on it.
+        assert_eq!(
+            buf.len() as u64,
+            total,
+            "entry {log_index} encoded to another size than planned"
+        );
         let f = self.segments.find_or_create(start)?;
         f.write_at(start - f.start_offset(), buf);
         let loc = EntryLocation {

@@ -95,7 +95,7 @@ impl RaftIndex {
     /// Records `loc`, which must be for `next_index()`.
     pub fn append(&self, loc: &EntryLocation) -> Result<()> {
         let at = self.log.append(&loc.encode())?;
-        debug_assert_eq!(at, loc.log_index, "raft index appended out of place");
+        assert_eq!(at, loc.log_index, "raft index appended out of place");
         Ok(())
     }
 
