@@ -280,7 +280,7 @@ impl Broker {
 
     /// Where a consumption call must run: here if this node is the ready leader;
     /// else on the leader (unless the call was passed on already). Waits for a
-    /// leader until `deadline`. Error: HA_NOT_AVAILABLE.
+    /// leader until `deadline`. Error: `NoLeader`.
     pub async fn target(&self, forwarded: bool, deadline: Instant) -> Result<Target, BrokerError> {
         loop {
             if self.consumers.ready_term().is_some() {

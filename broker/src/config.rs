@@ -461,6 +461,43 @@ mod tests {
         }
     }
 
+    /// Every key the harnesses' writer (`ledgermq_testkit::BrokerToml`) sets loads,
+    /// with the value it wrote.
+    #[test]
+    fn the_test_kits_broker_files_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        let raft = ["127.0.0.1:2".to_owned(), "127.0.0.2:2".to_owned()];
+        let client = ["127.0.0.1:8081".to_owned(), "127.0.0.2:8081".to_owned()];
+        let mut t = ledgermq_testkit::BrokerToml::member("C", "g", 1, &raft, &client, dir.path());
+        t.namesrv_addrs = vec!["127.0.0.1:9876".into()];
+        t.flush = "async".into();
+        t.commit_log_segment_bytes = Some(1 << 20);
+        t.namesrv_heartbeat_ms = Some(700);
+        t.disk_space_warning_ratio = Some(0.99);
+        t.retention_interval_ms = Some(300);
+        t.client_endpoint = Some("mq.local:8081".into());
+        t.auto_create_topics = Some(true);
+        t.write(&p).unwrap();
+        let c = BrokerConfig::load(&p).unwrap();
+        assert_eq!(
+            (c.cluster.as_str(), c.broker_group.as_str(), c.node_id),
+            ("C", "g", 1)
+        );
+        assert_eq!(c.client_addr, "127.0.0.2:8081");
+        assert_eq!(c.namesrv_addrs, vec!["127.0.0.1:9876".to_owned()]);
+        assert_eq!(c.store_root, dir.path());
+        assert!(matches!(c.flush_mode().unwrap(), FlushMode::Async));
+        assert_eq!(c.commit_log_segment_bytes, 1 << 20);
+        assert_eq!(c.namesrv_heartbeat, Duration::from_millis(700));
+        assert_eq!(c.disk_space_warning_ratio, 0.99);
+        assert_eq!(c.retention_interval, Duration::from_millis(300));
+        assert_eq!(c.advertised_client_addr(), "mq.local:8081");
+        assert!(c.auto_create_topics);
+        assert_eq!(c.members().unwrap().len(), 2);
+        assert_eq!(c.member_client_addrs().unwrap().len(), 2);
+    }
+
     #[test]
     fn bad_configs_are_refused_with_a_reason() {
         let dir = tempfile::tempdir().unwrap();

@@ -231,7 +231,7 @@ impl Broker {
 
     /// Copies a message to its group's dead-letter queue (creating that topic, one
     /// queue, readable and writable), then acks the delivery. Errors: the copy's
-    /// failure; once the copy is written, an ack failure is `PROXY_TIMEOUT` (the
+    /// failure; once the copy is written, an ack failure is `OutcomeUnknown` (the
     /// call took effect in part: the message may be delivered, and copied, again),
     /// never a failure that says nothing was done.
     async fn dead_letter(&self, consumer: &Consumer, dead: DeadLetter) -> Result<(), BrokerError> {

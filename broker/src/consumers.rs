@@ -129,7 +129,7 @@ impl Consumers {
     }
 
     /// The state of `key` in `term`. A table of an older term is dropped; a call
-    /// still working for an older term gets `HA_NOT_AVAILABLE`. A FIFO queue new to
+    /// still working for an older term gets `NoLeader`. A FIFO queue new to
     /// this term takes over the previous leader's delivery in flight (its lease),
     /// until the deadline this node counted from its apply of the lease, or, for
     /// a lease without one, for the time its wall-clock deadline has left by this
@@ -240,7 +240,7 @@ impl Consumers {
 
     /// Takes up to `req.max_messages` messages. A FIFO group's deliveries are
     /// recorded through Raft (leases) before they are returned. Errors:
-    /// `HA_NOT_AVAILABLE` when this node is not a ready leader; a store failure when
+    /// `NoLeader` when this node is not a ready leader; a store failure when
     /// nothing could be taken (a queue that fails after others gave messages is
     /// skipped and logged).
     pub async fn pop(&self, req: &PopRequest) -> Result<PopResult, BrokerError> {
@@ -388,7 +388,7 @@ impl Consumers {
 
     /// Acks one delivery. Errors: `INVALID_RECEIPT_HANDLE` when the handle names an
     /// offset the queue does not hold or a delivery replaced by a newer one;
-    /// `HA_NOT_AVAILABLE` when not a ready leader; a FIFO group's offset commit
+    /// `NoLeader` when not a ready leader; a FIFO group's offset commit
     /// failing (nothing is acked then).
     pub async fn ack(
         &self,

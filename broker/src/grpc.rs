@@ -1,20 +1,26 @@
 //! The RocketMQ 5.x gRPC protocol adapter: converts protocol messages to the
-//! broker's domain types and back, and maps failures to status codes. It holds no
-//! broker rules; a second protocol sits beside it.
+//! broker's domain types and back, and maps failures to status codes. Sending,
+//! consuming and their checks are the core's; what remains here besides
+//! conversion is how a 5.x route names a group's members (`route`, from the name
+//! servers' view) and passing consumption calls on to the leader (`service`,
+//! `relay`). The 4.x remoting protocol is to sit beside it.
 //!
 //! - [`service`]: the MessagingService; calls that reach a follower are passed
-//!   on to the leader ([`relay`] decides what the client is told).
+//!   on to the leader (`relay` decides what the client is told).
 //! - [`send`]: SendMessage; [`route`]: QueryRoute and QueryAssignment;
 //!   [`consume`]: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 //!   ForwardMessageToDeadLetterQueue.
 //! - [`message`]: 5.x messages to the broker's and back.
 //! - [`status`]: a failure's 5.x status code.
-//! - [`admin`]: the admin service (`ledgermq.admin`) `mqadmin` calls.
+//! - [`admin`]: the admin service (`ledgermq.admin`) `mqadmin` calls;
+//!   [`audit`]: the replica audit's digests; [`progress`]: consumer progress.
 //! - [`server`]: both services on the client port.
 
 pub mod admin;
+pub mod audit;
 pub mod consume;
 pub mod message;
+pub mod progress;
 mod relay;
 pub mod route;
 pub mod send;

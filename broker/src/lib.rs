@@ -2,7 +2,9 @@
 //! RocketMQ 5 gRPC protocol (`apache.rocketmq.v2`) as an adapter over it, and the
 //! announcements that keep every name server's routes current.
 //!
-//! The core (no protocol types in its calls; failures are an [`ErrorKind`]):
+//! The core (its calls take and return domain types, except [`broker::Target`],
+//! which hands back a 5.x client to pass a call on to the leader; failures are an
+//! [`ErrorKind`]):
 //! - [`broker`]: a node's service state, and finding the leader to pass calls to.
 //! - [`send`]: the queue a message goes to, one Raft entry per send;
 //!   [`consume`]: receive, ack, invisible time and dead letters on the leader.
@@ -12,18 +14,17 @@
 //! - [`leader_term`]: the services that run only while this node leads a term
 //!   (the consumer-offset committer), started and ended in one place.
 //! - [`route`]: the name servers and the group's members' client addresses.
-//! - [`audit`]: log digests; [`progress`]: consumer progress.
 //! - [`announce`]: turns the Raft node's state into name-server registrations.
 //! - [`config`]: the `mqbroker -c FILE` configuration; [`node`]: a whole node
 //!   ([`node::BrokerNode::start`]), which `mqbroker` runs.
 //!
 //! The adapters:
-//! - [`grpc`]: the 5.x protocol (MessagingService) and the admin service;
+//! - [`grpc`]: the 5.x protocol (MessagingService) and the admin service (with the
+//!   replica audit's digests and consumer progress it answers);
 //!   [`kinds`]: a topic's message type and permission in each protocol.
 
 #![deny(missing_docs)]
 pub mod announce;
-pub mod audit;
 pub mod broker;
 pub mod config;
 pub mod consume;
@@ -36,7 +37,6 @@ pub mod leader_term;
 pub mod message;
 pub mod node;
 pub mod pop;
-pub mod progress;
 pub mod receipt;
 pub mod route;
 pub mod send;

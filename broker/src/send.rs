@@ -76,18 +76,20 @@ impl Broker {
     /// protocol's messages as they are converted, in order (a conversion is an
     /// `Err` when the message is refused); the id of each converted message is
     /// pushed to `ids` as it is converted, so a failed send can still name the
-    /// messages it took in. Errors: the first refusal (conversion, all messages
+    /// messages it took in. Errors: [`check_send_count`]'s, then the first refusal
+    /// (conversion, all messages
     /// of one send on one topic, TOPIC_NOT_FOUND, FORBIDDEN when the topic is not
     /// writable, the message against its topic's type), then the write's (an
     /// unknown outcome when it may still commit). Nothing is stored unless every
     /// message passes.
-    pub async fn send(
-        &self,
-        messages: impl IntoIterator<Item = Result<Incoming, BrokerError>>,
-        ids: &mut Vec<String>,
-    ) -> Result<Vec<u64>, BrokerError> {
+    pub async fn send<I>(&self, messages: I, ids: &mut Vec<String>) -> Result<Vec<u64>, BrokerError>
+    where
+        I: IntoIterator<Item = Result<Incoming, BrokerError>>,
+        I::IntoIter: ExactSizeIterator,
+    {
         let messages = messages.into_iter();
-        let mut records = Vec::with_capacity(messages.size_hint().0);
+        check_send_count(messages.len(), self.settings.max_messages_per_send)?;
+        let mut records = Vec::with_capacity(messages.len());
         let mut topic_cfg: Option<TopicConfig> = None;
         for inc in messages {
             let inc = inc?;

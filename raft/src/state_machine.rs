@@ -352,11 +352,6 @@ impl StateMachine {
             placed.iter().all(|p| p.log_index == index),
             "entry {index} applied with another entry's placements"
         );
-        assert!(
-            self.last_applied.is_none_or(|l| l.index < index),
-            "entry {index} applied after {:?}: applies go forward",
-            self.last_applied
-        );
         let response = match entry.payload {
             EntryPayload::Normal(Request::Messages(_)) => Response::Messages(
                 placed
@@ -406,6 +401,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut last = None;
         for entry in entries {
             let id = entry.log_id;
+            // Applies go forward, one entry at a time: checked before the entry is
+            // dispatched or a boundary snapshot is taken for it.
+            assert!(
+                self.last_applied.is_none_or(|l| l.index < id.index),
+                "entry {} applied after {:?}: applies go forward",
+                id.index,
+                self.last_applied
+            );
             let placed = self
                 .dispatch_when_room(id.index)
                 .await

@@ -1,8 +1,9 @@
 //! A broker node's `mqbroker -c FILE` configuration as the harnesses write it: the
 //! keys of `ledgermq_broker::config::BrokerConfig` that harnesses set, serialized
-//! with `toml` (so paths and names are quoted correctly). The broker crate's
-//! in-process tests (`broker/tests/node.rs`) load what [`BrokerToml::to_toml`]
-//! writes with `BrokerConfig::load`, so the two cannot drift apart.
+//! with `toml` (so paths and names are quoted correctly). A broker unit test
+//! (`config::tests::the_test_kits_broker_files_load`) loads a file with every
+//! option set through `BrokerConfig::load` and checks each value, and the
+//! in-process node test starts from these files.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -18,25 +18,23 @@ const HIGH_PORT: u16 = 32_000;
 /// processes mostly use different ports; a port something already holds is
 /// skipped.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let _ = NEXT.compare_exchange(
-        0,
-        LOW_PORT + (std::process::id() % 600) as u16 * 20,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
+    use std::sync::atomic::{AtomicU32, Ordering};
+    /// Ports handed out so far by this process (wraps around the range).
+    static TAKEN: AtomicU32 = AtomicU32::new(0);
+    let start = (std::process::id() % 600) * 20;
     loop {
-        let p = NEXT.fetch_add(1, Ordering::SeqCst);
-        let p = if p >= HIGH_PORT {
-            LOW_PORT + p % (HIGH_PORT - LOW_PORT)
-        } else {
-            p
-        };
+        let p = nth_port(start, TAKEN.fetch_add(1, Ordering::Relaxed));
         if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
             return p;
         }
     }
+}
+
+/// The `n`th port of a process whose ports start `start` into the range: always
+/// within `LOW_PORT..HIGH_PORT`, wrapping around it.
+fn nth_port(start: u32, n: u32) -> u16 {
+    let span = u32::from(HIGH_PORT - LOW_PORT);
+    LOW_PORT + ((start % span + n % span) % span) as u16
 }
 
 /// Waits (polling every 20 ms, blocking the thread) until something accepts a TCP
@@ -70,6 +68,17 @@ mod tests {
         for p in ports {
             assert!((LOW_PORT..HIGH_PORT).contains(&p), "{p}");
             std::net::TcpListener::bind(("127.0.0.1", p)).unwrap();
+        }
+    }
+
+    #[test]
+    fn ports_wrap_around_the_range() {
+        assert_eq!(nth_port(0, 0), LOW_PORT);
+        assert_eq!(nth_port(20, 1), LOW_PORT + 21);
+        let span = u32::from(HIGH_PORT - LOW_PORT);
+        assert_eq!(nth_port(0, span), LOW_PORT);
+        for n in [span - 1, 65_535, 65_536, u32::MAX] {
+            assert!((LOW_PORT..HIGH_PORT).contains(&nth_port(11_980, n)), "{n}");
         }
     }
 

@@ -11,7 +11,7 @@ use crate::leader_term::{TermEnd, TermService};
 
 /// Commits the offsets acks moved in one leader term
 /// ([`Consumers::commit_offsets_once`]) every `interval` (100 ms in
-/// `crate::server::serve`), while that term lasts. FIFO groups do not wait for it:
+/// `crate::grpc::server::serve`), while that term lasts. FIFO groups do not wait for it:
 /// they commit each ack before answering it.
 pub struct OffsetCommitter {
     /// The consumption state whose offsets it commits.

@@ -1,7 +1,7 @@
 //! The admin service (`proto/ledgermq/admin.proto`): topic and consumer group
 //! changes from `mqadmin`, committed through Raft from any member, and the
 //! replica-audit digests of this node's own log, queues and metadata
-//! ([`crate::audit`]), and consumer progress ([`crate::progress`]).
+//! ([`crate::grpc::audit`]), and consumer progress ([`crate::grpc::progress`]).
 
 use std::sync::Arc;
 
@@ -122,7 +122,7 @@ impl BrokerAdmin for Admin {
     ) -> Result<Response<LogDigestResponse>, Status> {
         let broker = self.0.clone();
         // Reads many entries: off the runtime's threads.
-        tokio::task::spawn_blocking(move || crate::audit::log_digest(&broker, req.get_ref()))
+        tokio::task::spawn_blocking(move || crate::grpc::audit::log_digest(&broker, req.get_ref()))
             .await
             .map(Response::new)
             .map_err(|e| Status::internal(format!("log digest task failed: {e}")))
@@ -135,7 +135,7 @@ impl BrokerAdmin for Admin {
         let broker = self.0.clone();
         // Reads up to a million records: off the runtime's threads.
         tokio::task::spawn_blocking(move || {
-            crate::audit::queue_digest(broker.node.store(), broker.node.id(), req.get_ref())
+            crate::grpc::audit::queue_digest(broker.node.store(), broker.node.id(), req.get_ref())
         })
         .await
         .map(Response::new)
@@ -149,7 +149,7 @@ impl BrokerAdmin for Admin {
         let node = &self.0.node;
         let store = node.store();
         let meta = node.shared_meta().read().unwrap();
-        Ok(Response::new(crate::progress::consumer_progress(
+        Ok(Response::new(crate::grpc::progress::consumer_progress(
             &meta,
             node.id(),
             req.get_ref(),

@@ -152,18 +152,22 @@ pub async fn forward_to_dlq_local(
     }
 }
 
-fn status_item(s: pb::Status) -> pb::ReceiveMessageResponse {
+/// A receive stream item holding only status `s`.
+pub(crate) fn status_item(s: pb::Status) -> pb::ReceiveMessageResponse {
     pb::ReceiveMessageResponse {
         content: Some(pb::receive_message_response::Content::Status(s)),
     }
 }
 
 fn ack_error(req: &pb::AckMessageRequest, e: BrokerError) -> pb::AckMessageResponse {
-    let s = e.to_status();
+    ack_failed(&req.entries, e.to_status())
+}
+
+/// An AckMessage answer that fails the call and each of `entries` with status `s`.
+pub(crate) fn ack_failed(entries: &[pb::AckMessageEntry], s: pb::Status) -> pb::AckMessageResponse {
     pb::AckMessageResponse {
         status: Some(s.clone()),
-        entries: req
-            .entries
+        entries: entries
             .iter()
             .map(|x| pb::AckMessageResultEntry {
                 message_id: x.message_id.clone(),

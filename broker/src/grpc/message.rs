@@ -136,13 +136,10 @@ pub fn duration_ms(d: &prost_types::Duration) -> u64 {
         .saturating_add((d.nanos.max(0) as u64) / 1_000_000)
 }
 
-/// The protocol message for a stored record. The body digest is a CRC32 of the body
+/// The protocol message for a delivery `d` of stored record `rec` (at
+/// `physical_offset`). The body digest is a CRC32 of the body
 /// as 8 uppercase hex digits (the Python client verifies it).
-pub fn outgoing(
-    rec: MessageRecord,
-    physical_offset: u64,
-    d: Option<&DeliveryFields>,
-) -> pb::Message {
+pub fn outgoing(rec: MessageRecord, physical_offset: u64, d: &DeliveryFields) -> pb::Message {
     let (body, props) = (rec.body, rec.properties);
     let mut user = BTreeMap::new();
     for (k, v) in &props {
@@ -185,11 +182,11 @@ pub fn outgoing(
         store_timestamp: Some(timestamp(rec.store_timestamp_ms)),
         store_host: rec.store_host.to_string(),
         delivery_timestamp: None,
-        receipt_handle: d.map(|d| d.receipt_handle.clone()),
+        receipt_handle: Some(d.receipt_handle.clone()),
         queue_id: rec.queue_id,
-        queue_offset: d.map(|d| d.queue_offset as i64),
-        invisible_duration: d.map(|d| duration(d.invisible_ms)),
-        delivery_attempt: d.map(|d| d.delivery_attempt as i32),
+        queue_offset: Some(d.queue_offset as i64),
+        invisible_duration: Some(duration(d.invisible_ms)),
+        delivery_attempt: Some(d.delivery_attempt as i32),
         message_group,
         trace_context: props.get(PROPERTY_TRACE_CONTEXT).cloned(),
         orphaned_transaction_recovery_duration: None,
@@ -208,7 +205,7 @@ pub fn outgoing(
 
 /// The protocol message of a delivery.
 pub fn delivered(d: Delivery) -> pb::Message {
-    outgoing(d.record, d.physical_offset, Some(&d.fields))
+    outgoing(d.record, d.physical_offset, &d.fields)
 }
 
 #[cfg(test)]
@@ -264,7 +261,7 @@ mod tests {
             invisible_ms: 1500,
             delivery_attempt: 2,
         };
-        let out = outgoing(view.to_record(), view.physical_offset(), Some(&d));
+        let out = outgoing(view.to_record(), view.physical_offset(), &d);
         let sp = out.system_properties.unwrap();
         assert_eq!(out.body, b"hello");
         assert_eq!(out.topic.unwrap().name, "T1");

@@ -12,6 +12,8 @@ use crate::send::check_send_count;
 pub async fn send(b: &Broker, req: pb::SendMessageRequest) -> pb::SendMessageResponse {
     let n = req.messages.len();
     let mut ids = Vec::with_capacity(n);
+    // Broker::send checks the count too; checked here first only so that the
+    // refusal can name every message's id without converting any.
     let result = match check_send_count(n, b.settings.max_messages_per_send) {
         Err(e) => {
             ids.extend(req.messages.iter().map(|m| {

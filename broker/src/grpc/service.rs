@@ -293,17 +293,7 @@ impl MessagingService for Service {
             req,
             ack_local,
             async |mut c, r| c.ack_message(r).await,
-            |s: pb::Status| pb::AckMessageResponse {
-                status: Some(s.clone()),
-                entries: entries
-                    .iter()
-                    .map(|e| pb::AckMessageResultEntry {
-                        message_id: e.message_id.clone(),
-                        receipt_handle: e.receipt_handle.clone(),
-                        status: Some(s.clone()),
-                    })
-                    .collect(),
-            },
+            |s: pb::Status| consume::ack_failed(&entries, s),
         )
         .await
     }
@@ -459,11 +449,7 @@ async fn drain(mut s: Streaming<pb::ReceiveMessageResponse>) -> Vec<pb::ReceiveM
 }
 
 fn status_only(kind: ErrorKind, message: &str) -> pb::ReceiveMessageResponse {
-    pb::ReceiveMessageResponse {
-        content: Some(pb::receive_message_response::Content::Status(
-            refuse(kind, message).to_status(),
-        )),
-    }
+    consume::status_item(refuse(kind, message).to_status())
 }
 
 /// RocketMQ's retry delays for a consumer group's redeliveries (delay levels 3+).
