@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, GroupConfig, RaftNode, TopicConfig, TopicMessageType, TopicPerm};
+use ledgermq_meta::{Command, GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
+use ledgermq_raft::RaftNode;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::consume::BroadcastClients;

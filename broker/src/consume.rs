@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, TopicConfig, TopicMessageType, TopicPerm};
+use ledgermq_meta::{Command, TopicConfig, TopicMessageType, TopicPerm};
 use ledgermq_store::MessageRecord;
 
 use crate::broker::Broker;
@@ -105,7 +105,7 @@ impl Broker {
     /// The consumer for a call: checks the group name, creates the group when
     /// allowed. Errors: ILLEGAL_CONSUMER_GROUP, CONSUMER_GROUP_NOT_FOUND,
     /// CLIENT_ID_REQUIRED (a broadcasting group needs the client id), BAD_REQUEST
-    /// (a client id over [`MAX_CLIENT_ID_BYTES`] for a broadcasting group),
+    /// (a client id over `MAX_CLIENT_ID_BYTES` for a broadcasting group),
     /// TOO_MANY_REQUESTS (the broadcasting group has its most client ids).
     pub async fn consumer(
         &self,
@@ -158,7 +158,7 @@ impl Broker {
     }
 
     /// ReceiveMessage on the leader: waits until `started` plus the long-polling
-    /// wait ([`long_poll_wait_ms`]) for messages; an empty list when none came.
+    /// wait (`long_poll_wait_ms`) for messages; an empty list when none came.
     /// Errors: ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN (not readable), the
     /// consumer's ([`Self::consumer`]), ILLEGAL_FILTER_EXPRESSION, UNSUPPORTED
     /// (SQL92), ILLEGAL_INVISIBLE_TIME, and the pop's (this node does not lead,

@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, FifoLease, OffsetCommit, RaftNode, TimedFifoLease};
+use ledgermq_meta::{Command, FifoLease, OffsetCommit, TimedFifoLease};
+use ledgermq_raft::RaftNode;
 use ledgermq_store::record::PROPERTY_TAGS;
 use ledgermq_store::store::now_ms;
 use ledgermq_store::{MessageRecord, RecordView, StoreError};
@@ -569,3 +570,6 @@ fn delivered(
         },
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,8 +6,8 @@
 //! (`proto/apache/rocketmq/v2/definition.proto`), and the name server's
 //! registration (`proto/proto/ledgermq/namesrv.proto`).
 
+use ledgermq_meta::{TopicMessageType, TopicPerm};
 use ledgermq_namesrv::pb as ns;
-use ledgermq_raft::{TopicMessageType, TopicPerm};
 
 use crate::pb;
 

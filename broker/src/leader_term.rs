@@ -41,7 +41,8 @@ impl TermEnd {
         while self.0.changed().await.is_ok() {}
     }
 
-    /// True once the term is over.
+    /// True once the term is over (tests).
+    #[cfg(test)]
     pub fn is_over(&self) -> bool {
         self.0.has_changed().is_err()
     }
@@ -208,7 +209,8 @@ impl LeaderTerms {
         *self.running.borrow()
     }
 
-    /// A watch of [`Self::services_term`].
+    /// A watch of [`Self::services_term`] (tests).
+    #[cfg(test)]
     pub fn watch_services_term(&self) -> watch::Receiver<Option<u64>> {
         self.running.clone()
     }

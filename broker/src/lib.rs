@@ -6,40 +6,40 @@
 //! which hands back a 5.x client to pass a call on to the leader; failures are an
 //! [`ErrorKind`]):
 //! - [`broker`]: a node's service state, and finding the leader to pass calls to.
-//! - [`send`]: the queue a message goes to, one Raft entry per send;
-//!   [`consume`]: receive, ack, invisible time and dead letters on the leader.
-//! - [`consumers`], [`pop`]: the leader's consumption state (in flight, acks,
-//!   offsets), [`receipt`]: receipt handles, [`filter`]: tag filters.
-//! - [`message`]: stored property names and the checks a message passes.
-//! - [`leader_term`]: the services that run only while this node leads a term
+//! - `send`: the queue a message goes to, one Raft entry per send;
+//!   `consume`: receive, ack, invisible time and dead letters on the leader.
+//! - `consumers`, `pop`: the leader's consumption state (in flight, acks,
+//!   offsets), `receipt`: receipt handles, `filter`: tag filters.
+//! - `message`: stored property names and the checks a message passes.
+//! - `leader_term`: the services that run only while this node leads a term
 //!   (the consumer-offset committer), started and ended in one place.
-//! - [`route`]: the name servers and the group's members' client addresses.
+//! - `route`: the name servers and the group's members' client addresses.
 //! - [`announce`]: turns the Raft node's state into name-server registrations.
 //! - [`config`]: the `mqbroker -c FILE` configuration; [`node`]: a whole node
 //!   ([`node::BrokerNode::start`]), which `mqbroker` runs.
 //!
 //! The adapters:
-//! - [`grpc`]: the 5.x protocol (MessagingService) and the admin service (with the
+//! - `grpc`: the 5.x protocol (MessagingService) and the admin service (with the
 //!   replica audit's digests and consumer progress it answers);
-//!   [`kinds`]: a topic's message type and permission in each protocol.
+//!   `kinds`: a topic's message type and permission in each protocol.
 
 #![deny(missing_docs)]
 pub mod announce;
 pub mod broker;
 pub mod config;
-pub mod consume;
-pub mod consumers;
+mod consume;
+mod consumers;
 pub mod error;
-pub mod filter;
-pub mod grpc;
-pub mod kinds;
-pub mod leader_term;
-pub mod message;
+mod filter;
+mod grpc;
+mod kinds;
+mod leader_term;
+mod message;
 pub mod node;
-pub mod pop;
-pub mod receipt;
-pub mod route;
-pub mod send;
+mod pop;
+mod receipt;
+mod route;
+mod send;
 
 pub use error::{BrokerError, ErrorKind};
 

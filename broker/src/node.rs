@@ -171,7 +171,7 @@ impl BrokerNode {
         &self.node
     }
 
-    /// The term whose leader-term services ([`crate::leader_term`]) run on this
+    /// The term whose leader-term services (`crate::leader_term`) run on this
     /// node now, if any.
     pub fn services_term(&self) -> Option<u64> {
         self.server.services_term()

@@ -106,7 +106,8 @@ impl QueueState {
         self.base
     }
 
-    /// The next offset never delivered by this leader.
+    /// The next offset never delivered by this leader (tests).
+    #[cfg(test)]
     pub fn next(&self) -> u64 {
         self.next
     }

@@ -2,7 +2,7 @@
 //! checks, and one Raft entry per send answered once committed. `grpc::send`
 //! adapts it to SendMessage.
 
-use ledgermq_raft::{TopicConfig, TopicMessageType};
+use ledgermq_meta::{TopicConfig, TopicMessageType};
 
 use crate::broker::Broker;
 use crate::error::{refuse, BrokerError, ErrorKind};
@@ -76,7 +76,7 @@ impl Broker {
     /// protocol's messages as they are converted, in order (a conversion is an
     /// `Err` when the message is refused); the id of each converted message is
     /// pushed to `ids` as it is converted, so a failed send can still name the
-    /// messages it took in. Errors: [`check_send_count`]'s, then the first refusal
+    /// messages it took in. Errors: `check_send_count`'s, then the first refusal
     /// (conversion, all messages
     /// of one send on one topic, TOPIC_NOT_FOUND, FORBIDDEN when the topic is not
     /// writable, the message against its topic's type), then the write's (an

@@ -44,7 +44,7 @@ use crate::error::RaftNodeError;
 /// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from an earlier release,
 /// counted as set 1, though one from before `PurgeThrough` decodes less),
 /// and a leader writes a command of a set only when every member decodes it
-/// ([`crate::peer_formats`]), so a group upgraded one member at a time never
+/// (`crate::peer_formats`), so a group upgraded one member at a time never
 /// replicates an entry a member cannot read.
 pub const LOG_COMMANDS: u8 = 2;
 /// The log command set that brings `Command::FifoLeasesTimed`.

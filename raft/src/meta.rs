@@ -31,7 +31,7 @@ pub struct MetaDb {
     /// Offset key (as `offsets`) → the queue's current `FifoLease`.
     pub fifo_leases: sled::Tree,
     /// Log index (u64 big-endian) → snapshot taken at that segment boundary
-    /// ([`crate::boundary`]).
+    /// (`crate::boundary`).
     pub boundaries: sled::Tree,
 }
 

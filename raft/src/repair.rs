@@ -330,7 +330,7 @@ impl EntryRepair {
 }
 
 /// Reads every entry this node's log holds at start once, each record's CRC
-/// checked, at most [`SCRUB_CHUNK_BYTES`] per [`SCRUB_PAUSE`], and repairs each
+/// checked, at most `SCRUB_CHUNK_BYTES` per `SCRUB_PAUSE`, and repairs each
 /// damaged one from a peer. Ends with the log's end as of its start, or when the
 /// node stops (its log store, the last holder of `repair`, is dropped) or closes
 /// its store.

@@ -7,7 +7,6 @@
 //! message bytes stay in the log. A follower installing a snapshot continues each
 //! queue at the snapshot's next offset.
 
-use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -26,66 +25,12 @@ use crate::types::{
 };
 
 mod commands;
-mod metadata;
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
-/// The group's metadata as the state machine holds it (a read-only copy is shared
-/// with the broker through [`SharedMeta`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupMeta {
-    /// (group, topic, queue id) → next queue offset to consume.
-    pub offsets: BTreeMap<(String, String, i32), u64>,
-    /// Topic configs by name.
-    pub topics: BTreeMap<String, TopicConfig>,
-    /// Consumer group configs by name.
-    pub groups: BTreeMap<String, GroupConfig>,
-    /// (group, topic, queue id) → the FIFO delivery in flight, if any.
-    pub fifo_leases: BTreeMap<(String, String, i32), FifoLease>,
-    /// (group, topic, queue id) → when the stored lease's message becomes visible
-    /// again on this node's monotonic clock, for leases this process applied
-    /// from a [`crate::types::Command::FifoLeasesTimed`] (their invisible time
-    /// counted from the apply). Not stored and not part of a snapshot: a lease
-    /// restored at a restart or from a snapshot has none, and is judged by its
-    /// wall-clock `visible_at_ms`. Node-local: left out of `Debug` output.
-    #[serde(skip)]
-    pub lease_deadlines: LeaseDeadlines,
-    /// Log index of the last entry applied to this copy (None before the first), set
-    /// under the same lock as the maps, so a reader holding the lock sees the maps as
-    /// of exactly this index (replica audits). Not part of a snapshot.
-    #[serde(skip)]
-    pub applied_index: Option<u64>,
-    /// The group's retention point ([`crate::types::Command::PurgeThrough`]): every member purges
-    /// its log through the highest segment boundary at or below it. Kept in the
-    /// `sm` tree under `purge_point`, not in a snapshot (whose encoding it would
-    /// change): a member that installs one starts its log there anyway.
-    #[serde(skip)]
-    pub purge_point: Option<u64>,
-}
-
-/// This member's own deadlines of the FIFO leases it applied with their time
-/// left, by (group, topic, queue id). Instants of this process, which replicas
-/// holding the same replicated metadata do not share: `Debug` prints
-/// `LeaseDeadlines(node-local)`, so [`GroupMeta`]'s `Debug` output, which tests
-/// compare across replicas, shows replicated state alone.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct LeaseDeadlines(pub BTreeMap<(String, String, i32), LeaseDeadline>);
-
-impl std::fmt::Debug for LeaseDeadlines {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LeaseDeadlines(node-local)")
-    }
-}
-
-/// The monotonic deadline of a FIFO lease this node applied with its time left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseDeadline {
-    /// The lease's delivery id (the deadline is that delivery's).
-    pub delivery_id: u64,
-    /// When the message becomes visible again: the apply's instant plus the
-    /// invisible duration the deciding leader gave.
-    pub visible_at: std::time::Instant,
-}
+/// The group's metadata and its FIFO lease deadlines (the `ledgermq-meta` crate,
+/// whose pure rules this state machine applies).
+pub use ledgermq_meta::{GroupMeta, LeaseDeadline, LeaseDeadlines};
 
 /// Metadata shared with readers (the broker); updated on every apply.
 pub type SharedMeta = Arc<RwLock<GroupMeta>>;
@@ -261,7 +206,7 @@ impl StateMachine {
     }
 
     /// Where the next snapshot build comes from: a log index with a saved
-    /// segment-boundary snapshot ([`crate::boundary`]) makes the build return that
+    /// segment-boundary snapshot (`crate::boundary`) makes the build return that
     /// snapshot, so the snapshot openraft holds (and sends to a lagging follower) is
     /// the one at the index the log is about to be purged through. Retention sets it
     /// before it asks openraft for a snapshot.

@@ -202,15 +202,6 @@ impl Writer {
         }
     }
 
-    /// Commits `messages` in some upcoming entry (with others' messages); returns where
-    /// each was placed, in order.
-    pub async fn write_messages(
-        &self,
-        messages: Vec<MessageRecord>,
-    ) -> Result<Vec<Placed>, RaftNodeError> {
-        self.write_messages_until(messages, None).await
-    }
-
     async fn write_messages_until(
         &self,
         messages: Vec<MessageRecord>,

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use ledgermq_raft::{Command, FifoLease, TimedFifoLease};
+use ledgermq_meta::{Command, FifoLease, TimedFifoLease};
 
 use super::{Consumers, PopRequest};
 use crate::error::BrokerError;

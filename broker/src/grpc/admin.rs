@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use ledgermq_raft::{Command, GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
+use ledgermq_meta::{Command, GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
 use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;

@@ -4,8 +4,8 @@
 //! its replicated metadata at the applied index it belongs to. QueueDigest: a CRC32
 //! over one ConsumeQueue's entries in a range of queue offsets.
 
+use ledgermq_meta::TopicMessageType;
 use ledgermq_raft::state_machine::GroupMeta;
-use ledgermq_raft::TopicMessageType;
 use ledgermq_store::record::record_crc;
 use ledgermq_store::MessageStore;
 
@@ -253,7 +253,7 @@ pub fn queue_digest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ledgermq_raft::TopicPerm;
+    use ledgermq_meta::TopicPerm;
     use ledgermq_store::{MessageRecord, StoreConfig};
 
     #[test]
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn state_digests_are_canonical_and_name_the_part_that_differs() {
-        use ledgermq_raft::{FifoLease, GroupConfig, TopicConfig};
+        use ledgermq_meta::{FifoLease, GroupConfig, TopicConfig};
         let mut a = GroupMeta {
             applied_index: Some(9),
             ..Default::default()

@@ -64,7 +64,7 @@ pub fn consumer_progress(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ledgermq_raft::{TopicConfig, TopicMessageType, TopicPerm};
+    use ledgermq_meta::{TopicConfig, TopicMessageType, TopicPerm};
 
     #[test]
     fn progress_lists_every_queue_of_a_topic_or_every_queue_the_group_committed() {

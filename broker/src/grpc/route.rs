@@ -20,8 +20,8 @@
 //! queue names the one `DOMAIN_NAME` endpoint, and the client's gRPC channel
 //! resolves every member's address and fails over between them by itself.
 
+use ledgermq_meta::{TopicMessageType, TopicPerm};
 use ledgermq_namesrv::pb as ns;
-use ledgermq_raft::{TopicMessageType, TopicPerm};
 
 use crate::broker::Broker;
 use crate::error::{refuse, BrokerError, ErrorKind};

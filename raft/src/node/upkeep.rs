@@ -19,7 +19,7 @@ use crate::types::NodeId;
 
 impl RaftNode {
     /// Purges the Raft log (retention) through the highest segment boundary at or
-    /// below `upto` that has a snapshot ([`crate::boundary`]): the snapshot a
+    /// below `upto` that has a snapshot (`crate::boundary`): the snapshot a
     /// lagging follower is then sent sits exactly where this log begins, so it gets
     /// every retained entry. Takes a snapshot covering that index first if needed,
     /// since openraft purges only what a snapshot covers. Purging is asynchronous and

@@ -16,7 +16,7 @@ impl RaftNode {
     /// for an election timeout (not written), `DiskFull` when the leader's disk is
     /// full (through a follower: `Forward` saying so), `Abandoned` (it may still
     /// commit) once, after at least an election timeout, its answer cannot come
-    /// soon ([`stall_reason`]).
+    /// soon (`stall_reason`).
     pub async fn write_messages(
         &self,
         messages: Vec<MessageRecord>,

@@ -1,8 +1,9 @@
 //! Applying metadata commands: the rules run on the shared copy under its lock
-//! (`metadata::apply`, no I/O), then the rows they changed are stored in sled
+//! (`ledgermq_meta::apply::apply`, no I/O), then the rows they changed are stored in sled
 //! with the lock released, so readers (the broker) never wait on the disk.
 
-use super::metadata::{self, AppliedAt, Canaries, RowChange};
+use ledgermq_meta::apply::{self, AppliedAt, Canaries, RowChange};
+
 use super::StateMachine;
 use crate::error::RaftNodeError;
 use crate::format;
@@ -35,10 +36,10 @@ impl StateMachine {
         let applied = {
             let mut meta = self.shared.write().unwrap();
             meta.applied_index = Some(index);
-            metadata::apply(&mut meta, cmd, entry_term, at, canaries)
+            apply::apply(&mut meta, cmd, entry_term, at, canaries)
         };
         self.store_rows(&applied.rows)?;
-        Ok(applied.response)
+        Ok(applied.outcome.into())
     }
 
     /// Stores `rows` in order, each in its tree in the current format.

@@ -1,19 +1,33 @@
 //! The metadata state machine's rules: [`apply`] changes the group's metadata in
 //! memory for one committed command and lists the rows to store, with no I/O.
-//! The thin layer in `commands.rs` takes the readers' lock only around it and
-//! writes the rows to sled after releasing it, so no reader waits on the disk.
+//! The Raft layer's thin persistence (`state_machine/commands.rs`) takes the
+//! readers' lock only around it and writes the rows to sled after releasing it,
+//! so no reader waits on the disk.
 
 use std::time::{Duration, Instant};
 
-use super::{GroupMeta, LeaseDeadline};
-use crate::types::{Command, FifoLease, GroupConfig, Response, TimedFifoLease, TopicConfig};
+use crate::command::{Command, FifoLease, TimedFifoLease};
+use crate::config::{GroupConfig, TopicConfig};
+use crate::state::{GroupMeta, LeaseDeadline, QueueKey};
 
-/// (consumer group or offset key, topic, message queue id).
-pub(crate) type QueueKey = (String, String, i32);
+/// What a command did to the metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied (possibly changing nothing, as an offset that does not move).
+    Applied,
+    /// A command bound to the term of the leader that proposed it reached the
+    /// log in another term's entry and was not applied.
+    StaleTerm {
+        /// The term the command was decided in.
+        proposed_term: u64,
+        /// The term of the entry that carried it.
+        entry_term: u64,
+    },
+}
 
 /// One stored metadata row a command set or removed, in the order it did so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RowChange {
+pub enum RowChange {
     /// The next queue offset of a consumer on a queue.
     Offset(QueueKey, u64),
     /// A consumer's offset on a queue removed.
@@ -37,44 +51,45 @@ pub(crate) enum RowChange {
 /// What applying one command did: the answer for its proposer and the rows to
 /// store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Applied {
+pub struct Applied {
     /// `Applied`, or `StaleTerm` when a term-bound command reached the log in
     /// another term's entry (then nothing changed and `rows` is empty).
-    pub(crate) response: Response,
+    pub outcome: Outcome,
     /// The rows to store, in order.
-    pub(crate) rows: Vec<RowChange>,
+    pub rows: Vec<RowChange>,
 }
 
-/// Test-only switches (`crate::canary`) that change a rule; the caller reads them.
+/// Test-only switches (the store's `canary` module) that change a rule; the caller
+/// reads them.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Canaries {
+pub struct Canaries {
     /// Apply a FIFO lease from an entry of any term (`forward-fifo-leases`).
-    pub(crate) forward_fifo_leases: bool,
+    pub forward_fifo_leases: bool,
 }
 
 /// How far this member's wall clock may be ahead of the deciding leader's
 /// before a timed lease applied late is cut short: a timed lease is held at most
 /// this long past its wall-clock deadline as this member reads it
 /// ([`timed_lease_left_ms`]).
-pub(crate) const LEASE_CLOCK_SKEW_ALLOWANCE_MS: u64 = 60_000;
+pub const LEASE_CLOCK_SKEW_ALLOWANCE_MS: u64 = 60_000;
 
 /// The longest time left a timed lease is given, ms: the longest invisible
 /// duration a client may ask (12 h).
-pub(crate) const LEASE_TIME_LEFT_MAX_MS: u64 = 12 * 3_600_000;
+pub const LEASE_TIME_LEFT_MAX_MS: u64 = 12 * 3_600_000;
 
 /// When this member applies the entry: its monotonic instant and its wall clock
 /// (ms since the Unix epoch), the two inputs of a timed lease's deadline.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct AppliedAt {
+pub struct AppliedAt {
     /// This member's monotonic clock.
-    pub(crate) instant: Instant,
+    pub instant: Instant,
     /// This member's wall clock, ms since the Unix epoch.
-    pub(crate) wall_ms: i64,
+    pub wall_ms: i64,
 }
 
 /// Applies `cmd`, committed in an entry of `entry_term`, to `meta`; `at` is when
 /// this node applies it (a timed lease's time left starts there). No I/O.
-pub(crate) fn apply(
+pub fn apply(
     meta: &mut GroupMeta,
     cmd: Command,
     entry_term: u64,
@@ -86,8 +101,8 @@ pub(crate) fn apply(
         Command::CommitOffsets(commits) => {
             for c in commits {
                 // Offsets only move forward: commits from concurrent paths on the
-                // leader may land out of order. (Rewinding a group is a command of
-                // its own.)
+                // leader may land out of order. (Rewinding a group, not built yet,
+                // needs a command of its own.)
                 let key = (c.group, c.topic, c.queue_id);
                 let offset = meta
                     .offsets
@@ -174,14 +189,14 @@ pub(crate) fn apply(
         }
     }
     Applied {
-        response: Response::Applied,
+        outcome: Outcome::Applied,
         rows,
     }
 }
 
 fn stale(proposed_term: u64, entry_term: u64) -> Applied {
     Applied {
-        response: Response::StaleTerm {
+        outcome: Outcome::StaleTerm {
             proposed_term,
             entry_term,
         },
@@ -209,7 +224,7 @@ fn apply_leases(meta: &mut GroupMeta, leases: Vec<FifoLease>, rows: &mut Vec<Row
 /// without it a delivery that ended long ago would be held its whole time again.
 /// It cuts a lease short only if this member's clock is ahead of the deciding
 /// leader's by more than the allowance.
-pub(crate) fn timed_lease_left_ms(invisible_ms: u64, visible_at_ms: i64, at: AppliedAt) -> u64 {
+pub fn timed_lease_left_ms(invisible_ms: u64, visible_at_ms: i64, at: AppliedAt) -> u64 {
     let wall_left_ms = u64::try_from(visible_at_ms.saturating_sub(at.wall_ms)).unwrap_or(0);
     invisible_ms
         .min(wall_left_ms.saturating_add(LEASE_CLOCK_SKEW_ALLOWANCE_MS))

@@ -2,7 +2,8 @@
 //! it asks to store.
 
 use super::*;
-use crate::types::{OffsetCommit, TopicMessageType, TopicPerm};
+use crate::command::OffsetCommit;
+use crate::config::{TopicMessageType, TopicPerm};
 
 const TERM: u64 = 7;
 
@@ -71,7 +72,7 @@ fn consumer_offsets_only_move_forward_and_the_stored_row_is_the_kept_one() {
     assert_eq!(a.rows, vec![RowChange::Offset(key("g", 0), 10)]);
     // A commit that lands late (an older offset) keeps 10.
     let a = run(&mut m, commit("g", 0, 4));
-    assert_eq!(a.response, Response::Applied);
+    assert_eq!(a.outcome, Outcome::Applied);
     assert_eq!(a.rows, vec![RowChange::Offset(key("g", 0), 10)]);
     assert_eq!(m.offsets[&key("g", 0)], 10);
     run(&mut m, commit("g", 0, 12));
@@ -113,8 +114,8 @@ fn a_lease_of_another_term_changes_nothing() {
         },
     );
     assert_eq!(
-        a.response,
-        Response::StaleTerm {
+        a.outcome,
+        Outcome::StaleTerm {
             proposed_term: TERM - 1,
             entry_term: TERM
         }
@@ -126,7 +127,7 @@ fn a_lease_of_another_term_changes_nothing() {
         &mut m,
         Command::FifoLeases(vec![lease("g", 5, TERM - 1, 1)]),
     );
-    assert!(matches!(a.response, Response::StaleTerm { .. }));
+    assert!(matches!(a.outcome, Outcome::StaleTerm { .. }));
     assert_eq!(m, before);
     // The canary applies it anyway.
     let a = apply(
@@ -141,7 +142,7 @@ fn a_lease_of_another_term_changes_nothing() {
             forward_fifo_leases: true,
         },
     );
-    assert_eq!(a.response, Response::Applied);
+    assert_eq!(a.outcome, Outcome::Applied);
     assert!(m.fifo_leases.contains_key(&key("g", 0)));
 }
 
@@ -253,7 +254,7 @@ fn a_timed_lease_is_held_from_its_apply_on_this_nodes_clock_whatever_the_wall_cl
         at(applied_at, 1_000 - 10_000),
         Canaries::default(),
     );
-    assert_eq!(a.response, Response::Applied);
+    assert_eq!(a.outcome, Outcome::Applied);
     assert_eq!(
         a.rows,
         vec![
@@ -302,7 +303,7 @@ fn a_timed_lease_of_another_term_changes_nothing_and_deleting_its_group_drops_it
             leases: vec![timed(lease("g", 5, TERM - 1, 1), 10_000)],
         },
     );
-    assert!(matches!(a.response, Response::StaleTerm { .. }));
+    assert!(matches!(a.outcome, Outcome::StaleTerm { .. }));
     assert!(a.rows.is_empty());
     assert_eq!(m, before);
     run(

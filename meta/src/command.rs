@@ -1,0 +1,149 @@
+//! The commands that change the replicated metadata, and the values they carry.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{GroupConfig, TopicConfig};
+
+/// Metadata changes: committed through Raft and applied by [`crate::apply::apply`]
+/// on every replica. Stored in the CommitLog as postcard (a `SystemPayload` of the
+/// Raft layer): variants are append-only and their fields never change, so logs
+/// written by earlier releases still decode (golden-byte tests in the Raft layer's
+/// `format` tests pin every variant).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Consumer offsets committed by consumers; an offset never moves backwards
+    /// (the higher of the stored and the committed one is kept).
+    CommitOffsets(Vec<OffsetCommit>),
+    /// Create or replace a topic's configuration.
+    UpdateTopic(TopicConfig),
+    /// Delete a topic's configuration (its stored messages age out by retention).
+    DeleteTopic(String),
+    /// Create or replace a consumer group's configuration.
+    UpdateGroup(GroupConfig),
+    /// Delete a consumer group and its offsets (its broadcasting consumers' offsets,
+    /// kept as `group@client-id`, included).
+    DeleteGroup(String),
+    /// Create a topic unless it exists (auto-creation: never overrides an admin's
+    /// config committed just before).
+    EnsureTopic(TopicConfig),
+    /// Create a consumer group unless it exists.
+    EnsureGroup(GroupConfig),
+    /// FIFO deliveries in flight: a new leader keeps each queue's message invisible
+    /// until the lease ends, so the next message is not delivered before it.
+    FifoLeases(Vec<FifoLease>),
+    /// FIFO deliveries in flight, decided by the leader of `term`. Applied only from
+    /// an entry of that same term: a lease decided by a leader that has since been
+    /// deposed never commits in a later term (the state machine answers
+    /// [`crate::Outcome::StaleTerm`] and changes nothing). Each lease replaces the stored
+    /// one of its queue only if its delivery id is not lower (delivery ids grow
+    /// with the term), so an older lease never replaces a newer one. Appended after
+    /// the older variants, so logs written by earlier releases still decode.
+    FifoLeasesOfTerm {
+        /// Term of the leader that made the deliveries.
+        term: u64,
+        /// The deliveries.
+        leases: Vec<FifoLease>,
+    },
+    /// The group's retention point: every member purges its Raft log, and with it
+    /// the CommitLog segments that log holds, through the highest segment boundary
+    /// at or below `index` (the Raft layer's `boundary` module) once it has applied this, so every
+    /// member retains the same messages and a failover loses none the leader still
+    /// served. Any member may propose it (the Raft layer's `RaftNode::run_retention_once`);
+    /// the point only moves forward. Appended after the older variants, so logs
+    /// written by earlier releases still decode.
+    PurgeThrough {
+        /// Raft log index to purge through.
+        index: u64,
+    },
+    /// FIFO deliveries in flight, decided by the leader of `term`, each with how
+    /// long its message stays invisible: every member counts that time from when
+    /// it applies the entry, on its own monotonic clock, so a new leader holds an
+    /// adopted delivery at least as long as the deciding leader promised,
+    /// whatever the two wall clocks say. Term-checked and applied as
+    /// [`Command::FifoLeasesOfTerm`]. Log command set 2
+    /// (the Raft layer's `format::LOG_COMMANDS`): a leader writes it only when every
+    /// member has said it decodes that set ([`Command::fifo_leases`]).
+    FifoLeasesTimed {
+        /// Term of the leader that made the deliveries.
+        term: u64,
+        /// The deliveries and their invisible durations.
+        leases: Vec<TimedFifoLease>,
+    },
+}
+
+impl Command {
+    /// The command that records FIFO deliveries decided by the leader of `term`:
+    /// [`Command::FifoLeasesTimed`] when `members_decode_timed` (every member of
+    /// the group decodes log command set 2), else [`Command::FifoLeasesOfTerm`],
+    /// whose deadlines are the deciding leader's wall clock (what a member of an
+    /// earlier release decodes). No I/O.
+    pub fn fifo_leases(term: u64, leases: Vec<TimedFifoLease>, members_decode_timed: bool) -> Self {
+        if members_decode_timed {
+            Command::FifoLeasesTimed { term, leases }
+        } else {
+            Command::FifoLeasesOfTerm {
+                term,
+                leases: leases.into_iter().map(|t| t.lease).collect(),
+            }
+        }
+    }
+}
+
+/// A FIFO delivery in flight and how long its message stays invisible, counted
+/// by each member from when it applies the entry ([`Command::FifoLeasesTimed`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedFifoLease {
+    /// The delivery (its `visible_at_ms` is the deciding leader's wall-clock
+    /// deadline, kept for members that restart before it ends).
+    pub lease: FifoLease,
+    /// How long the deciding leader keeps the message invisible, ms; each member
+    /// counts it from its own apply (bounded by the wall-clock deadline plus an
+    /// allowance for an entry applied late: [`crate::apply::timed_lease_left_ms`]).
+    pub invisible_ms: u64,
+}
+
+/// A FIFO consumer group's delivery in flight on one queue (one at a time per
+/// queue). Replaced by the queue's next lease (never by one with a lower
+/// `delivery_id`); void once the group's offset passes `queue_offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FifoLease {
+    /// Offset key of the consumer (the group).
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// The delivered message's queue offset.
+    pub queue_offset: u64,
+    /// The delivery id in its receipt handle: the deciding leader's term in the top
+    /// 24 bits ([`FifoLease::DELIVERY_TERM_SHIFT`]), a per-term sequence below, so
+    /// ids grow with the term and are unique across terms.
+    pub delivery_id: u64,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// Wall-clock ms (leader's clock) when the message becomes visible again.
+    pub visible_at_ms: i64,
+}
+
+impl FifoLease {
+    /// Bits of a delivery id below its term.
+    pub const DELIVERY_TERM_SHIFT: u32 = 40;
+
+    /// The term of the leader that made this delivery (from its delivery id).
+    pub fn delivery_term(&self) -> u64 {
+        self.delivery_id >> Self::DELIVERY_TERM_SHIFT
+    }
+}
+
+/// One consumer offset: the next queue offset `group` will consume from a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetCommit {
+    /// Consumer group.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// Next queue offset to consume.
+    pub offset: u64,
+}

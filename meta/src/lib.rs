@@ -1,0 +1,28 @@
+//! LedgerMQ's replicated metadata, in the broker's own terms: consumer offsets,
+//! FIFO delivery leases, topic and consumer group configs, and the group's
+//! retention point.
+//!
+//! - [`command`]: what a leader commits through Raft to change the metadata.
+//! - [`config`]: topic and consumer group configurations.
+//! - [`state`]: [`GroupMeta`], the metadata every replica holds in memory.
+//! - [`apply`]: the state machine's rules, `apply(state, command)` with no I/O;
+//!   it lists the rows a command changed, which the Raft layer stores.
+//!
+//! Formats (the Raft layer's `format` module, whose golden-byte tests pin them):
+//! a [`Command`] is stored in a CommitLog entry as plain postcard, versioned by
+//! variant (variants are append-only, a variant's fields never change, and a new
+//! variant belongs to a new log command set); configs, leases, consumer offsets
+//! and [`GroupMeta`]'s replicated maps are stored in sled rows and snapshots
+//! inside versioned envelopes. The rest ([`Outcome`], [`RowChange`], the lease
+//! deadlines, `GroupMeta`'s `#[serde(skip)]` fields) is never stored.
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod command;
+pub mod config;
+pub mod state;
+
+pub use apply::{Applied, AppliedAt, Canaries, Outcome, RowChange};
+pub use command::{Command, FifoLease, OffsetCommit, TimedFifoLease};
+pub use config::{GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
+pub use state::{GroupMeta, LeaseDeadline, LeaseDeadlines, QueueKey};
