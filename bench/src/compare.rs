@@ -145,6 +145,7 @@ async fn run_ledgermq(flush: &str, spec: LoadSpec, dir: &Path) -> Result<Summary
         topic: "BenchTopic".into(),
         group: "BenchGroup".into(),
         fifo: false,
+        delay_ms: None,
         call_timeout: Duration::from_secs(10),
     };
     driver.create(8).await?;

@@ -24,6 +24,7 @@ use ledgermq_proto::pb::{
 use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::payload::read_header;
 use crate::runner::{produce, Ctx, Driver};
 
 /// AckMessage calls a consumer task keeps in flight while it receives on.
@@ -40,6 +41,10 @@ pub struct LedgerMq {
     pub group: String,
     /// FIFO messages, one message group per producer.
     pub fifo: bool,
+    /// Delay messages due this long after they are sent (the topic must accept
+    /// DELAY messages; `create` makes it so). The body's time header then holds
+    /// the delivery time, so end-to-end latency is how late each one arrives.
+    pub delay_ms: Option<u64>,
     /// Deadline of one call.
     pub call_timeout: Duration,
 }
@@ -92,6 +97,11 @@ impl LedgerMq {
                     queue_count: queues,
                     perm: 6,
                     fifo: self.fifo,
+                    message_type: if self.delay_ms.is_some() {
+                        "DELAY".into()
+                    } else {
+                        String::new()
+                    },
                 })
                 .await;
             let group = c
@@ -123,18 +133,36 @@ impl LedgerMq {
         Ok(())
     }
 
-    fn message(&self, body: Vec<u8>, message_id: String, message_group: Option<String>) -> Message {
+    fn message(
+        &self,
+        mut body: Vec<u8>,
+        message_id: String,
+        message_group: Option<String>,
+    ) -> Message {
+        let mut message_type = if message_group.is_some() {
+            MessageType::Fifo
+        } else {
+            MessageType::Normal
+        };
+        let mut delivery_timestamp = None;
+        if let (Some(delay_ms), Some((sent_us, _))) = (self.delay_ms, read_header(&body)) {
+            // The header's time becomes the delivery time (µs).
+            let due_us = sent_us + delay_ms * 1000;
+            body[..8].copy_from_slice(&due_us.to_le_bytes());
+            delivery_timestamp = Some(prost_types::Timestamp {
+                seconds: (due_us / 1_000_000) as i64,
+                nanos: ((due_us % 1_000_000) * 1000) as i32,
+            });
+            message_type = MessageType::Delay;
+        }
         Message {
             topic: res(&self.topic),
             user_properties: Default::default(),
             system_properties: Some(SystemProperties {
                 message_id,
-                message_type: if message_group.is_some() {
-                    MessageType::Fifo as i32
-                } else {
-                    MessageType::Normal as i32
-                },
+                message_type: message_type as i32,
                 message_group,
+                delivery_timestamp,
                 ..Default::default()
             }),
             body,

@@ -172,6 +172,7 @@ mod tests {
             topic: "T".into(),
             group: "G".into(),
             fifo: false,
+            delay_ms: None,
             call_timeout: Duration::from_secs(5),
         };
         let spec = LoadSpec {

@@ -73,6 +73,10 @@ pub struct ServiceSettings {
     /// Telemetry replies buffered for a client that does not read them; past this
     /// its Telemetry stream ends.
     pub telemetry_reply_buffer: usize,
+    /// Latest delivery time a delay message may ask for, ms after it is sent
+    /// (ILLEGAL_DELIVERY_TIME past it; the reference proxy's `maxDelayTimeMills`,
+    /// 1 day).
+    pub max_delay_ms: u64,
 }
 
 impl Default for ServiceSettings {
@@ -96,6 +100,7 @@ impl Default for ServiceSettings {
             // Also the Raft batcher's most messages per entry.
             max_messages_per_send: 1024,
             telemetry_reply_buffer: 16,
+            max_delay_ms: 86_400_000,
         }
     }
 }

@@ -125,6 +125,14 @@ pub struct BrokerConfig {
         deserialize_with = "millis"
     )]
     pub broadcast_client_idle: Duration,
+    /// Latest delivery time a delay message may ask for, after it is sent, key
+    /// `max_delay_ms` (the reference proxy's `maxDelayTimeMills`: 1 day).
+    #[serde(
+        rename = "max_delay_ms",
+        default = "default_max_delay",
+        deserialize_with = "millis"
+    )]
+    pub max_delay: Duration,
     /// Most messages in one SendMessage request.
     #[serde(default = "default_max_messages_per_send")]
     pub max_messages_per_send: usize,
@@ -183,6 +191,9 @@ fn default_broadcast_client_idle() -> Duration {
 /// A duration written as whole milliseconds (the file's `*_ms` keys).
 fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     u64::deserialize(d).map(Duration::from_millis)
+}
+fn default_max_delay() -> Duration {
+    Duration::from_millis(crate::broker::ServiceSettings::default().max_delay_ms)
 }
 fn default_max_messages_per_send() -> usize {
     crate::broker::ServiceSettings::default().max_messages_per_send
@@ -322,6 +333,7 @@ impl BrokerConfig {
             broadcast_client_idle_ms: self.broadcast_client_idle.as_millis() as u64,
             max_messages_per_send: self.max_messages_per_send,
             telemetry_reply_buffer: self.telemetry_reply_buffer,
+            max_delay_ms: self.max_delay.as_millis() as u64,
             ..crate::broker::ServiceSettings::default()
         }
     }

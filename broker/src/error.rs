@@ -30,6 +30,8 @@ pub enum ErrorKind {
     IllegalMessageId,
     /// An invisible duration out of range.
     IllegalInvisibleTime,
+    /// A delay message's delivery time missing or too far ahead.
+    IllegalDeliveryTime,
     /// A filter expression that cannot be parsed or is not supported.
     IllegalFilterExpression,
     /// A receipt handle that does not name a delivery in flight.
@@ -145,6 +147,8 @@ impl BrokerError {
                 | RaftNodeError::LeaderUnreachable { .. } => ErrorKind::NoLeader,
                 RaftNodeError::InvalidInput(_) => ErrorKind::BadRequest,
                 RaftNodeError::Overloaded { .. } => ErrorKind::TooManyRequests,
+                // Not written: a member runs a release that cannot read it.
+                RaftNodeError::MembersCannotDecode { .. } => ErrorKind::Unsupported,
                 RaftNodeError::Store(s) => store_kind(s),
                 _ => ErrorKind::Internal,
             },

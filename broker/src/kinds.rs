@@ -11,14 +11,26 @@ use ledgermq_namesrv::pb as ns;
 
 use crate::pb;
 
-/// The 5.x protocol's message type of a topic.
+/// The 5.x protocol's message type of one message (never `Mixed`, which no
+/// message is: it maps to UNSPECIFIED).
 pub fn message_type_to_pb(t: TopicMessageType) -> pb::MessageType {
     match t {
         TopicMessageType::Normal => pb::MessageType::Normal,
         TopicMessageType::Fifo => pb::MessageType::Fifo,
         TopicMessageType::Delay => pb::MessageType::Delay,
         TopicMessageType::Transaction => pb::MessageType::Transaction,
+        TopicMessageType::Mixed => pb::MessageType::Unspecified,
     }
+}
+
+/// The message types a queue of a topic of type `t` accepts, as a route reports
+/// them (`MessageQueue.accept_message_types`): a MIXED topic's queues take
+/// NORMAL, FIFO, DELAY and TRANSACTION, as the reference proxy reports them.
+pub fn accept_message_types_pb(t: TopicMessageType) -> Vec<i32> {
+    t.accepted()
+        .into_iter()
+        .map(|m| message_type_to_pb(m) as i32)
+        .collect()
 }
 
 /// A topic's message type as registered at the name servers.
@@ -28,6 +40,7 @@ pub fn message_type_to_ns(t: TopicMessageType) -> ns::MessageType {
         TopicMessageType::Fifo => ns::MessageType::Fifo,
         TopicMessageType::Delay => ns::MessageType::Delay,
         TopicMessageType::Transaction => ns::MessageType::Transaction,
+        TopicMessageType::Mixed => ns::MessageType::Mixed,
     }
 }
 
@@ -38,6 +51,7 @@ pub fn message_type_from_ns(t: i32) -> TopicMessageType {
         Ok(ns::MessageType::Fifo) => TopicMessageType::Fifo,
         Ok(ns::MessageType::Delay) => TopicMessageType::Delay,
         Ok(ns::MessageType::Transaction) => TopicMessageType::Transaction,
+        Ok(ns::MessageType::Mixed) => TopicMessageType::Mixed,
         _ => TopicMessageType::Normal,
     }
 }
@@ -58,19 +72,34 @@ mod tests {
 
     #[test]
     fn every_message_type_goes_to_the_name_servers_and_back_and_to_clients() {
-        for t in [
-            TopicMessageType::Normal,
-            TopicMessageType::Fifo,
-            TopicMessageType::Delay,
-            TopicMessageType::Transaction,
-        ] {
+        for t in TopicMessageType::ALL {
             assert_eq!(message_type_from_ns(message_type_to_ns(t) as i32), t);
-            assert_eq!(
-                format!("{:?}", message_type_to_pb(t)),
-                format!("{:?}", message_type_to_ns(t))
-            );
+            if t != TopicMessageType::Mixed {
+                assert_eq!(
+                    format!("{:?}", message_type_to_pb(t)),
+                    format!("{:?}", message_type_to_ns(t))
+                );
+            }
         }
         assert_eq!(message_type_from_ns(99), TopicMessageType::Normal);
+    }
+
+    #[test]
+    fn a_mixed_topics_queues_accept_every_message_type() {
+        let all: Vec<i32> = [
+            pb::MessageType::Normal,
+            pb::MessageType::Fifo,
+            pb::MessageType::Delay,
+            pb::MessageType::Transaction,
+        ]
+        .into_iter()
+        .map(|t| t as i32)
+        .collect();
+        assert_eq!(accept_message_types_pb(TopicMessageType::Mixed), all);
+        assert_eq!(
+            accept_message_types_pb(TopicMessageType::Delay),
+            vec![pb::MessageType::Delay as i32]
+        );
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! ([`NodeStatus::ready_term`]): when the node becomes ready in a term it starts every
 //! [`TermService`] for that term (a leader epoch); when that term ends (the node
 //! steps down, a later term begins, the node stops) it tells each of them the
-//! term is over. Today that is the consumer-offset committer
-//! ([`crate::consumers::OffsetCommitter`]); the delay-timer scanner and the
-//! transaction check-back are to run here too.
+//! term is over: the consumer-offset committer
+//! ([`crate::consumers::OffsetCommitter`]) and the delivery of due delay messages
+//! ([`crate::timers::TimerDelivery`]); the transaction check-back is to run here
+//! too.
 //!
 //! A service is told, not aborted: a Raft write it has under way when the term
 //! ends finishes (a clustering group's offset commit it proposed is passed on to

@@ -40,6 +40,7 @@ mod pop;
 mod receipt;
 mod route;
 mod send;
+mod timers;
 
 pub use error::{BrokerError, ErrorKind};
 

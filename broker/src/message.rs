@@ -7,7 +7,9 @@
 //! Property names follow RocketMQ's `MessageConst`: `TAGS`, `KEYS` (space-separated),
 //! `UNIQ_KEY` (the client-made message id), `__SHARDINGKEY` (the message group).
 
+use ledgermq_meta::TopicMessageType;
 use ledgermq_store::record::{PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY};
+use ledgermq_store::timer_index;
 use ledgermq_store::MessageRecord;
 
 use crate::error::{refuse, BrokerError, ErrorKind};
@@ -21,8 +23,9 @@ pub const PROPERTY_TRACE_CONTEXT: &str = "__TRACE_CONTEXT";
 /// Property of a dead-lettered message: the topic it came from.
 pub const PROPERTY_ORIGIN_TOPIC: &str = "__DLQ_ORIGIN_TOPIC";
 
-/// Property names users may not set: the broker owns them.
-pub const RESERVED: [&str; 7] = [
+/// Property names users may not set: the broker owns them (a user property
+/// naming a timer could otherwise cancel or redirect one).
+pub const RESERVED: [&str; 11] = [
     PROPERTY_TAGS,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -30,7 +33,16 @@ pub const RESERVED: [&str; 7] = [
     PROPERTY_BODY_ENCODING,
     PROPERTY_TRACE_CONTEXT,
     PROPERTY_ORIGIN_TOPIC,
+    timer_index::PROPERTY_REAL_TOPIC,
+    timer_index::PROPERTY_REAL_QID,
+    timer_index::PROPERTY_TIMER_DELIVER_MS,
+    timer_index::PROPERTY_TIMER_QUEUE_OFFSET,
 ];
+
+/// Topics whose names begin so are the broker's own (RocketMQ's
+/// `TopicValidator.SYSTEM_TOPIC_PREFIX`): clients neither send to nor receive
+/// from them, and admins do not make them.
+pub const SYSTEM_TOPIC_PREFIX: &str = "rmq_sys_";
 
 /// Most characters of a consumer group name (RocketMQ: 255).
 pub const MAX_GROUP_CHARS: usize = 255;
@@ -43,7 +55,14 @@ pub const MAX_TAG_OR_KEY_BYTES: usize = 1024;
 /// Error: `ILLEGAL_TOPIC`.
 pub fn check_topic(topic: &str) -> Result<(), BrokerError> {
     ledgermq_store::consume_queue::validate_topic(topic)
-        .map_err(|e| refuse(ErrorKind::IllegalTopic, e.to_string()))
+        .map_err(|e| refuse(ErrorKind::IllegalTopic, e.to_string()))?;
+    if topic.starts_with(SYSTEM_TOPIC_PREFIX) {
+        return Err(refuse(
+            ErrorKind::IllegalTopic,
+            format!("topic {topic} is a system topic ({SYSTEM_TOPIC_PREFIX}*), the broker's own"),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a consumer group name (same characters as topics, at most 255).
@@ -77,6 +96,23 @@ pub struct Incoming {
     pub message_group: Option<String>,
     /// The queue the client picked, if it named one.
     pub client_queue_id: Option<i32>,
+    /// A delay message's delivery time, ms since the Unix epoch.
+    pub deliver_at_ms: Option<i64>,
+}
+
+impl Incoming {
+    /// The message's type: DELAY when it has a delivery time, FIFO when it has a
+    /// message group (never both: `grpc::message::incoming` refuses that), else
+    /// NORMAL.
+    pub fn message_type(&self) -> TopicMessageType {
+        if self.deliver_at_ms.is_some() {
+            TopicMessageType::Delay
+        } else if self.message_group.is_some() {
+            TopicMessageType::Fifo
+        } else {
+            TopicMessageType::Normal
+        }
+    }
 }
 
 /// Longest message id, bytes.

@@ -7,6 +7,7 @@ use ledgermq_meta::{TopicConfig, TopicMessageType};
 use crate::broker::Broker;
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::message::Incoming;
+use crate::timers::{check_delivery_time, into_timer};
 
 /// The queue a message goes to: a FIFO message's queue follows from its message
 /// group (CRC32 of the group modulo the queue count), so a group's messages stay in
@@ -28,31 +29,34 @@ pub fn choose_queue(
     }
 }
 
-/// Checks a message against its topic's type. Error:
-/// MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (a message group on a normal topic, or none on
-/// a FIFO topic).
+/// Checks a message against its topic's type (its `message.type` attribute): a
+/// topic takes messages of its own type, a MIXED topic every type, as the
+/// reference proxy checks them. Error: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (e.g.
+/// a message group on a NORMAL topic, none on a FIFO topic, any message on a
+/// DELAY topic that is not a delay message).
 pub fn check_type(topic: &TopicConfig, m: &Incoming) -> Result<(), BrokerError> {
-    match (topic.message_type, m.message_group.is_some()) {
-        (TopicMessageType::Fifo, true) | (TopicMessageType::Normal, false) => Ok(()),
-        (TopicMessageType::Fifo, false) => Err(refuse(
-            ErrorKind::MessagePropertyConflictWithType,
-            format!(
-                "topic {} is a FIFO topic: messages need a message group",
-                topic.name
-            ),
-        )),
-        (TopicMessageType::Normal, true) => Err(refuse(
-            ErrorKind::MessagePropertyConflictWithType,
-            format!(
-                "topic {} is a normal topic: a message group needs a FIFO topic",
-                topic.name
-            ),
-        )),
-        _ => Err(refuse(
-            ErrorKind::Unsupported,
-            format!("topic {}'s message type is not supported yet", topic.name),
-        )),
+    let kind = m.message_type();
+    if topic.message_type.accepts(kind) {
+        return Ok(());
     }
+    let hint = match (topic.message_type, kind) {
+        (TopicMessageType::Fifo, TopicMessageType::Normal) => {
+            ": FIFO messages need a message group"
+        }
+        (TopicMessageType::Normal, TopicMessageType::Fifo) => {
+            ": a message group needs a FIFO or MIXED topic"
+        }
+        _ => "",
+    };
+    Err(refuse(
+        ErrorKind::MessagePropertyConflictWithType,
+        format!(
+            "topic {} has message.type={}: a {} message cannot be sent to it{hint}",
+            topic.name,
+            topic.message_type.attribute_value(),
+            kind.attribute_value(),
+        ),
+    ))
 }
 
 /// Checks the number of messages in one send. Errors: BAD_REQUEST (none),
@@ -79,9 +83,11 @@ impl Broker {
     /// messages it took in. Errors: `check_send_count`'s, then the first refusal
     /// (conversion, all messages
     /// of one send on one topic, TOPIC_NOT_FOUND, FORBIDDEN when the topic is not
-    /// writable, the message against its topic's type), then the write's (an
+    /// writable, the message against its topic's type, ILLEGAL_DELIVERY_TIME for
+    /// a delay message due too far ahead), then the write's (an
     /// unknown outcome when it may still commit). Nothing is stored unless every
-    /// message passes.
+    /// message passes. A delay message due later is stored as a timer
+    /// ([`crate::timers`]); its queue offset is then its timer queue's.
     pub async fn send<I>(&self, messages: I, ids: &mut Vec<String>) -> Result<Vec<u64>, BrokerError>
     where
         I: IntoIterator<Item = Result<Incoming, BrokerError>>,
@@ -122,6 +128,14 @@ impl Broker {
                 inc.client_queue_id,
                 self.next_rr(),
             );
+            if let Some(at) = inc.deliver_at_ms {
+                let now = ledgermq_store::store::now_ms();
+                check_delivery_time(at, now, self.settings.max_delay_ms)?;
+                // Due already: stored as a normal message, as RocketMQ does.
+                if at > now {
+                    rec = into_timer(rec, at);
+                }
+            }
             records.push(rec);
         }
         // RaftNode waits for a leader (up to its write timeout) without copying the
@@ -151,5 +165,46 @@ mod tests {
         assert_eq!(choose_queue(8, None, Some(5), 0), 5);
         assert_eq!(choose_queue(8, None, Some(8), 3), 3);
         assert_eq!(choose_queue(8, None, Some(-1), 9), 1);
+    }
+
+    fn incoming(group: Option<&str>) -> Incoming {
+        Incoming {
+            record: ledgermq_store::MessageRecord::message("T", -1, b"x".to_vec(), 0),
+            message_id: "id".into(),
+            message_group: group.map(str::to_owned),
+            client_queue_id: None,
+            deliver_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_topic_takes_messages_of_its_type_and_a_mixed_topic_every_type() {
+        use TopicMessageType::*;
+        let topic = |t| TopicConfig {
+            name: "T".into(),
+            queue_count: 4,
+            perm: ledgermq_meta::TopicPerm::READ_WRITE,
+            message_type: t,
+        };
+        let (normal, fifo) = (incoming(None), incoming(Some("g")));
+        assert!(check_type(&topic(Normal), &normal).is_ok());
+        assert!(check_type(&topic(Fifo), &fifo).is_ok());
+        assert!(check_type(&topic(Mixed), &normal).is_ok());
+        assert!(check_type(&topic(Mixed), &fifo).is_ok());
+        for (t, m) in [
+            (Normal, &fifo),
+            (Fifo, &normal),
+            (Delay, &normal),
+            (Delay, &fifo),
+            (Transaction, &normal),
+        ] {
+            let e = check_type(&topic(t), m).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                ErrorKind::MessagePropertyConflictWithType,
+                "{t:?} topic, {:?} message",
+                m.message_type()
+            );
+        }
     }
 }

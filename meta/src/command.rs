@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{GroupConfig, TopicConfig};
+use crate::config::{GroupConfig, TopicConfig, TopicMessageType};
 
 /// Metadata changes: committed through Raft and applied by [`crate::apply::apply`]
 /// on every replica. Stored in the CommitLog as postcard (a `SystemPayload` of the
@@ -72,6 +72,23 @@ pub enum Command {
 }
 
 impl Command {
+    /// The log command set that brings this command's encoding (the Raft layer's
+    /// `format::LOG_COMMANDS`): 2 for [`Command::FifoLeasesTimed`], 3 for a topic
+    /// config of type [`TopicMessageType::Mixed`] (`UpdateTopic`, `EnsureTopic`),
+    /// 1 for everything else. A leader writes it only once every member decodes
+    /// that set. No I/O.
+    pub fn log_command_set(&self) -> u8 {
+        match self {
+            Command::FifoLeasesTimed { .. } => 2,
+            Command::UpdateTopic(t) | Command::EnsureTopic(t)
+                if t.message_type == TopicMessageType::Mixed =>
+            {
+                3
+            }
+            _ => 1,
+        }
+    }
+
     /// The command that records FIFO deliveries decided by the leader of `term`:
     /// [`Command::FifoLeasesTimed`] when `members_decode_timed` (every member of
     /// the group decodes log command set 2), else [`Command::FifoLeasesOfTerm`],

@@ -7,7 +7,12 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Kind of messages a topic accepts (RocketMQ 5's `TopicMessageType`).
+/// Kind of messages a topic accepts (RocketMQ 5's `TopicMessageType`, the topic
+/// attribute `message.type`); also the kind of one message, which is never
+/// `Mixed`. Stored as postcard's variant index: variants are only appended.
+/// `Mixed` (index 4) is read by no release before log command set 3, so a topic
+/// of that type is written only once every member decodes that set
+/// ([`crate::Command::log_command_set`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum TopicMessageType {
     /// Normal messages.
@@ -19,6 +24,54 @@ pub enum TopicMessageType {
     Delay,
     /// Transactional messages.
     Transaction,
+    /// Every kind of message (RocketMQ 5's MIXED).
+    Mixed,
+}
+
+impl TopicMessageType {
+    /// Every type, in stored order.
+    pub const ALL: [TopicMessageType; 5] = [
+        TopicMessageType::Normal,
+        TopicMessageType::Fifo,
+        TopicMessageType::Delay,
+        TopicMessageType::Transaction,
+        TopicMessageType::Mixed,
+    ];
+
+    /// The attribute value RocketMQ writes: `NORMAL`, `FIFO`, `DELAY`,
+    /// `TRANSACTION` or `MIXED` (`TopicMessageType.getValue()`).
+    pub const fn attribute_value(self) -> &'static str {
+        match self {
+            TopicMessageType::Normal => "NORMAL",
+            TopicMessageType::Fifo => "FIFO",
+            TopicMessageType::Delay => "DELAY",
+            TopicMessageType::Transaction => "TRANSACTION",
+            TopicMessageType::Mixed => "MIXED",
+        }
+    }
+
+    /// The type an attribute value names, ASCII case ignored; None for any other
+    /// value (RocketMQ's `UNSPECIFIED` included: a topic always has a type).
+    pub fn from_attribute_value(value: &str) -> Option<TopicMessageType> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.attribute_value().eq_ignore_ascii_case(value))
+    }
+
+    /// True if a topic of this type takes a message of type `message`: the same
+    /// type, or any type on a `Mixed` topic.
+    pub fn accepts(self, message: TopicMessageType) -> bool {
+        self == message || self == TopicMessageType::Mixed
+    }
+
+    /// The message types a topic of this type takes, in stored order (what
+    /// routes report per queue).
+    pub fn accepted(self) -> Vec<TopicMessageType> {
+        match self {
+            TopicMessageType::Mixed => Self::ALL[..4].to_vec(),
+            t => vec![t],
+        }
+    }
 }
 
 /// A topic's permission: RocketMQ's `PermName` bits (`PERM_WRITE` = 2,
@@ -98,4 +151,46 @@ pub struct GroupConfig {
     pub broadcast: bool,
     /// Deliveries before a message goes to the dead-letter queue (RocketMQ: 16).
     pub max_delivery_attempts: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_types_read_rocketmq_attribute_values() {
+        for t in TopicMessageType::ALL {
+            assert_eq!(
+                TopicMessageType::from_attribute_value(t.attribute_value()),
+                Some(t)
+            );
+        }
+        assert_eq!(
+            TopicMessageType::from_attribute_value("delay"),
+            Some(TopicMessageType::Delay)
+        );
+        assert_eq!(TopicMessageType::from_attribute_value("UNSPECIFIED"), None);
+        assert_eq!(TopicMessageType::from_attribute_value(""), None);
+    }
+
+    #[test]
+    fn a_mixed_topic_takes_every_message_type_and_others_only_their_own() {
+        use TopicMessageType::*;
+        for m in [Normal, Fifo, Delay, Transaction] {
+            assert!(Mixed.accepts(m));
+            assert!(m.accepts(m));
+            for t in [Normal, Fifo, Delay, Transaction] {
+                assert_eq!(t.accepts(m), t == m, "{t:?} takes {m:?}");
+            }
+        }
+        assert_eq!(Mixed.accepted(), vec![Normal, Fifo, Delay, Transaction]);
+        assert_eq!(Delay.accepted(), vec![Delay]);
+    }
+
+    #[test]
+    fn message_types_keep_their_stored_variant_index() {
+        for (i, t) in TopicMessageType::ALL.into_iter().enumerate() {
+            assert_eq!(postcard::to_allocvec(&t).unwrap(), vec![i as u8]);
+        }
+    }
 }

@@ -126,6 +126,16 @@ pub enum RaftNodeError {
         /// The highest version this release reads.
         supported: u8,
     },
+    /// The command belongs to log command set `set` (`crate::format`), which a
+    /// member of the group has not said it decodes in the leader's current term
+    /// (it runs an earlier release, or is down or unreachable): not written,
+    /// since that member would stop applying at the entry. Written once every
+    /// member has answered the leader with that set.
+    #[error("a member of the group does not decode log command set {set} ({}) yet: it runs an earlier release, or is down or not heard from in this term; not written", crate::format::set_brings(*set))]
+    MembersCannotDecode {
+        /// The command's log command set.
+        set: u8,
+    },
     /// Network or server setup failed.
     #[error("transport: {0}")]
     Transport(String),
@@ -145,7 +155,10 @@ impl RaftNodeError {
     pub fn cannot_commit(&self) -> bool {
         matches!(
             self,
-            RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader | RaftNodeError::Expired
+            RaftNodeError::NotLeader { .. }
+                | RaftNodeError::NoLeader
+                | RaftNodeError::Expired
+                | RaftNodeError::MembersCannotDecode { .. }
         )
     }
 }
@@ -162,11 +175,18 @@ pub enum ForwardRefusal {
     NotWritten(String),
     /// The write may have been proposed and may still commit.
     MaybeWritten(String),
+    /// Not written: a member does not decode the command's log command set
+    /// ([`RaftNodeError::MembersCannotDecode`]); trying again soon will not help.
+    /// Appended: a follower of an earlier release that forwards a command never
+    /// gets this answer, since it cannot make a command of a later set.
+    MembersCannotDecode(u8),
 }
 
 impl From<RaftNodeError> for ForwardRefusal {
     fn from(e: RaftNodeError) -> Self {
-        if e.cannot_commit() {
+        if let RaftNodeError::MembersCannotDecode { set } = e {
+            ForwardRefusal::MembersCannotDecode(set)
+        } else if e.cannot_commit() {
             ForwardRefusal::NotWritten(e.to_string())
         } else {
             ForwardRefusal::MaybeWritten(e.to_string())

@@ -261,6 +261,7 @@ impl RaftNode {
             store.clone(),
             cfg.batch.clone(),
             cfg.store_host,
+            (cfg.node_id, formats.clone()),
         );
         let elections = ElectionGate::new(raft.clone());
         // The lost-entries-vote canary (debug builds, tests only) campaigns anyway.
@@ -455,16 +456,7 @@ impl RaftNode {
     /// ([`crate::format::LOG_COMMANDS`]), so a command of that set may be
     /// written; false for a set this release does not know.
     pub fn members_decode(&self, set: u8) -> bool {
-        if set > crate::format::LOG_COMMANDS {
-            return false;
-        }
-        let (members, term): (Vec<NodeId>, u64) = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            let nodes = m.membership_config.membership().nodes();
-            (nodes.map(|(&id, _)| id).collect(), m.current_term)
-        };
-        self.formats.members_decode(members, self.id, set, term)
+        self.formats.members_decode_now(&self.raft, self.id, set)
     }
 
     /// True if this node currently leads.

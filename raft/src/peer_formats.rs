@@ -74,6 +74,22 @@ impl PeerFormats {
     ) -> bool {
         members_decode(&self.0.lock().unwrap(), members, self_id, set, term)
     }
+
+    /// [`members_decode`] over `raft`'s current membership (learners included)
+    /// and term, for the node `self_id`; false for a set this release does not
+    /// know ([`crate::format::LOG_COMMANDS`]).
+    pub fn members_decode_now(&self, raft: &crate::types::Raft, self_id: NodeId, set: u8) -> bool {
+        if set > crate::format::LOG_COMMANDS {
+            return false;
+        }
+        let (members, term): (Vec<NodeId>, u64) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            let nodes = m.membership_config.membership().nodes();
+            (nodes.map(|(&id, _)| id).collect(), m.current_term)
+        };
+        self.members_decode(members, self_id, set, term)
+    }
 }
 
 #[cfg(test)]

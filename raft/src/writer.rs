@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::RaftNodeError;
+use crate::peer_formats::PeerFormats;
 use crate::types::{NodeId, Placed, Raft, Request, Response};
 
 /// Batching limits.
@@ -95,6 +96,9 @@ pub struct Writer {
     max_request_bytes: usize,
     pending_budget: Arc<Semaphore>,
     max_pending_bytes: usize,
+    /// This node and what its peers said they decode (log command sets).
+    node_id: NodeId,
+    formats: PeerFormats,
 }
 
 pub(crate) fn map_write_error(
@@ -114,12 +118,15 @@ pub(crate) fn map_write_error(
 
 impl Writer {
     /// Starts the batching task for `raft`; messages get `store_host` and the
-    /// proposal time as store host and store timestamp.
+    /// proposal time as store host and store timestamp. `formats` is what the
+    /// peers of this node (`node_id`) said they decode: a command of a later log
+    /// command set is refused until every member does.
     pub fn start(
         raft: Raft,
         store: Arc<MessageStore>,
         cfg: BatchConfig,
         store_host: SocketAddr,
+        (node_id, formats): (NodeId, PeerFormats),
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::channel(65_536);
         let max_request_bytes = cfg.max_request_bytes;
@@ -140,6 +147,8 @@ impl Writer {
             max_request_bytes,
             pending_budget: Arc::new(Semaphore::new(max_pending_bytes)),
             max_pending_bytes,
+            node_id,
+            formats,
         })
     }
 
@@ -193,6 +202,18 @@ impl Writer {
                 .await
                 .map(Response::Messages),
             _ if deadline.is_some_and(|d| Instant::now() >= d) => Err(RaftNodeError::Expired),
+            Request::Command(c)
+                if !self.formats.members_decode_now(
+                    &self.raft,
+                    self.node_id,
+                    c.log_command_set(),
+                ) =>
+            {
+                // A member that cannot decode the entry would stop applying there.
+                Err(RaftNodeError::MembersCannotDecode {
+                    set: c.log_command_set(),
+                })
+            }
             command => self
                 .raft
                 .client_write(command)

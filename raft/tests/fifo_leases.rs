@@ -159,16 +159,10 @@ async fn a_timed_lease_is_written_once_every_member_decodes_it_and_each_counts_i
     // Every member of this release says so in its AppendEntries answers
     // (heartbeats included); a member not heard yet keeps the set closed.
     let set = ledgermq_raft::format::SET_TIMED_FIFO_LEASES;
-    let deadline = tokio::time::Instant::now() + T;
-    while !c.node(leader).members_decode(set) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the leader never learned that its followers decode log command set {set}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    c.wait_members_decode(leader, set, T).await;
     assert!(
-        !c.node(leader).members_decode(set + 1),
+        !c.node(leader)
+            .members_decode(ledgermq_raft::format::LOG_COMMANDS + 1),
         "a set no release knows"
     );
     let before = std::time::Instant::now();

@@ -6,6 +6,7 @@
 //! - [`consume_queue`]: per (topic, queue id) 20-byte entries, filled by
 //!   [`MessageStore::dispatch_through`] once entries are committed.
 //! - [`index_file`]: hash index by key and message id.
+//! - [`timer_index`]: pending delay messages by delivery time, kept by dispatch.
 //! - [`checkpoint`], [`recovery`]: crash recovery; [`retention`], [`purge`]: deletion.
 //! - [`group_commit`]: one fsync for many appends under SYNC_FLUSH.
 //! - [`fault_hooks`]: a delay before every fsync, for the jepsen harness's slow disk.
@@ -41,6 +42,7 @@ pub mod retention;
 pub mod room;
 pub mod set_aside;
 pub mod store;
+pub mod timer_index;
 
 pub use commit_log::{CommitLog, CommitLogConfig, StoredEntry};
 pub use config::{FlushMode, StoreConfig};

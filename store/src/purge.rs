@@ -111,9 +111,11 @@ impl MessageStore {
     /// for each `(consumer, topic)` of `consumers`, every queue of `topic` this
     /// store holds counts, from the consumer's offset in `offsets` (the next queue
     /// offset it consumes, keyed by (consumer, topic, queue id)) or, where it has
-    /// none, from the queue's start. `u64::MAX` when everything is consumed. Forced
-    /// cleaning stops there. Errors: `Io`, `Corrupted` (a ConsumeQueue entry that
-    /// cannot be read or rebuilt).
+    /// none, from the queue's start; and every pending delay message's record
+    /// (`crate::timer_index`: it is still to be delivered). `u64::MAX` when
+    /// everything is consumed. Forced cleaning stops there. Errors: `Io`,
+    /// `Corrupted` (a ConsumeQueue entry that cannot be read or rebuilt, a timer
+    /// index row).
     pub fn unconsumed_from<'a>(
         &self,
         consumers: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -133,6 +135,9 @@ impl MessageStore {
                     from = from.min(self.queue_entry(cq, next)?.commit_log_offset);
                 }
             }
+        }
+        if let Some(timer) = self.timers().oldest_physical_offset()? {
+            from = from.min(timer);
         }
         Ok(from)
     }

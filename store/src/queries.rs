@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use crate::consume_queue::ConsumeQueue;
 use crate::error::{Result, StoreError};
-use crate::record::{RecordView, PROPERTY_KEYS, PROPERTY_UNIQ_KEY};
+use crate::record::{MessageRecord, RecordView, PROPERTY_KEYS, PROPERTY_UNIQ_KEY};
 use crate::store::MessageStore;
+use crate::timer_index::{PendingTimer, TIMER_TOPIC};
 
 /// A committed message read back from the CommitLog (its CRC verified).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +159,26 @@ impl MessageStore {
                 .corrupted(offset, format!("record length {len}")));
         }
         self.commit_log().read_record(offset, len as usize)
+    }
+
+    /// The record of the pending timer `t`, a message of [`TIMER_TOPIC`]. Errors:
+    /// the CommitLog's (purged, damaged), `Corrupted` when the record there is
+    /// not a timer's of that size.
+    pub fn read_timer(&self, t: &PendingTimer) -> Result<MessageRecord> {
+        let bytes = self.read_record_at(t.physical_offset)?;
+        let view = RecordView::parse_checked_before(&bytes)
+            .map_err(|e| self.commit_log().corrupted(t.physical_offset, e))?;
+        if view.topic() != TIMER_TOPIC || view.len() != t.size_bytes as usize {
+            return Err(self.commit_log().corrupted(
+                t.physical_offset,
+                format!(
+                    "a pending timer points at a record of topic {} and {} bytes",
+                    view.topic(),
+                    view.len()
+                ),
+            ));
+        }
+        Ok(view.to_record())
     }
 
     /// The first queue offset of (topic, queue id) whose message was stored at or

@@ -16,6 +16,7 @@ use crate::index_file::IndexService;
 use crate::raft_index::EntryLocation;
 use crate::record::{MessageRecord, RecordKind, RecordView};
 use crate::recovery::{finish_interrupted_reset, recover_log};
+use crate::timer_index::TimerIndex;
 
 mod background;
 mod dispatch;
@@ -83,6 +84,7 @@ pub struct MessageStore {
     log: Arc<CommitLog>,
     cqs: ConsumeQueueTable,
     index: IndexService,
+    timers: TimerIndex,
     dispatched: Mutex<Dispatched>,
     checkpoint_file: CheckpointFile,
     checkpoint_lock: Mutex<()>,
@@ -132,6 +134,10 @@ impl MessageStore {
             cfg.index_hash_slot_num,
             cfg.index_num,
         )?;
+        let timers = TimerIndex::open(&cfg.root.join("timers"))?;
+        if crashed && cp.reset {
+            timers.clear()?;
+        }
         if !crashed
             && cp.commit_log_offset <= log.min_offset()
             && log.next_log_index() != cp.next_log_index
@@ -215,6 +221,7 @@ impl MessageStore {
             log,
             cqs,
             index,
+            timers,
             dispatched: Mutex::new(dispatched),
             checkpoint_file,
             checkpoint_lock: Mutex::new(()),
@@ -247,6 +254,11 @@ impl MessageStore {
         store.start_warmer();
         tracing::info!(report = ?store.report, "store opened");
         Ok(store)
+    }
+
+    /// The timer index: pending delay messages by delivery time.
+    pub fn timers(&self) -> &TimerIndex {
+        &self.timers
     }
 
     /// The settings the store was opened with.
@@ -402,6 +414,9 @@ impl MessageStore {
         };
         self.checkpoint_file.store(&cp)?;
         self.log.reset(next_log_index, last_term)?;
+        // The records pending timers point at went with the log (a crash before
+        // this is finished at the next open, which sees the reset recorded).
+        self.timers.clear()?;
         debug_assert_eq!(self.log.min_offset(), fresh);
         for (_, cq) in self.cqs.all() {
             cq.set_min_commit_log_offset(fresh)?;
@@ -481,6 +496,7 @@ impl MessageStore {
         self.log.raft_index().flush()?;
         self.cqs.flush_all()?;
         self.index.flush()?;
+        self.timers.flush()?;
         let cp = Checkpoint {
             commit_log_offset: end,
             next_log_index,
@@ -506,6 +522,7 @@ impl MessageStore {
         let tail = self.log.tail();
         let d = *self.dispatched.lock().unwrap();
         let cp = self.write_checkpoint(true)?;
+        self.timers.close()?;
         debug_assert_eq!(
             (cp.commit_log_offset, cp.dispatched_offset),
             (tail.0, d.offset)

@@ -30,9 +30,9 @@ fn client_option(access: &str) -> ClientOption {
     o
 }
 
-async fn producer(access: &str) -> Producer {
+async fn producer(access: &str, topics: &[&str]) -> Producer {
     let mut po = ProducerOption::default();
-    po.set_topics(vec![NORMAL, FIFO]);
+    po.set_topics(topics.to_vec());
     po.set_logging_format(LoggingFormat::Terminal);
     let mut p = Producer::new(po, client_option(access)).unwrap();
     p.start().await.unwrap();
@@ -137,7 +137,7 @@ async fn official_rust_client_survives_a_leader_kill() {
         stop.clone(),
     );
 
-    let p = producer(&access).await;
+    let p = producer(&access, &[NORMAL, FIFO]).await;
     let mut acked = HashSet::new();
     let mut fifo_acked: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     let mut excluded_sent = 0;
@@ -264,7 +264,7 @@ async fn a_fifo_delivery_in_flight_survives_a_leader_kill() {
         .await
         .unwrap();
     let access = cluster.nodes[leader].client_addr.clone();
-    let p = producer(&access).await;
+    let p = producer(&access, &[NORMAL, FIFO]).await;
     for seq in 0..3 {
         let m = MessageBuilder::fifo_message_builder(FIFO, format!("g0:{seq}").into_bytes(), "g0")
             .build()
@@ -330,4 +330,112 @@ async fn a_fifo_delivery_in_flight_survives_a_leader_kill() {
             "g0:1 never delivered after the ack"
         );
     }
+}
+
+/// Delay messages built with the client's `delay_message_builder` (epoch seconds)
+/// to a DELAY topic: none is received before its time, and every one after it
+/// although the leader is killed (SIGKILL) right after the sends, so they fall
+/// due during or after the election and the next leader delivers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delay_messages_arrive_after_their_time_through_a_leader_kill() {
+    const DELAY: &str = "RustDelay";
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
+        .await
+        .unwrap();
+    let leader = cluster
+        .prepare(
+            "broker-a",
+            &[
+                &[
+                    "updateTopic",
+                    "-t",
+                    DELAY,
+                    "-q",
+                    "4",
+                    "-a",
+                    "+message.type=DELAY",
+                ],
+                &["updateSubGroup", "-g", "RustDelay"],
+            ],
+        )
+        .await
+        .unwrap();
+    let access = cluster.nodes[(leader + 1) % 3].client_addr.clone();
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    // (body, when first received, ms since the epoch)
+    let got: Arc<Mutex<BTreeMap<String, i64>>> = Arc::default();
+    let stop = Arc::new(Mutex::new(false));
+    let c = consumer(&access, "RustDelay", DELAY).await;
+    let receiver = tokio::spawn({
+        let (got, stop) = (got.clone(), stop.clone());
+        async move {
+            let all = FilterExpression::new(FilterType::Tag, "*");
+            while !*stop.lock().unwrap() {
+                let Ok(msgs) = c
+                    .receive_with(DELAY.to_string(), &all, 16, Duration::from_secs(10))
+                    .await
+                else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let at = now_ms();
+                for m in msgs {
+                    let body = String::from_utf8_lossy(m.body()).into_owned();
+                    got.lock().unwrap().entry(body).or_insert(at);
+                    let _ = c.ack(&m).await;
+                }
+            }
+        }
+    });
+    let p = producer(&access, &[DELAY]).await;
+    let mut due: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..30 {
+        let at_s = now_ms() / 1000 + 3 + i % 3;
+        let body = format!("d-{i}");
+        let ok = send_retrying(
+            &p,
+            || {
+                MessageBuilder::delay_message_builder(DELAY, body.clone().into_bytes(), at_s)
+                    .build()
+                    .unwrap()
+            },
+            Duration::from_secs(20),
+        )
+        .await;
+        assert!(ok, "delay send {body} never acknowledged");
+        due.insert(body, at_s * 1000);
+    }
+    cluster.kill(leader);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while due.keys().any(|b| !got.lock().unwrap().contains_key(b)) {
+        assert!(
+            Instant::now() < deadline,
+            "delay messages lost: {:?}",
+            due.keys()
+                .filter(|b| !got.lock().unwrap().contains_key(*b))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    *stop.lock().unwrap() = true;
+    let _ = tokio::time::timeout(Duration::from_secs(15), receiver).await;
+    let got = got.lock().unwrap();
+    let mut late_ms: Vec<i64> = Vec::new();
+    for (b, at) in &due {
+        let r = got[b];
+        assert!(r >= *at, "{b} received {} ms before its time", at - r);
+        late_ms.push(r - at);
+    }
+    late_ms.sort();
+    println!(
+        "30 delay messages through a leader kill: received {} to {} ms after their time",
+        late_ms[0],
+        late_ms[late_ms.len() - 1]
+    );
 }

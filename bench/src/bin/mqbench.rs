@@ -64,6 +64,11 @@ struct Args {
     /// order; use `--window 1` for strict order.
     #[arg(long)]
     fifo: bool,
+    /// Delay messages due this many ms after they are sent (the topic must accept
+    /// DELAY messages; `--create` makes it so). End-to-end latency then counts
+    /// from each message's delivery time: how late it arrived.
+    #[arg(long, conflicts_with = "fifo")]
+    delay_ms: Option<u64>,
     /// Seconds to send after the warm-up.
     #[arg(long, default_value_t = 30, conflicts_with = "count")]
     duration_secs: u64,
@@ -116,6 +121,7 @@ async fn main() -> Result<()> {
         topic: args.topic.clone(),
         group: args.group.clone(),
         fifo: args.fifo,
+        delay_ms: args.delay_ms,
         call_timeout: Duration::from_millis(args.timeout_ms),
     };
     if args.create {
@@ -128,6 +134,8 @@ async fn main() -> Result<()> {
     let spec = LoadSpec {
         label: if args.fifo {
             "ledgermq-fifo"
+        } else if args.delay_ms.is_some() {
+            "ledgermq-delay"
         } else {
             "ledgermq"
         }

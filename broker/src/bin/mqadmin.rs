@@ -4,9 +4,12 @@
 //!   (applied) index, seconds since its last heartbeat.
 //! - `topicRoute -n NAMESRV -t TOPIC`: the topic's broker groups, queues and leaders.
 //!
-//! - `updateTopic -n NAMESRV -t TOPIC [-q QUEUES] [-p PERM] [--fifo] [-c CLUSTER] [-b GROUP]`:
-//!   creates or updates the topic on every broker group (of the cluster, or the one
-//!   group given).
+//! - `updateTopic -n NAMESRV -t TOPIC [-q QUEUES] [-p PERM] [--fifo]
+//!   [-a +message.type=TYPE] [-c CLUSTER] [-b GROUP]`: creates or updates the topic
+//!   on every broker group (of the cluster, or the one group given). `-a` takes
+//!   RocketMQ's attribute changes, comma-separated: `+message.type=NORMAL|FIFO|
+//!   DELAY|TRANSACTION|MIXED` sets the type, `-message.type` puts back NORMAL; an
+//!   update naming no type keeps the topic's (`--fifo` is `+message.type=FIFO`).
 //! - `updateSubGroup -n NAMESRV -g GROUP [--fifo] [--broadcast] [-r MAX_ATTEMPTS]
 //!   [-c CLUSTER] [-b GROUP]`: the same for a consumer group.
 //!
@@ -57,9 +60,13 @@ enum Cmd {
         /// Permission: 2 write, 4 read, 6 both.
         #[arg(short = 'p', long = "perm", default_value_t = 6)]
         perm: u32,
-        /// FIFO topic (messages with message groups).
+        /// FIFO topic (messages with message groups): `+message.type=FIFO`.
         #[arg(long)]
         fifo: bool,
+        /// Topic attribute changes, RocketMQ style: `+message.type=DELAY` (NORMAL,
+        /// FIFO, DELAY, TRANSACTION, MIXED) or `-message.type` (back to NORMAL).
+        #[arg(short = 'a', long = "attributes", allow_hyphen_values = true)]
+        attributes: Option<String>,
         #[command(flatten)]
         scope: Scope,
     },
@@ -259,15 +266,27 @@ async fn main() -> Result<()> {
             queues,
             perm,
             fifo,
+            attributes,
             scope,
         } => {
+            let message_type = match attributes.as_deref() {
+                Some(a) => topic_message_type(a)?,
+                None => None,
+            };
             let req = UpdateTopicRequest {
                 name: topic.clone(),
                 queue_count: queues,
                 perm,
                 fifo,
+                message_type: message_type.clone().unwrap_or_default(),
             };
-            let what = format!("updateTopic {topic} ({queues} queues, perm {perm}, fifo {fifo})");
+            let kind = match (&message_type, fifo) {
+                (Some(t), _) => t.as_str(),
+                (None, true) => "FIFO",
+                (None, false) => "unchanged",
+            };
+            let what =
+                format!("updateTopic {topic} ({queues} queues, perm {perm}, message.type {kind})");
             apply(&namesrv, &scope, &what, AdminReq::Topic(req)).await?;
         }
         Cmd::UpdateSubGroup {
@@ -370,4 +389,64 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `message.type` a RocketMQ attribute list (`-a`) sets: `+message.type=X`
+/// gives X as written (the broker checks it), `-message.type` gives NORMAL (the
+/// attribute's default), no mention None. Entries are comma-separated and each
+/// begins with `+` (add or change, `key=value`) or `-` (remove, `key`), as
+/// RocketMQ's `AttributeParser` reads them. Errors: another form, another key
+/// (this broker has no other topic attribute), the key twice.
+fn topic_message_type(attributes: &str) -> Result<Option<String>> {
+    let mut found = None;
+    for entry in attributes
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let (key, value) = if let Some(kv) = entry.strip_prefix('+') {
+            match kv.split_once('=') {
+                Some((k, v)) if !v.is_empty() => (k, v.to_owned()),
+                _ => bail!("attribute {entry:?}: adding one takes +key=value"),
+            }
+        } else if let Some(k) = entry.strip_prefix('-') {
+            if k.contains('=') {
+                bail!("attribute {entry:?}: removing one takes -key, without a value");
+            }
+            (k, "NORMAL".to_owned())
+        } else {
+            bail!("attribute {entry:?} must begin with + (add) or - (remove)");
+        };
+        if key != "message.type" {
+            bail!("attribute {key:?} is not supported (topics take message.type)");
+        }
+        if found.replace(value).is_some() {
+            bail!("message.type is given twice in {attributes:?}");
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::topic_message_type;
+
+    #[test]
+    fn attributes_set_the_message_type_as_rocketmq_writes_them() {
+        let t = |a: &str| topic_message_type(a).unwrap();
+        assert_eq!(t("+message.type=DELAY"), Some("DELAY".into()));
+        assert_eq!(t(" +message.type=MIXED , "), Some("MIXED".into()));
+        assert_eq!(t("-message.type"), Some("NORMAL".into()));
+        assert_eq!(t(""), None);
+        for bad in [
+            "message.type=DELAY",
+            "+message.type",
+            "+message.type=",
+            "-message.type=FIFO",
+            "+queue.type=BCQ",
+            "+message.type=FIFO,+message.type=DELAY",
+        ] {
+            assert!(topic_message_type(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -24,9 +24,16 @@ use crate::message::{check_group, check_topic};
 #[derive(Clone)]
 pub struct Admin(pub Arc<Broker>);
 
-/// The topic config an UpdateTopic asks for. Errors: ILLEGAL_TOPIC, BAD_REQUEST
-/// (queue count outside 1..=`max_queues`, permission bits other than 2, 4, 6).
-pub fn topic_config(r: &UpdateTopicRequest, max_queues: u32) -> Result<TopicConfig, BrokerError> {
+/// The topic config an UpdateTopic asks for; `current` is the topic's message type
+/// now (None for a new topic), kept when the request names none. Errors:
+/// ILLEGAL_TOPIC, BAD_REQUEST (queue count outside 1..=`max_queues`, permission
+/// bits other than 2, 4, 6, a message type RocketMQ does not define, or `fifo`
+/// with another message type).
+pub fn topic_config(
+    r: &UpdateTopicRequest,
+    max_queues: u32,
+    current: Option<TopicMessageType>,
+) -> Result<TopicConfig, BrokerError> {
     check_topic(&r.name)?;
     let max_queues = max_queues.min(MAX_QUEUES);
     if r.queue_count == 0 || r.queue_count > max_queues {
@@ -48,15 +55,38 @@ pub fn topic_config(r: &UpdateTopicRequest, max_queues: u32) -> Result<TopicConf
             )
         })?
     };
+    let message_type = if r.message_type.is_empty() {
+        if r.fifo {
+            TopicMessageType::Fifo
+        } else {
+            current.unwrap_or_default()
+        }
+    } else {
+        let t = TopicMessageType::from_attribute_value(&r.message_type).ok_or_else(|| {
+            refuse(
+                ErrorKind::BadRequest,
+                format!(
+                    "message.type {:?} is not one of NORMAL, FIFO, DELAY, TRANSACTION, MIXED",
+                    r.message_type
+                ),
+            )
+        })?;
+        if r.fifo && t != TopicMessageType::Fifo {
+            return Err(refuse(
+                ErrorKind::BadRequest,
+                format!(
+                    "a FIFO topic (fifo set) cannot have message.type={}",
+                    t.attribute_value()
+                ),
+            ));
+        }
+        t
+    };
     Ok(TopicConfig {
         name: r.name.clone(),
         queue_count: r.queue_count,
         perm,
-        message_type: if r.fifo {
-            TopicMessageType::Fifo
-        } else {
-            TopicMessageType::Normal
-        },
+        message_type,
     })
 }
 
@@ -83,8 +113,12 @@ impl BrokerAdmin for Admin {
         req: Request<UpdateTopicRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
         let max_queues = self.0.settings.max_queues_per_topic;
+        // The type as this node applied it: an update racing another one on the
+        // same topic may keep a type that one just replaced (admin changes are
+        // the operator's to order).
+        let current = self.0.topic(&req.get_ref().name).map(|t| t.message_type);
         Ok(Response::new(
-            match topic_config(req.get_ref(), max_queues) {
+            match topic_config(req.get_ref(), max_queues, current) {
                 Ok(t) => self.commit(Command::UpdateTopic(t)).await,
                 Err(e) => AdminResponse {
                     error: e.to_string(),
@@ -170,8 +204,9 @@ mod tests {
             queue_count: 4,
             perm: 0,
             fifo: true,
+            message_type: String::new(),
         };
-        let t = topic_config(&ok, MAX_QUEUES).unwrap();
+        let t = topic_config(&ok, MAX_QUEUES, None).unwrap();
         assert_eq!(
             (t.perm, t.message_type),
             (TopicPerm::READ_WRITE, TopicMessageType::Fifo)
@@ -193,9 +228,44 @@ mod tests {
                 name: "a/b".into(),
                 ..ok.clone()
             },
+            UpdateTopicRequest {
+                message_type: "SCHEDULED".into(),
+                fifo: false,
+                ..ok.clone()
+            },
+            UpdateTopicRequest {
+                message_type: "DELAY".into(),
+                ..ok.clone()
+            },
         ] {
-            assert!(topic_config(&bad, MAX_QUEUES).is_err(), "{bad:?}");
+            let e = topic_config(&bad, MAX_QUEUES, None).unwrap_err();
+            assert!(
+                matches!(e.kind(), ErrorKind::BadRequest | ErrorKind::IllegalTopic),
+                "{bad:?}: {e}"
+            );
         }
+    }
+
+    #[test]
+    fn an_update_keeps_the_topics_message_type_unless_it_names_one() {
+        use TopicMessageType::*;
+        let req = |message_type: &str, fifo| UpdateTopicRequest {
+            name: "T".into(),
+            queue_count: 4,
+            perm: 0,
+            fifo,
+            message_type: message_type.into(),
+        };
+        let t = |r: UpdateTopicRequest, current| {
+            topic_config(&r, MAX_QUEUES, current).unwrap().message_type
+        };
+        assert_eq!(t(req("", false), None), Normal);
+        assert_eq!(t(req("", false), Some(Delay)), Delay);
+        assert_eq!(t(req("", true), Some(Delay)), Fifo);
+        assert_eq!(t(req("mixed", false), Some(Fifo)), Mixed);
+        assert_eq!(t(req("NORMAL", false), Some(Fifo)), Normal);
+        assert_eq!(t(req("FIFO", true), None), Fifo);
+        assert_eq!(t(req("TRANSACTION", false), None), Transaction);
     }
 
     #[test]
@@ -205,14 +275,15 @@ mod tests {
             queue_count: 1024,
             perm: 0,
             fifo: false,
+            message_type: String::new(),
         };
         let max = ServiceSettings::default().max_queues_per_topic;
-        assert!(topic_config(&req, max).is_err());
+        assert!(topic_config(&req, max, None).is_err());
         let fits = UpdateTopicRequest {
             queue_count: max,
             ..req.clone()
         };
-        assert_eq!(topic_config(&fits, max).unwrap().queue_count, max);
-        assert!(topic_config(&req, MAX_QUEUES).is_ok());
+        assert_eq!(topic_config(&fits, max, None).unwrap().queue_count, max);
+        assert!(topic_config(&req, MAX_QUEUES, None).is_ok());
     }
 }

@@ -154,6 +154,7 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
             TopicMessageType::Fifo => 1,
             TopicMessageType::Delay => 2,
             TopicMessageType::Transaction => 3,
+            TopicMessageType::Mixed => 4,
         };
         topics
             .str(name)

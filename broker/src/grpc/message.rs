@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ledgermq_store::record::{PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY};
-use ledgermq_store::MessageRecord;
+use ledgermq_store::{timer_index, MessageRecord};
 
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::message::{
@@ -20,8 +20,13 @@ use crate::pb;
 /// protocol): `ILLEGAL_TOPIC`, `ILLEGAL_MESSAGE_ID`, `ILLEGAL_MESSAGE_TAG`,
 /// `ILLEGAL_MESSAGE_KEY`, `ILLEGAL_MESSAGE_GROUP`, `ILLEGAL_MESSAGE_PROPERTY_KEY`,
 /// `BAD_REQUEST` (empty body, missing fields), `MESSAGE_BODY_TOO_LARGE` (over
-/// `max_body_bytes`), `UNSUPPORTED` (delay and transactional messages: not built yet;
-/// a message type the protocol does not define).
+/// `max_body_bytes`), `ILLEGAL_DELIVERY_TIME` (a DELAY message without a delivery
+/// timestamp), `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE` (a delivery timestamp and a
+/// message group together), `UNSUPPORTED` (transactional messages: not built yet;
+/// a message type the protocol does not define). A message with a delivery
+/// timestamp is a delay message whatever type it says, as the reference proxy
+/// reads the type from the properties; how far ahead it may be is checked when
+/// it is sent (`crate::send`).
 pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, BrokerError> {
     let topic = m
         .topic
@@ -45,12 +50,17 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
             ),
         )
     })?;
-    if matches!(mtype, pb::MessageType::Delay | pb::MessageType::Transaction)
-        || sp.delivery_timestamp.is_some()
-    {
+    if mtype == pb::MessageType::Transaction {
         return Err(refuse(
             ErrorKind::Unsupported,
-            "delay and transactional messages are not supported by this broker yet",
+            "transactional messages are not supported by this broker yet",
+        ));
+    }
+    let deliver_at_ms = sp.delivery_timestamp.as_ref().map(timestamp_ms);
+    if mtype == pb::MessageType::Delay && deliver_at_ms.is_none() {
+        return Err(refuse(
+            ErrorKind::IllegalDeliveryTime,
+            "a DELAY message needs a delivery timestamp",
         ));
     }
     check_body(m.body.len(), max_body_bytes)?;
@@ -70,6 +80,12 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
         props.insert(PROPERTY_KEYS.into(), sp.keys.join(" "));
     }
     let message_group = sp.message_group.filter(|g| !g.is_empty());
+    if deliver_at_ms.is_some() && message_group.is_some() {
+        return Err(refuse(
+            ErrorKind::MessagePropertyConflictWithType,
+            "a delay message (delivery timestamp) cannot have a message group",
+        ));
+    }
     if let Some(g) = &message_group {
         check_message_group(g)?;
         props.insert(PROPERTY_MESSAGE_GROUP.into(), g.clone());
@@ -103,6 +119,7 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
         message_id,
         message_group,
         client_queue_id: Some(sp.queue_id),
+        deliver_at_ms,
     })
 }
 
@@ -148,6 +165,10 @@ pub fn outgoing(rec: MessageRecord, physical_offset: u64, d: &DeliveryFields) ->
         }
     }
     let message_group = props.get(PROPERTY_MESSAGE_GROUP).cloned();
+    // A delivered delay message says when it was due, as the reference proxy does.
+    let delivery_timestamp = props
+        .get(timer_index::PROPERTY_TIMER_DELIVER_MS)
+        .and_then(|v| v.parse::<i64>().ok());
     let sp = pb::SystemProperties {
         tag: props.get(PROPERTY_TAGS).cloned(),
         keys: props
@@ -172,7 +193,9 @@ pub fn outgoing(rec: MessageRecord, physical_offset: u64, d: &DeliveryFields) ->
         } else {
             pb::Encoding::Identity as i32
         },
-        message_type: if message_group.is_some() {
+        message_type: if delivery_timestamp.is_some() {
+            pb::MessageType::Delay as i32
+        } else if message_group.is_some() {
             pb::MessageType::Fifo as i32
         } else {
             pb::MessageType::Normal as i32
@@ -181,7 +204,7 @@ pub fn outgoing(rec: MessageRecord, physical_offset: u64, d: &DeliveryFields) ->
         born_host: rec.born_host.ip().to_string(),
         store_timestamp: Some(timestamp(rec.store_timestamp_ms)),
         store_host: rec.store_host.to_string(),
-        delivery_timestamp: None,
+        delivery_timestamp: delivery_timestamp.map(timestamp),
         receipt_handle: Some(d.receipt_handle.clone()),
         queue_id: rec.queue_id,
         queue_offset: Some(d.queue_offset as i64),
@@ -285,6 +308,23 @@ mod tests {
     }
 
     #[test]
+    fn a_delivery_timestamp_makes_a_delay_message_whatever_type_it_says() {
+        for t in [pb::MessageType::Delay, pb::MessageType::Normal] {
+            let mut m = msg("T", b"x");
+            let sp = m.system_properties.as_mut().unwrap();
+            sp.message_type = t as i32;
+            // Seconds, as the official clients send it.
+            sp.delivery_timestamp = Some(prost_types::Timestamp {
+                seconds: 1_700_000_010,
+                nanos: 0,
+            });
+            let inc = incoming(m, 10).unwrap();
+            assert_eq!(inc.deliver_at_ms, Some(1_700_000_010_000));
+            assert_eq!(inc.message_type(), ledgermq_meta::TopicMessageType::Delay);
+        }
+    }
+
+    #[test]
     fn bad_input_gets_the_matching_code() {
         assert_eq!(
             code(incoming(msg("bad topic", b"x"), 10)),
@@ -312,10 +352,32 @@ mod tests {
         assert_eq!(code(incoming(m, 10)), ErrorKind::IllegalMessageId);
         let mut m = msg("T", b"x");
         m.system_properties.as_mut().unwrap().message_type = pb::MessageType::Delay as i32;
+        assert_eq!(code(incoming(m, 10)), ErrorKind::IllegalDeliveryTime);
+        let mut m = msg("T", b"x");
+        m.system_properties.as_mut().unwrap().message_type = pb::MessageType::Transaction as i32;
         assert_eq!(code(incoming(m, 10)), ErrorKind::Unsupported);
         let mut m = msg("T", b"x");
-        m.system_properties.as_mut().unwrap().delivery_timestamp = Some(timestamp(5));
-        assert_eq!(code(incoming(m, 10)), ErrorKind::Unsupported);
+        let sp = m.system_properties.as_mut().unwrap();
+        sp.delivery_timestamp = Some(timestamp(5_000));
+        sp.message_group = Some("g".into());
+        assert_eq!(
+            code(incoming(m, 10)),
+            ErrorKind::MessagePropertyConflictWithType
+        );
+        for reserved in [
+            "TIMER_DELIVER_MS",
+            "TIMER_QUEUE_OFFSET",
+            "REAL_TOPIC",
+            "REAL_QID",
+        ] {
+            let mut m = msg("T", b"x");
+            m.user_properties.insert(reserved.into(), "1".into());
+            assert_eq!(code(incoming(m, 10)), ErrorKind::IllegalMessagePropertyKey);
+        }
+        assert_eq!(
+            code(incoming(msg("rmq_sys_wheel_timer", b"x"), 10)),
+            ErrorKind::IllegalTopic
+        );
         let mut m = msg("T", b"x");
         m.system_properties.as_mut().unwrap().message_type = pb::MessageType::Fifo as i32;
         assert_eq!(code(incoming(m, 10)), ErrorKind::IllegalMessageGroup);

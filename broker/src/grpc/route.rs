@@ -26,7 +26,7 @@ use ledgermq_namesrv::pb as ns;
 use crate::broker::Broker;
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::grpc::ToStatus;
-use crate::kinds::{message_type_from_ns, message_type_to_pb, permission_to_pb};
+use crate::kinds::{accept_message_types_pb, message_type_from_ns, permission_to_pb};
 use crate::message::{check_group, check_topic};
 use crate::pb;
 use crate::route::member_addrs;
@@ -144,7 +144,7 @@ pub fn group_queues(
             id,
             permission: permission_to_pb(perm) as i32,
             broker: Some(broker(id)),
-            accept_message_types: vec![message_type_to_pb(mtype) as i32],
+            accept_message_types: accept_message_types_pb(mtype),
         })
         .collect()
 }

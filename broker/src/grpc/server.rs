@@ -14,6 +14,7 @@ use crate::grpc::admin::Admin;
 use crate::grpc::service::Service;
 use crate::leader_term::LeaderTerms;
 use crate::pb::messaging_service_server::MessagingServiceServer;
+use crate::timers::TimerDelivery;
 
 /// A serving client port (see [`serve`]). Dropping it leaves the port serving
 /// until the process exits.
@@ -53,8 +54,9 @@ impl ClientServer {
 
 /// Binds `addr` and serves the client protocol and the admin service until
 /// [`ClientServer::stop`]; also starts the leader-term services
-/// ([`crate::leader_term`]): the consumer-offset committer, every 100 ms while
-/// this node leads. Error: the address cannot be bound.
+/// ([`crate::leader_term`]) while this node leads: the consumer-offset
+/// committer, every 100 ms, and the delivery of due delay messages
+/// ([`crate::timers`]), every 20 ms. Error: the address cannot be bound.
 pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer, BrokerError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -62,10 +64,18 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let leader_terms = LeaderTerms::start(
         broker.node.status(),
-        vec![Arc::new(OffsetCommitter {
-            consumers: broker.consumers.clone(),
-            interval: Duration::from_millis(100),
-        })],
+        vec![
+            Arc::new(OffsetCommitter {
+                consumers: broker.consumers.clone(),
+                interval: Duration::from_millis(100),
+            }),
+            Arc::new(TimerDelivery {
+                node: broker.node.clone(),
+                interval: Duration::from_millis(20),
+                max_messages: 256,
+                max_bytes: 1 << 20,
+            }),
+        ],
     );
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))

@@ -18,6 +18,7 @@ pub fn code_of(kind: ErrorKind) -> Code {
         ErrorKind::IllegalMessagePropertyKey => Code::IllegalMessagePropertyKey,
         ErrorKind::IllegalMessageId => Code::IllegalMessageId,
         ErrorKind::IllegalInvisibleTime => Code::IllegalInvisibleTime,
+        ErrorKind::IllegalDeliveryTime => Code::IllegalDeliveryTime,
         ErrorKind::IllegalFilterExpression => Code::IllegalFilterExpression,
         ErrorKind::InvalidReceiptHandle => Code::InvalidReceiptHandle,
         ErrorKind::MessageBodyTooLarge => Code::MessageBodyTooLarge,

@@ -257,7 +257,50 @@ fn log_payloads_of_command_set_2_keep_their_layout() {
         postcard::from_bytes::<SystemPayload>(&unhex(golden)).unwrap(),
         payload
     );
-    assert_eq!(crate::format::LOG_COMMANDS, 2);
+    assert_eq!(payload_set(&payload), crate::format::SET_TIMED_FIFO_LEASES);
+}
+
+/// Log command set 3: a topic config of type MIXED (variant index 4 of its
+/// message type), in `UpdateTopic` and `EnsureTopic`, as this release writes it.
+#[test]
+fn log_payloads_of_command_set_3_keep_their_layout() {
+    let mixed = TopicConfig {
+        message_type: TopicMessageType::Mixed,
+        ..topic()
+    };
+    for (payload, golden) in [
+        (
+            cmd(Command::UpdateTopic(mixed.clone())),
+            "02010106546f70696346080604",
+        ),
+        (
+            cmd(Command::EnsureTopic(mixed)),
+            "02010506546f70696346080604",
+        ),
+    ] {
+        assert_eq!(hex(&postcard::to_stdvec(&payload).unwrap()), golden);
+        assert_eq!(
+            postcard::from_bytes::<SystemPayload>(&unhex(golden)).unwrap(),
+            payload
+        );
+        assert_eq!(payload_set(&payload), crate::format::SET_MIXED_TOPICS);
+    }
+    // Every other topic config stays in set 1, readable by earlier releases.
+    for t in &TopicMessageType::ALL[..4] {
+        let c = Command::UpdateTopic(TopicConfig {
+            message_type: *t,
+            ..topic()
+        });
+        assert_eq!(c.log_command_set(), 1);
+    }
+    assert_eq!(crate::format::LOG_COMMANDS, 3);
+}
+
+fn payload_set(p: &SystemPayload) -> u8 {
+    match p {
+        SystemPayload::Normal(Request::Command(c)) => c.log_command_set(),
+        _ => 1,
+    }
 }
 
 fn cmd(c: Command) -> SystemPayload {

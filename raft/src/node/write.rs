@@ -75,6 +75,37 @@ impl RaftNode {
         )
     }
 
+    /// Commits messages only as this node's own proposal while it leads (never
+    /// forwarded): writes that must not outlive this node's leadership, such as
+    /// the delivery of due timers, which the next leader's own service takes
+    /// over. Answered once committed and applied. Errors: `NotLeader` (also when
+    /// leadership is lost before the commit), `CutOff`, `Timeout` (it may still
+    /// commit), and the store's refusals of bad messages.
+    pub async fn write_messages_as_leader(
+        &self,
+        messages: Vec<MessageRecord>,
+    ) -> Result<Vec<Placed>, RaftNodeError> {
+        if !self.is_leader() {
+            return Err(RaftNodeError::NotLeader {
+                leader: self.leader().map(|l| l.0),
+            });
+        }
+        self.check_in_contact()?;
+        let timeout_ms = self.write_timeout.as_millis() as u64;
+        let written = tokio::time::timeout(
+            self.write_timeout,
+            self.writer.write_local(Request::Messages(messages)),
+        )
+        .await
+        .unwrap_or(Err(RaftNodeError::Timeout { timeout_ms }))?;
+        match written {
+            Response::Messages(p) => Ok(p),
+            Response::Applied | Response::StaleTerm { .. } => Err(RaftNodeError::Raft(
+                "a message write applied as a command".into(),
+            )),
+        }
+    }
+
     /// Proposes `request` here while this node leads, else forwards it to the
     /// leader. Until some leader takes it (an election, a leader that cannot be
     /// reached, one that just stepped down) it is tried again every 50 ms: nothing
@@ -235,6 +266,7 @@ impl RaftNode {
         result.map_err(|refusal| match refusal {
             ForwardRefusal::NotWritten(reason) => unsent(reason),
             ForwardRefusal::MaybeWritten(reason) => sent(reason),
+            ForwardRefusal::MembersCannotDecode(set) => RaftNodeError::MembersCannotDecode { set },
         })
     }
 }

@@ -188,6 +188,20 @@ impl Cluster {
         }
     }
 
+    /// Waits until `leader` has heard every member say, in its current term, that
+    /// it decodes log command set `set` (AppendEntries answers, heartbeats
+    /// included).
+    pub async fn wait_members_decode(&self, leader: NodeId, set: u8, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.node(leader).members_decode(set) {
+            assert!(
+                Instant::now() < deadline,
+                "leader {leader} never learned that its followers decode log command set {set}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits until every live member has purged the start of its log.
     pub async fn wait_purged(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;

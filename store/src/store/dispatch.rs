@@ -4,6 +4,9 @@
 use crate::consume_queue::CqEntry;
 use crate::error::Result;
 use crate::record::{tag_hash, RecordKind, RecordView, PROPERTY_TAGS};
+use crate::timer_index::{
+    PendingTimer, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_QUEUE_OFFSET, TIMER_TOPIC,
+};
 
 use super::{for_each_record, Dispatched, DispatchedMessage, MessageStore, QueuePosition};
 
@@ -89,6 +92,7 @@ impl MessageStore {
                     _ => cq.append(&placement(&view, phys))?,
                 };
                 self.index.put_record(&view, phys)?;
+                self.track_timer(&view, queue_offset, phys)?;
                 placed.push(DispatchedMessage {
                     log_index: entry.location.log_index,
                     topic: view.topic().to_owned(),
@@ -103,6 +107,41 @@ impl MessageStore {
             d.offset = entry.location.end_offset();
         }
         Ok(placed)
+    }
+
+    /// Keeps the timer index in step with the message record `view` just placed
+    /// at `queue_offset` of its queue (CommitLog offset `phys`): a record of
+    /// [`TIMER_TOPIC`] becomes a pending timer; a delivered copy (it carries
+    /// [`PROPERTY_TIMER_QUEUE_OFFSET`]) removes the timer it delivers. Both repeat
+    /// harmlessly when an entry is dispatched again. A timer record without a
+    /// valid delivery time (the broker never writes one) is left out, with a
+    /// warning.
+    fn track_timer(&self, view: &RecordView<'_>, queue_offset: u64, phys: u64) -> Result<()> {
+        let deliver_ms = view
+            .property(PROPERTY_TIMER_DELIVER_MS)
+            .and_then(|v| v.parse::<i64>().ok());
+        if view.topic() == TIMER_TOPIC {
+            let Some(deliver_ms) = deliver_ms else {
+                tracing::warn!(
+                    physical_offset = phys,
+                    "a timer message without a valid {PROPERTY_TIMER_DELIVER_MS}: it is never delivered"
+                );
+                return Ok(());
+            };
+            return self.timers.insert(PendingTimer {
+                deliver_ms,
+                timer_queue_offset: queue_offset,
+                physical_offset: phys,
+                size_bytes: view.len() as u32,
+            });
+        }
+        let delivers = view
+            .property(PROPERTY_TIMER_QUEUE_OFFSET)
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(timer_queue_offset), Some(deliver_ms)) = (delivers, deliver_ms) {
+            self.timers.remove(deliver_ms, timer_queue_offset)?;
+        }
+        Ok(())
     }
 
     /// The next queue offset of every message queue, sorted by (topic, queue id): what

@@ -1,0 +1,88 @@
+//! The timer index as dispatch keeps it: a record of the timer topic becomes a
+//! pending timer keyed by its delivery time and its queue offset in the timer
+//! topic's ConsumeQueue; a delivered copy removes it; dispatching again after a
+//! crash ends in the same index; a reset for a snapshot empties it.
+
+mod common;
+
+use common::{crash, small_config};
+use ledgermq_store::timer_index::{
+    PendingTimer, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_QUEUE_OFFSET, TIMER_TOPIC,
+};
+use ledgermq_store::{MessageRecord, MessageStore};
+
+fn timer(deliver_ms: i64, body: &str) -> MessageRecord {
+    MessageRecord::message(TIMER_TOPIC, 0, body.as_bytes().to_vec(), 1)
+        .with_property(PROPERTY_REAL_TOPIC, "Real")
+        .with_property(PROPERTY_REAL_QID, "1")
+        .with_property(PROPERTY_TIMER_DELIVER_MS, &deliver_ms.to_string())
+}
+
+fn copy(deliver_ms: i64, timer_queue_offset: u64, body: &str) -> MessageRecord {
+    MessageRecord::message("Real", 1, body.as_bytes().to_vec(), 1)
+        .with_property(PROPERTY_TIMER_DELIVER_MS, &deliver_ms.to_string())
+        .with_property(PROPERTY_TIMER_QUEUE_OFFSET, &timer_queue_offset.to_string())
+}
+
+fn due(store: &MessageStore) -> Vec<(i64, u64)> {
+    store
+        .timers()
+        .due(i64::MAX, 100)
+        .unwrap()
+        .into_iter()
+        .map(|t: PendingTimer| (t.deliver_ms, t.timer_queue_offset))
+        .collect()
+}
+
+#[test]
+fn dispatch_adds_timers_and_delivered_copies_remove_them_again_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small_config(dir.path(), 64 * 1024);
+    // The test decides what is checkpointed.
+    cfg.flush_interval_ms = 3_600_000;
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    let first = store
+        .append_entry(1, 0, &[timer(3_000, "a"), timer(1_000, "b")])
+        .unwrap();
+    store.append_entry(1, 1, &[timer(2_000, "c")]).unwrap();
+    store.dispatch_through(1).unwrap();
+    assert_eq!(due(&store), vec![(1_000, 1), (2_000, 2), (3_000, 0)]);
+    // Forced retention keeps pending timers' records though no group consumes
+    // the timer topic.
+    let unconsumed = store
+        .unconsumed_from(std::iter::empty(), |_, _, _| None)
+        .unwrap();
+    assert_eq!(unconsumed, first.physical_offset);
+    let b = store.timers().due(1_000, 10).unwrap();
+    assert_eq!(b.len(), 1);
+    // The pending timer points at its record.
+    let rec = store.read_timer(&b[0]).unwrap();
+    assert_eq!(rec.body, b"b");
+    store.checkpoint().unwrap();
+
+    // "b" is delivered; then the store crashes before the next checkpoint.
+    store.append_entry(1, 2, &[copy(1_000, 1, "b")]).unwrap();
+    store.dispatch_through(2).unwrap();
+    assert_eq!(due(&store), vec![(2_000, 2), (3_000, 0)]);
+    // A normal message carrying neither property leaves the index alone.
+    store
+        .append_entry(1, 3, &[MessageRecord::message("Real", 0, b"n".to_vec(), 1)])
+        .unwrap();
+    store.dispatch_through(3).unwrap();
+    crash(store);
+
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    store.dispatch_through(3).unwrap();
+    assert_eq!(due(&store), vec![(2_000, 2), (3_000, 0)]);
+    // The copy went to the real queue once.
+    assert_eq!(
+        store.consume_queues().get("Real", 1).unwrap().max_offset(),
+        1
+    );
+
+    // A follower that installs a snapshot starts an empty log: its timers go.
+    store.reset(100, 2).unwrap();
+    assert_eq!(due(&store), vec![]);
+    store.shutdown().unwrap();
+}

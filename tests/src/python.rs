@@ -1,0 +1,27 @@
+//! Running a check script of `tests/python/` (written against the official RocketMQ
+//! 5 Python client, which `scripts/test` installs) and judging it by its exit code.
+
+use std::time::Duration;
+
+/// Runs `python3 tests/python/<script> <args>`, killed after `limit`; panics,
+/// with its JSON summary and the tail of its stderr, unless it exits 0. Prints
+/// its stdout (the summary) either way.
+pub async fn run_check(script: &str, args: &[&str], limit: Duration) {
+    let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::time::timeout(
+        limit,
+        tokio::process::Command::new("python3")
+            .arg(&path)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{script} did not finish within {limit:?}"))
+    .expect("python3 runs (scripts/test installs the client)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    let tail = stderr.lines().rev().take(30).collect::<Vec<_>>().join("\n");
+    assert!(out.status.success(), "{script} failed: {stdout}\n{tail}");
+}
