@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledgermq_raft::RaftNode;
+use ledgermq_raft::{RaftNode, RaftNodeError};
 use ledgermq_store::store::now_ms;
 use ledgermq_store::timer_index::{
     PendingTimer, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_DELIVER_MS,
@@ -112,6 +112,30 @@ pub struct TimerDelivery {
     pub max_bytes: usize,
 }
 
+/// The pause after a write refused before it was proposed (a full disk, an
+/// overloaded leader, one cut off from its group), so the retries do not spin.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// True unless `e`, from a leader-local write ([`RaftNode::write_messages_as_leader`]),
+/// was raised before the entry was proposed: refusals of the leader's checks
+/// (not the leader, cut off, overloaded, the store's room and size checks, a
+/// command set) come first; a timeout, an abandoned wait, openraft's own
+/// failures and a shutdown may come after the proposal.
+fn may_have_been_proposed(e: &RaftNodeError) -> bool {
+    !matches!(
+        e,
+        RaftNodeError::NotLeader { .. }
+            | RaftNodeError::NoLeader
+            | RaftNodeError::Expired
+            | RaftNodeError::CutOff { .. }
+            | RaftNodeError::LeaderUnreachable { .. }
+            | RaftNodeError::Overloaded { .. }
+            | RaftNodeError::InvalidInput(_)
+            | RaftNodeError::Store(_)
+            | RaftNodeError::MembersCannotDecode { .. }
+    )
+}
+
 /// A timer's key in the index.
 type TimerKey = (i64, u64);
 
@@ -175,11 +199,15 @@ impl TimerDelivery {
                     tracing::debug!(term, delivered = n, "delivered due timers");
                 }
                 Err(e) => {
-                    if !e.cannot_commit() {
-                        // It may still commit: never written twice in this term.
+                    if may_have_been_proposed(&e) {
+                        // It may still commit: never written twice in this term
+                        // (its apply removes the timers).
                         skip.extend(keys);
+                        tracing::warn!(term, error = %e, timers = n, "delivering due timers: the outcome is unknown; not written again in this term");
+                    } else {
+                        tracing::warn!(term, error = %e, timers = n, "delivering due timers failed before they were proposed; will retry");
+                        tokio::time::sleep(RETRY_AFTER).await;
                     }
-                    tracing::warn!(term, error = %e, timers = n, "delivering due timers failed; will retry");
                     return written;
                 }
             }

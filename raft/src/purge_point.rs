@@ -12,13 +12,14 @@
 /// What one member's retention run sees, as Raft log indexes (inclusive: "through").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RetentionView {
-    /// The last entry of the segments that expired (None: none did).
+    /// The last entry of the segments that expired, stopping before the record of
+    /// any pending delay message (None: none did).
     pub expired_through: Option<u64>,
     /// The last entry of the segments forced cleaning would take (None: none, or
     /// the disk is not past the forcing ratio).
     pub forced_through: Option<u64>,
     /// The last entry wholly before the oldest message some consumer group has not
-    /// consumed (None: no entry is).
+    /// consumed and before any pending delay message's record (None: no entry is).
     pub consumed_through: Option<u64>,
     /// The last entry this member applied.
     pub applied: Option<u64>,

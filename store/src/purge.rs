@@ -111,11 +111,10 @@ impl MessageStore {
     /// for each `(consumer, topic)` of `consumers`, every queue of `topic` this
     /// store holds counts, from the consumer's offset in `offsets` (the next queue
     /// offset it consumes, keyed by (consumer, topic, queue id)) or, where it has
-    /// none, from the queue's start; and every pending delay message's record
-    /// (`crate::timer_index`: it is still to be delivered). `u64::MAX` when
-    /// everything is consumed. Forced cleaning stops there. Errors: `Io`,
-    /// `Corrupted` (a ConsumeQueue entry that cannot be read or rebuilt, a timer
-    /// index row).
+    /// none, from the queue's start. `u64::MAX` when everything is consumed. Forced
+    /// cleaning stops there (and before any pending delay message's record:
+    /// [`crate::timer_index::TimerIndex::oldest_physical_offset`]). Errors: `Io`,
+    /// `Corrupted` (a ConsumeQueue entry that cannot be read or rebuilt).
     pub fn unconsumed_from<'a>(
         &self,
         consumers: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -135,9 +134,6 @@ impl MessageStore {
                     from = from.min(self.queue_entry(cq, next)?.commit_log_offset);
                 }
             }
-        }
-        if let Some(timer) = self.timers().oldest_physical_offset()? {
-            from = from.min(timer);
         }
         Ok(from)
     }
@@ -177,6 +173,10 @@ impl MessageStore {
         }
         let log = self.commit_log();
         let limit = offset.min(self.dispatched_offset());
+        // What dispatching the entries below `limit` did to the timer index is
+        // made durable first: after a crash they can no longer be dispatched
+        // again (recovery starts at the log's first entry).
+        self.timers().flush()?;
         // The CommitLog counts what it deleted (comparing file counts before and
         // after once missed a deletion when the warm-up thread created the next
         // segment meanwhile, so the ConsumeQueues kept entries the CommitLog no

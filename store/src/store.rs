@@ -22,6 +22,7 @@ mod background;
 mod dispatch;
 mod index_rebuild;
 mod queue_repair;
+mod timer_rebuild;
 
 pub use background::WARM_AHEAD_BYTES;
 
@@ -134,6 +135,7 @@ impl MessageStore {
             cfg.index_hash_slot_num,
             cfg.index_num,
         )?;
+        let timers_missing = !cfg.root.join("timers").exists();
         let timers = TimerIndex::open(&cfg.root.join("timers"))?;
         if crashed && cp.reset {
             timers.clear()?;
@@ -239,6 +241,13 @@ impl MessageStore {
         }
         if let Some(from) = replace_from {
             store.replace_cut_queue_entries(from, dispatched)?;
+        }
+        if timers_missing && dispatched.next_log_index > store.log.first_log_index() {
+            let pending = store.rebuild_timer_index(dispatched.next_log_index)?;
+            tracing::warn!(
+                pending,
+                "the timer index was missing: rebuilt from the CommitLog"
+            );
         }
         if let Err(e) = store.ensure_disk_reserve() {
             tracing::warn!(error = %e, "no disk reserve: committed entries will find no spare room if the disk fills");

@@ -177,14 +177,17 @@ impl TimerIndex {
         }
     }
 
-    /// The lowest CommitLog offset a pending timer's record is at, if any (reads
-    /// every row: O(n), for forced retention, which must keep those records).
-    pub fn oldest_physical_offset(&self) -> Result<Option<u64>> {
-        let mut oldest = None;
+    /// The lowest CommitLog offset at or above `from` (the log's first offset)
+    /// that a pending timer's record is at, if any: retention, expired or forced,
+    /// keeps those records. A row below `from` points at a record already gone
+    /// and bounds nothing. Reads every row: O(n), so retention asks only when
+    /// something is due.
+    pub fn oldest_physical_offset(&self, from: u64) -> Result<Option<u64>> {
+        let mut oldest: Option<u64> = None;
         for kv in self.db()?.iter() {
             let (k, v) = kv.map_err(|e| sled_error(&self.dir, e))?;
-            if let Some(t) = decode(&k, &v) {
-                oldest = Some(oldest.map_or(t.physical_offset, |o: u64| o.min(t.physical_offset)));
+            if let Some(t) = decode(&k, &v).filter(|t| t.physical_offset >= from) {
+                oldest = Some(oldest.map_or(t.physical_offset, |o| o.min(t.physical_offset)));
             }
         }
         Ok(oldest)
@@ -301,7 +304,10 @@ mod tests {
         );
         assert_eq!(idx.due(i64::MAX, 2).unwrap().len(), 2);
         assert_eq!(idx.next_deliver_ms().unwrap(), Some(1_000));
-        assert_eq!(idx.oldest_physical_offset().unwrap(), Some(0));
+        assert_eq!(idx.oldest_physical_offset(0).unwrap(), Some(0));
+        // timer(1_000, 1) is at 100, timer(2_000, 2) at 200, timer(3_000, 0) at 0.
+        assert_eq!(idx.oldest_physical_offset(1).unwrap(), Some(100));
+        assert_eq!(idx.oldest_physical_offset(301).unwrap(), None);
         assert!(idx.remove(1_000, 1).unwrap());
         assert!(!idx.remove(1_000, 1).unwrap());
         assert_eq!(idx.due(1_000, 10).unwrap(), vec![timer(1_000, 3)]);

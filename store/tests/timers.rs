@@ -48,12 +48,12 @@ fn dispatch_adds_timers_and_delivered_copies_remove_them_again_after_a_crash() {
     store.append_entry(1, 1, &[timer(2_000, "c")]).unwrap();
     store.dispatch_through(1).unwrap();
     assert_eq!(due(&store), vec![(1_000, 1), (2_000, 2), (3_000, 0)]);
-    // Forced retention keeps pending timers' records though no group consumes
-    // the timer topic.
-    let unconsumed = store
-        .unconsumed_from(std::iter::empty(), |_, _, _| None)
-        .unwrap();
-    assert_eq!(unconsumed, first.physical_offset);
+    // Retention keeps pending timers' records though no group consumes the
+    // timer topic.
+    assert_eq!(
+        store.timers().oldest_physical_offset(0).unwrap(),
+        Some(first.physical_offset)
+    );
     let b = store.timers().due(1_000, 10).unwrap();
     assert_eq!(b.len(), 1);
     // The pending timer points at its record.
@@ -84,5 +84,73 @@ fn dispatch_adds_timers_and_delivered_copies_remove_them_again_after_a_crash() {
     // A follower that installs a snapshot starts an empty log: its timers go.
     store.reset(100, 2).unwrap();
     assert_eq!(due(&store), vec![]);
+    store.shutdown().unwrap();
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A crash loses what the timer index wrote after the last checkpoint (sled
+/// keeps no more than its last flush; here its files are put back as the
+/// checkpoint left them): dispatching again from the checkpoint ends in the
+/// same index.
+#[test]
+fn the_index_as_of_the_last_checkpoint_catches_up_by_dispatching_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small_config(dir.path(), 64 * 1024);
+    cfg.flush_interval_ms = 3_600_000;
+    let saved = dir.path().join("timers-at-checkpoint");
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    store
+        .append_entry(1, 0, &[timer(3_000, "a"), timer(1_000, "b")])
+        .unwrap();
+    store.dispatch_through(0).unwrap();
+    store.checkpoint().unwrap();
+    copy_dir(&cfg.root.join("timers"), &saved);
+    store.append_entry(1, 1, &[timer(2_000, "c")]).unwrap();
+    store.append_entry(1, 2, &[copy(3_000, 0, "a")]).unwrap();
+    store.dispatch_through(2).unwrap();
+    let expected = vec![(1_000, 1), (2_000, 2)];
+    assert_eq!(due(&store), expected);
+    crash(store);
+    std::fs::remove_dir_all(cfg.root.join("timers")).unwrap();
+    copy_dir(&saved, &cfg.root.join("timers"));
+
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    store.dispatch_through(2).unwrap();
+    assert_eq!(due(&store), expected);
+    store.shutdown().unwrap();
+}
+
+/// A store whose timer index is missing (written by an earlier release, which
+/// kept none, or deleted) rebuilds it from the CommitLog when it opens.
+#[test]
+fn a_missing_index_is_rebuilt_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 64 * 1024);
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    store
+        .append_entry(1, 0, &[timer(3_000, "a"), timer(1_000, "b")])
+        .unwrap();
+    store.append_entry(1, 1, &[copy(1_000, 1, "b")]).unwrap();
+    store.append_entry(1, 2, &[timer(2_000, "c")]).unwrap();
+    store.dispatch_through(2).unwrap();
+    let expected = vec![(2_000, 2), (3_000, 0)];
+    assert_eq!(due(&store), expected);
+    store.shutdown().unwrap();
+    drop(store);
+    std::fs::remove_dir_all(cfg.root.join("timers")).unwrap();
+
+    let store = MessageStore::open(cfg.clone()).unwrap();
+    assert_eq!(due(&store), expected);
     store.shutdown().unwrap();
 }

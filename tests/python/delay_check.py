@@ -68,6 +68,7 @@ def main():
     producer = Producer(cfg, (TOPIC,))
     producer.startup()
     due = {}  # body -> delivery time (s)
+    failed_attempts = 0  # sends answered with an error: each may have been stored
     for i in range(args.messages):
         at = int(time.time()) + 3 + i % 4
         body = f"d-{i}"
@@ -80,6 +81,7 @@ def main():
                 due[body] = at
                 break
             except Exception as e:  # noqa: BLE001 - retried: at least once
+                failed_attempts += 1
                 if attempt == 29:
                     errors.append(f"send {body} never acknowledged: {e}")
                 time.sleep(0.2)
@@ -124,6 +126,7 @@ def main():
 
     print(json.dumps({
         "sent": len(due),
+        "failed_attempts": failed_attempts,
         "received": len(set(received) & set(due)),
         "leader_killed": killed_at is not None,
         "late_ms_median": pct(0.5),

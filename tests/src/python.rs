@@ -5,8 +5,8 @@ use std::time::Duration;
 
 /// Runs `python3 tests/python/<script> <args>`, killed after `limit`; panics,
 /// with its JSON summary and the tail of its stderr, unless it exits 0. Prints
-/// its stdout (the summary) either way.
-pub async fn run_check(script: &str, args: &[&str], limit: Duration) {
+/// its stdout (the summary) either way, and returns it.
+pub async fn run_check(script: &str, args: &[&str], limit: Duration) -> String {
     let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = tokio::time::timeout(
         limit,
@@ -24,4 +24,15 @@ pub async fn run_check(script: &str, args: &[&str], limit: Duration) {
     println!("{stdout}");
     let tail = stderr.lines().rev().take(30).collect::<Vec<_>>().join("\n");
     assert!(out.status.success(), "{script} failed: {stdout}\n{tail}");
+    stdout.into_owned()
+}
+
+/// The integer `"key": N` of a one-line JSON summary, if present.
+pub fn json_int(summary: &str, key: &str) -> Option<u64> {
+    let at = summary.find(&format!("\"{key}\": "))? + key.len() + 4;
+    let digits: String = summary[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }

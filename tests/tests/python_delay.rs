@@ -40,10 +40,27 @@ async fn delay_messages_arrive_after_their_time_through_a_leader_kill() {
         .map(|(_, n)| n.client_addr.clone())
         .unwrap();
     let pid = cluster.nodes[leader].pid().unwrap().to_string();
-    ledgermq_tests::python::run_check(
+    let summary = ledgermq_tests::python::run_check(
         "delay_check.py",
         &["--access", &access, "--kill-pid", &pid],
         std::time::Duration::from_secs(240),
     )
     .await;
+    // Each timer is delivered once: the topic holds one message per acknowledged
+    // send, and at most one more per failed attempt (which may have been stored).
+    let json = ledgermq_tests::python::json_int;
+    let sent = json(&summary, "sent").expect("sent in the summary");
+    let failed = json(&summary, "failed_attempts").expect("failed_attempts");
+    let progress = cluster
+        .admin(&["consumerProgress", "-g", "PyDelayGroup", "-t", "PyDelay"])
+        .unwrap();
+    let stored: u64 = progress
+        .lines()
+        .filter(|l| l.starts_with("PyDelay "))
+        .map(|l| l.split_whitespace().nth(3).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(
+        (sent..=sent + failed).contains(&stored),
+        "{stored} messages stored in PyDelay for {sent} acknowledged delay sends ({failed} failed attempts):\n{progress}"
+    );
 }

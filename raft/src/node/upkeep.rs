@@ -118,6 +118,16 @@ impl RaftNode {
                 (m.offsets.clone(), m.purge_point)
             };
             let min = store.commit_log().min_offset();
+            // Pending delay messages' records stay, expired or not: they are still
+            // to be delivered (read only when something is due: it scans them all).
+            let pending_timer_from = if due.expired_below > min || due.forced_below > min {
+                store
+                    .timers()
+                    .oldest_physical_offset(min)?
+                    .unwrap_or(u64::MAX)
+            } else {
+                u64::MAX
+            };
             let consumed_through = if due.forced_below > min {
                 let consumers: BTreeSet<(&str, &str)> = offsets
                     .keys()
@@ -126,7 +136,7 @@ impl RaftNode {
                 let from = store.unconsumed_from(consumers, |c, t, q| {
                     offsets.get(&(c.to_owned(), t.to_owned(), q)).copied()
                 })?;
-                store.last_log_index_below(from)?
+                store.last_log_index_below(from.min(pending_timer_from))?
             } else {
                 None
             };
@@ -138,7 +148,7 @@ impl RaftNode {
                 })
             };
             Ok(RetentionView {
-                expired_through: through(due.expired_below)?,
+                expired_through: through(due.expired_below.min(pending_timer_from))?,
                 forced_through: through(due.forced_below)?,
                 consumed_through,
                 applied,

@@ -116,7 +116,12 @@ impl MessageStore {
     /// harmlessly when an entry is dispatched again. A timer record without a
     /// valid delivery time (the broker never writes one) is left out, with a
     /// warning.
-    fn track_timer(&self, view: &RecordView<'_>, queue_offset: u64, phys: u64) -> Result<()> {
+    pub(super) fn track_timer(
+        &self,
+        view: &RecordView<'_>,
+        queue_offset: u64,
+        phys: u64,
+    ) -> Result<()> {
         let deliver_ms = view
             .property(PROPERTY_TIMER_DELIVER_MS)
             .and_then(|v| v.parse::<i64>().ok());

@@ -1,0 +1,52 @@
+//! Rebuilding the timer index from the CommitLog, for a store whose index is
+//! missing while it holds dispatched entries: the first start of this release
+//! on a store an earlier release wrote (it kept no index, but may hold delay
+//! messages other members stored), or an index directory an operator deleted.
+
+use crate::error::Result;
+use crate::record::RecordKind;
+use crate::timer_index::TIMER_TOPIC;
+
+use super::{for_each_record, MessageStore};
+
+impl MessageStore {
+    /// Replays, in log order, what dispatch does to the timer index for every
+    /// message record of the entries before `next_log_index` still held: timer
+    /// records are added at their timer queue offset (read back from their
+    /// ConsumeQueue), delivered copies remove theirs. Then flushes the index.
+    /// Returns the timers pending afterwards. Errors: reading the log or a
+    /// ConsumeQueue, the index's.
+    pub(super) fn rebuild_timer_index(&self, next_log_index: u64) -> Result<usize> {
+        let timer_queue = self.cqs.get(TIMER_TOPIC, 0);
+        for index in self.log.first_log_index()..next_log_index {
+            let entry = self.log.read_entry(index)?;
+            for_each_record(&self.log, &entry, |view, phys| {
+                if view.kind() != RecordKind::Message {
+                    return Ok(());
+                }
+                let queue_offset = if view.topic() == TIMER_TOPIC {
+                    match timer_queue
+                        .as_ref()
+                        .map(|q| q.find_by_commit_log_offset(phys))
+                        .transpose()?
+                        .flatten()
+                    {
+                        Some(q) => q,
+                        None => {
+                            tracing::warn!(
+                                physical_offset = phys,
+                                "a timer message missing from its ConsumeQueue is not indexed"
+                            );
+                            return Ok(());
+                        }
+                    }
+                } else {
+                    0
+                };
+                self.track_timer(&view, queue_offset, phys)
+            })?;
+        }
+        self.timers.flush()?;
+        Ok(self.timers.pending())
+    }
+}
