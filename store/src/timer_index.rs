@@ -1,6 +1,8 @@
 //! The timer index: pending delay/timer messages ordered by delivery time, on
-//! disk (a sled tree under `<root>/timers`, whose page cache is bounded), so ten
-//! million pending timers cost disk, not heap.
+//! disk (a sled tree under `<root>/timers`, whose page cache is bounded to 16
+//! MB). sled's memory still grows with the rows it holds, about 35 MiB per
+//! million (`examples/timer_index_heap.rs`, `docs/benchmarks.md`): files of
+//! fixed-size entries are to replace it.
 //!
 //! A delay message is stored in the CommitLog under the internal topic
 //! [`TIMER_TOPIC`] (RocketMQ 5's `rmq_sys_wheel_timer`), queue 0, with its real

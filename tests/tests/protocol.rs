@@ -135,6 +135,7 @@ async fn bad_input_gets_the_protocols_status_codes() {
         (message("Unknown", b"x", "id-5"), Code::TopicNotFound),
         (message("Known", b"x", ""), Code::IllegalMessageId),
         (
+            // A delay message (it has a delivery timestamp) to a NORMAL topic.
             {
                 let mut m = message("Known", b"x", "id-6");
                 m.system_properties.as_mut().unwrap().delivery_timestamp =
@@ -142,6 +143,15 @@ async fn bad_input_gets_the_protocols_status_codes() {
                         seconds: 1,
                         nanos: 0,
                     });
+                m
+            },
+            Code::MessagePropertyConflictWithType,
+        ),
+        (
+            {
+                let mut m = message("Known", b"x", "id-8");
+                m.system_properties.as_mut().unwrap().message_type =
+                    ledgermq_broker::pb::MessageType::Transaction as i32;
                 m
             },
             Code::Unsupported,
