@@ -48,10 +48,37 @@ impl TermEnd {
         self.0.has_changed().is_err()
     }
 
+    /// Ticks every `interval` while the term lasts (a late tick delays the next
+    /// rather than bunching up): the loop of every periodic [`TermService`],
+    /// `while ticks.next().await { .. }`, whose work under way when the term ends
+    /// is finished first.
+    pub fn ticks(self, interval: Duration) -> TermTicks {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        TermTicks { end: self, tick }
+    }
+
     /// A term end and the switch that ends it (dropping the switch ends the term).
     pub(crate) fn pair() -> (watch::Sender<()>, TermEnd) {
         let (tx, rx) = watch::channel(());
         (tx, TermEnd(rx))
+    }
+}
+
+/// The ticks of a periodic [`TermService`] ([`TermEnd::ticks`]).
+pub struct TermTicks {
+    end: TermEnd,
+    tick: tokio::time::Interval,
+}
+
+impl TermTicks {
+    /// Waits for the next tick: true, or false once the term is over.
+    pub async fn next(&mut self) -> bool {
+        tokio::select! {
+            biased;
+            _ = self.end.ended() => false,
+            _ = self.tick.tick() => true,
+        }
     }
 }
 

@@ -220,17 +220,12 @@ impl TermService for TimerDelivery {
         "timer delivery"
     }
 
-    fn start(self: Arc<Self>, term: u64, mut end: TermEnd) -> JoinHandle<()> {
+    fn start(self: Arc<Self>, term: u64, end: TermEnd) -> JoinHandle<()> {
         tokio::spawn(async move {
+            // Timers written this term with an unknown outcome, or unreadable.
             let mut skip = HashSet::new();
-            let mut tick = tokio::time::interval(self.interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = end.ended() => return,
-                    _ = tick.tick() => {}
-                }
+            let mut ticks = end.ticks(self.interval);
+            while ticks.next().await {
                 self.deliver_due(term, &mut skip).await;
             }
         })

@@ -25,16 +25,10 @@ impl TermService for OffsetCommitter {
         "consumer-offset committer"
     }
 
-    fn start(self: Arc<Self>, term: u64, mut end: TermEnd) -> JoinHandle<()> {
+    fn start(self: Arc<Self>, term: u64, end: TermEnd) -> JoinHandle<()> {
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = end.ended() => return,
-                    _ = tick.tick() => {}
-                }
+            let mut ticks = end.ticks(self.interval);
+            while ticks.next().await {
                 // No new commit once the term is over, or while this node is not
                 // (or no longer) the ready leader of it: the supervisor learns of
                 // a step-down one task hop after openraft's metrics show it.

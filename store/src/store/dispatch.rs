@@ -122,11 +122,13 @@ impl MessageStore {
         queue_offset: u64,
         phys: u64,
     ) -> Result<()> {
-        let deliver_ms = view
-            .property(PROPERTY_TIMER_DELIVER_MS)
-            .and_then(|v| v.parse::<i64>().ok());
+        // Every message passes here: an ordinary one costs one property lookup.
+        let deliver_ms = || {
+            view.property(PROPERTY_TIMER_DELIVER_MS)
+                .and_then(|v| v.parse::<i64>().ok())
+        };
         if view.topic() == TIMER_TOPIC {
-            let Some(deliver_ms) = deliver_ms else {
+            let Some(deliver_ms) = deliver_ms() else {
                 tracing::warn!(
                     physical_offset = phys,
                     "a timer message without a valid {PROPERTY_TIMER_DELIVER_MS}: it is never delivered"
@@ -143,8 +145,10 @@ impl MessageStore {
         let delivers = view
             .property(PROPERTY_TIMER_QUEUE_OFFSET)
             .and_then(|v| v.parse::<u64>().ok());
-        if let (Some(timer_queue_offset), Some(deliver_ms)) = (delivers, deliver_ms) {
-            self.timers.remove(deliver_ms, timer_queue_offset)?;
+        if let Some(timer_queue_offset) = delivers {
+            if let Some(deliver_ms) = deliver_ms() {
+                self.timers.remove(deliver_ms, timer_queue_offset)?;
+            }
         }
         Ok(())
     }
