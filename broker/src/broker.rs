@@ -109,8 +109,9 @@ impl Default for ServiceSettings {
 pub enum Target {
     /// Here: this node is the ready leader.
     Local,
-    /// On the leader, through its client service.
-    Leader(MessagingServiceClient<Channel>),
+    /// On the leader, through its client port (the messaging service:
+    /// [`Broker::messaging_client`]; or the admin service).
+    Leader(Channel),
 }
 
 /// One broker node's service state.
@@ -305,7 +306,7 @@ impl Broker {
                             ),
                         ));
                     }
-                    match self.leader_client(leader).await {
+                    match self.leader_channel(leader).await {
                         Ok(c) => return Ok(Target::Leader(c)),
                         Err(e) => tracing::debug!(error = %e, "leader not reachable yet"),
                     }
@@ -324,10 +325,10 @@ impl Broker {
         }
     }
 
-    async fn leader_client(
-        &self,
-        leader: u64,
-    ) -> Result<MessagingServiceClient<Channel>, BrokerError> {
+    /// A channel to `leader`'s client port (one per address, reused). Error:
+    /// `Leader` when its address is not a valid endpoint; `NameServer` when it
+    /// cannot be learned.
+    async fn leader_channel(&self, leader: u64) -> Result<Channel, BrokerError> {
         let addr = self.members.client_addr(leader, &self.namesrv).await?;
         let mut ch = self.channels.lock().unwrap();
         let channel = match ch.get(&addr) {
@@ -345,9 +346,15 @@ impl Broker {
                 c
             }
         };
-        // Messages up to the max body size (and batches of them) pass through.
-        Ok(MessagingServiceClient::new(channel)
+        Ok(channel)
+    }
+
+    /// The messaging service of the node at the other end of `channel` (a
+    /// [`Target::Leader`]): messages up to the max body size, and batches of them,
+    /// pass through.
+    pub fn messaging_client(channel: Channel) -> MessagingServiceClient<Channel> {
+        MessagingServiceClient::new(channel)
             .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20))
+            .max_encoding_message_size(64 << 20)
     }
 }

@@ -36,8 +36,10 @@ use crate::receipt::ReceiptHandle;
 
 mod committer;
 mod leases;
+mod reset;
 pub use committer::OffsetCommitter;
 use leases::lease;
+pub use reset::QueueReset;
 
 /// Entries read past per queue and call at most (filtered-out messages included).
 const MAX_SCAN_PER_QUEUE: usize = 4096;
@@ -103,6 +105,10 @@ pub struct PopResult {
 struct Table {
     term: u64,
     queues: HashMap<QueueKey, Arc<Mutex<QueueState>>>,
+    /// Queues whose offsets were reset in this term ([`Consumers::reset_offsets`]):
+    /// the lowest delivery id issued after the reset. A receipt handle below it is
+    /// of a delivery from before the reset.
+    reset_floors: HashMap<QueueKey, u64>,
 }
 
 /// The consumption state of this node while it leads.
@@ -110,6 +116,10 @@ pub struct Consumers {
     node: Arc<RaftNode>,
     table: StdMutex<Table>,
     delivery_seq: AtomicU64,
+    /// Taken shared by pops, acks, changes of invisible duration and the offset
+    /// committer (each across its Raft write), exclusively by an offset reset:
+    /// no commit or FIFO lease decided before a reset lands after it.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl Consumers {
@@ -119,6 +129,7 @@ impl Consumers {
             node,
             table: StdMutex::new(Table::default()),
             delivery_seq: AtomicU64::new(1),
+            gate: tokio::sync::RwLock::new(()),
         })
     }
 
@@ -146,6 +157,7 @@ impl Consumers {
             std::cmp::Ordering::Less => return Err(Self::not_ready()),
             std::cmp::Ordering::Greater => {
                 t.queues.clear();
+                t.reset_floors.clear();
                 t.term = term;
             }
             std::cmp::Ordering::Equal => {}
@@ -214,6 +226,14 @@ impl Consumers {
             topic: handle.topic.clone(),
             queue_id: handle.queue_id,
         };
+        let floor = self.table.lock().unwrap().reset_floors.get(&key).copied();
+        if floor.is_some_and(|f| handle.delivery_id < f) {
+            return Err(refuse(
+                ErrorKind::InvalidReceiptHandle,
+                "the receipt handle is of a delivery made before the consumer group's \
+                 offsets were reset",
+            ));
+        }
         self.queue(&key, term, fifo)
     }
 
@@ -245,6 +265,7 @@ impl Consumers {
     /// nothing could be taken (a queue that fails after others gave messages is
     /// skipped and logged).
     pub async fn pop(&self, req: &PopRequest) -> Result<PopResult, BrokerError> {
+        let _gate = self.gate.read().await;
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         let mut out = PopResult::default();
         for &queue_id in &req.queue_ids {
@@ -397,6 +418,7 @@ impl Consumers {
         handle: &ReceiptHandle,
         fifo: bool,
     ) -> Result<(), BrokerError> {
+        let _gate = self.gate.read().await;
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         self.check_held(handle)?;
         let q = self.handle_queue(consumer, handle, term, fifo)?;
@@ -439,6 +461,7 @@ impl Consumers {
         invisible_ms: u64,
         fifo: bool,
     ) -> Result<ReceiptHandle, BrokerError> {
+        let _gate = self.gate.read().await;
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         self.check_held(handle)?;
         let q = self.handle_queue(consumer, handle, term, fifo)?;
@@ -513,6 +536,7 @@ impl Consumers {
     /// (offsets only move forward, so a late one cannot take a group back).
     /// Errors: the Raft write's.
     pub async fn commit_offsets_once(&self, term: u64) -> Result<usize, BrokerError> {
+        let _gate = self.gate.read().await;
         let queues: Vec<_> = {
             let t = self.table.lock().unwrap();
             if t.term != term {

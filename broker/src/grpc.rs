@@ -13,7 +13,9 @@
 //! - [`message`]: 5.x messages to the broker's and back.
 //! - [`status`]: a failure's 5.x status code.
 //! - [`admin`]: the admin service (`ledgermq.admin`) `mqadmin` calls;
-//!   [`audit`]: the replica audit's digests; [`progress`]: consumer progress.
+//!   [`audit`]: the replica audit's digests; [`progress`]: consumer progress;
+//!   [`reset`]: rewinding a consumer group to a time; [`query`]: messages by
+//!   key.
 //! - [`server`]: both services on the client port.
 
 pub mod admin;
@@ -21,7 +23,9 @@ pub mod audit;
 pub mod consume;
 pub mod message;
 pub mod progress;
+pub mod query;
 mod relay;
+pub mod reset;
 pub mod route;
 pub mod send;
 pub mod server;

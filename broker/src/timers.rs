@@ -116,12 +116,13 @@ pub struct TimerDelivery {
 /// overloaded leader, one cut off from its group), so the retries do not spin.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 
-/// True unless `e`, from a leader-local write ([`RaftNode::write_messages_as_leader`]),
+/// True unless `e`, from a leader-local write ([`RaftNode::write_messages_as_leader`],
+/// `write_command_as_leader`),
 /// was raised before the entry was proposed: refusals of the leader's checks
 /// (not the leader, cut off, overloaded, the store's room and size checks, a
 /// command set) come first; a timeout, an abandoned wait, openraft's own
 /// failures and a shutdown may come after the proposal.
-fn may_have_been_proposed(e: &RaftNodeError) -> bool {
+pub(crate) fn may_have_been_proposed(e: &RaftNodeError) -> bool {
     !matches!(
         e,
         RaftNodeError::NotLeader { .. }

@@ -101,8 +101,8 @@ pub fn apply(
         Command::CommitOffsets(commits) => {
             for c in commits {
                 // Offsets only move forward: commits from concurrent paths on the
-                // leader may land out of order. (Rewinding a group, not built yet,
-                // needs a command of its own.)
+                // leader may land out of order. (Rewinding a group is
+                // `ResetOffsets`.)
                 let key = (c.group, c.topic, c.queue_id);
                 let offset = meta
                     .offsets
@@ -179,6 +179,19 @@ pub fn apply(
             }
             meta.groups.remove(&name);
             rows.push(RowChange::RemoveGroup(name));
+        }
+        Command::ResetOffsets(resets) => {
+            for r in resets {
+                let key = (r.group, r.topic, r.queue_id);
+                meta.offsets.insert(key.clone(), r.offset);
+                rows.push(RowChange::Offset(key.clone(), r.offset));
+                // The queue's FIFO delivery in flight is void: a new leader must
+                // not adopt it (nor its offset, which `store_lease` raised to).
+                if meta.fifo_leases.remove(&key).is_some() {
+                    meta.lease_deadlines.0.remove(&key);
+                    rows.push(RowChange::RemoveLease(key));
+                }
+            }
         }
         Command::PurgeThrough { index } => {
             // The retention point only moves forward.

@@ -69,17 +69,26 @@ pub enum Command {
         /// The deliveries and their invisible durations.
         leases: Vec<TimedFifoLease>,
     },
+    /// Rewinds (or moves forward) a consumer group's offsets on a topic's queues
+    /// to exactly the given ones (`mqadmin resetOffsetByTime`), unlike
+    /// [`Command::CommitOffsets`], which never moves an offset back. A queue's
+    /// FIFO lease goes with it (its delivery is void). Proposed only by the
+    /// leader, under its consumption state's gate, so no offset commit or lease
+    /// it decided before the reset lands after it. Log command set 4: a leader
+    /// writes it only when every member decodes that set.
+    ResetOffsets(Vec<OffsetCommit>),
 }
 
 impl Command {
     /// The log command set that brings this command's encoding (the Raft layer's
     /// `format::LOG_COMMANDS`): 2 for [`Command::FifoLeasesTimed`], 3 for a topic
     /// config of type [`TopicMessageType::Mixed`] (`UpdateTopic`, `EnsureTopic`),
-    /// 1 for everything else. A leader writes it only once every member decodes
+    /// 4 for [`Command::ResetOffsets`], 1 for everything else. A leader writes it only once every member decodes
     /// that set. No I/O.
     pub fn log_command_set(&self) -> u8 {
         match self {
             Command::FifoLeasesTimed { .. } => 2,
+            Command::ResetOffsets(_) => 4,
             Command::UpdateTopic(t) | Command::EnsureTopic(t)
                 if t.message_type == TopicMessageType::Mixed =>
             {

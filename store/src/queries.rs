@@ -107,6 +107,31 @@ impl MessageStore {
         end_ms: i64,
         max_results: usize,
     ) -> Result<Vec<StoredMessage>> {
+        self.query_index(topic, key, begin_ms, end_ms, max_results, false)
+    }
+
+    /// [`Self::query_by_key`] for messages whose message id (UNIQ_KEY) is `id`
+    /// only: messages that merely carry it among their keys are not counted.
+    pub fn query_by_message_id(
+        &self,
+        topic: &str,
+        id: &str,
+        begin_ms: i64,
+        end_ms: i64,
+        max_results: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        self.query_index(topic, id, begin_ms, end_ms, max_results, true)
+    }
+
+    fn query_index(
+        &self,
+        topic: &str,
+        key: &str,
+        begin_ms: i64,
+        end_ms: i64,
+        max_results: usize,
+        id_only: bool,
+    ) -> Result<Vec<StoredMessage>> {
         let mut out = Vec::new();
         // Ask for more candidates than results: some may be collisions.
         let candidates = self.index().query(
@@ -130,8 +155,9 @@ impl MessageStore {
             let matches = v.topic() == topic
                 && (begin_ms..=end_ms).contains(&ts)
                 && (v.property(PROPERTY_UNIQ_KEY) == Some(key)
-                    || v.property(PROPERTY_KEYS)
-                        .is_some_and(|ks| ks.split(' ').any(|k| k == key)));
+                    || !id_only
+                        && v.property(PROPERTY_KEYS)
+                            .is_some_and(|ks| ks.split(' ').any(|k| k == key)));
             if matches {
                 let queue_offset = self
                     .consume_queues()

@@ -400,3 +400,99 @@ async fn a_lease_bound_to_another_term_is_refused_and_leaves_the_message_deliver
     assert_eq!(bodies(&got), ["f0"]);
     assert_eq!(got.messages[0].fields.delivery_attempt, 1);
 }
+
+#[tokio::test]
+async fn a_reset_rewinds_the_group_drops_what_the_leader_tracked_and_refuses_older_handles() {
+    let n = OneNode::start().await;
+    n.send(0, &["m0", "m1", "m2", "m3", "m4"], any_tag).await;
+    let c = Consumers::new(n.node.clone());
+    let term = n.term();
+    let acked = c.pop(&request(&[0], 4, 60_000, false)).await.unwrap();
+    assert_eq!(bodies(&acked), ["m0", "m1", "m2", "m3"]);
+    for d in &acked.messages {
+        c.ack(GROUP, &handle(d), false).await.unwrap();
+    }
+    let in_flight = c.pop(&request(&[0], 1, 60_000, false)).await.unwrap();
+    assert_eq!(bodies(&in_flight), ["m4"]);
+    // The acks are not committed yet: the reset must not let them land after it.
+    let done = c
+        .reset_offsets(GROUP, TOPIC, &[(0, 1)], false)
+        .await
+        .unwrap();
+    assert_eq!(
+        done,
+        [QueueReset {
+            queue_id: 0,
+            previous_offset: 4,
+            offset: 1
+        }]
+    );
+    assert_eq!(n.committed(GROUP, 0), Some(1));
+    assert_eq!(c.commit_offsets_once(term).await.unwrap(), 0);
+    assert_eq!(n.committed(GROUP, 0), Some(1));
+    // m4's delivery was made before the reset: its handle no longer acks.
+    let e = c
+        .ack(GROUP, &handle(&in_flight.messages[0]), false)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidReceiptHandle, "{e}");
+    // The rewound range is delivered again, as first deliveries, m4 included.
+    let again = c.pop(&request(&[0], 10, 60_000, false)).await.unwrap();
+    assert_eq!(bodies(&again), ["m1", "m2", "m3", "m4"]);
+    assert!(again
+        .messages
+        .iter()
+        .all(|d| d.fields.delivery_attempt == 1));
+    c.ack(GROUP, &handle(&again.messages[0]), false)
+        .await
+        .unwrap();
+    assert_eq!(c.commit_offsets_once(term).await.unwrap(), 1);
+    assert_eq!(n.committed(GROUP, 0), Some(2));
+}
+
+#[tokio::test]
+async fn a_reset_voids_a_fifo_delivery_in_flight() {
+    let n = OneNode::start().await;
+    n.send(0, &["f0", "f1"], any_tag).await;
+    let c = Consumers::new(n.node.clone());
+    let fifo = request(&[0], 1, 60_000, true);
+    let first = c.pop(&fifo).await.unwrap();
+    assert_eq!(bodies(&first), ["f0"]);
+    c.ack(GROUP, &handle(&first.messages[0]), true)
+        .await
+        .unwrap();
+    let second = c.pop(&fifo).await.unwrap();
+    assert_eq!(bodies(&second), ["f1"]);
+    assert_eq!(n.lease(GROUP, 0).map(|l| l.queue_offset), Some(1));
+    // Back to the start: the lease on f1 goes, and f0 is next at once.
+    c.reset_offsets(GROUP, TOPIC, &[(0, 0)], true)
+        .await
+        .unwrap();
+    assert_eq!(n.lease(GROUP, 0), None);
+    assert_eq!(n.committed(GROUP, 0), Some(0));
+    assert_eq!(bodies(&c.pop(&fifo).await.unwrap()), ["f0"]);
+}
+
+#[tokio::test]
+async fn a_reset_waits_for_the_calls_under_way() {
+    let n = OneNode::start().await;
+    n.send(0, &["m0", "m1"], any_tag).await;
+    let c = Consumers::new(n.node.clone());
+    let got = c.pop(&request(&[0], 2, 60_000, false)).await.unwrap();
+    assert_eq!(bodies(&got), ["m0", "m1"]);
+    // A call under way (an ack's or the committer's Raft write) holds the gate.
+    let under_way = c.gate.read().await;
+    let reset = tokio::spawn({
+        let c = c.clone();
+        async move { c.reset_offsets(GROUP, TOPIC, &[(0, 0)], false).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !reset.is_finished(),
+        "the reset went ahead of a call under way"
+    );
+    drop(under_way);
+    let done = reset.await.unwrap().unwrap();
+    assert_eq!(done[0].offset, 0);
+    assert_eq!(n.committed(GROUP, 0), Some(0));
+}

@@ -1,7 +1,9 @@
 //! The admin service (`proto/ledgermq/admin.proto`): topic and consumer group
 //! changes from `mqadmin`, committed through Raft from any member, and the
 //! replica-audit digests of this node's own log, queues and metadata
-//! ([`crate::grpc::audit`]), and consumer progress ([`crate::grpc::progress`]).
+//! ([`crate::grpc::audit`]), consumer progress ([`crate::grpc::progress`]),
+//! rewinding a consumer group ([`crate::grpc::reset`]) and messages by key
+//! ([`crate::grpc::query`]).
 
 use std::sync::Arc;
 
@@ -11,7 +13,8 @@ use tonic::{Request, Response, Status};
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
     AdminResponse, ConsumerProgressRequest, ConsumerProgressResponse, LogDigestRequest,
-    LogDigestResponse, QueueDigestRequest, QueueDigestResponse, UpdateGroupRequest,
+    LogDigestResponse, QueryMessageRequest, QueryMessageResponse, QueueDigestRequest,
+    QueueDigestResponse, ResetOffsetRequest, ResetOffsetResponse, UpdateGroupRequest,
     UpdateTopicRequest,
 };
 use crate::broker::Broker;
@@ -174,6 +177,31 @@ impl BrokerAdmin for Admin {
         .await
         .map(Response::new)
         .map_err(|e| Status::internal(format!("queue digest task failed: {e}")))
+    }
+
+    async fn reset_offset(
+        &self,
+        req: Request<ResetOffsetRequest>,
+    ) -> Result<Response<ResetOffsetResponse>, Status> {
+        let md = req.metadata().clone();
+        Ok(Response::new(
+            crate::grpc::reset::reset_offset(&self.0, &md, req.into_inner()).await,
+        ))
+    }
+
+    async fn query_message(
+        &self,
+        req: Request<QueryMessageRequest>,
+    ) -> Result<Response<QueryMessageResponse>, Status> {
+        // Index and CommitLog reads: off the async workers.
+        let node = self.0.node.clone();
+        let r = req.into_inner();
+        tokio::task::spawn_blocking(move || {
+            crate::grpc::query::query_message(node.store(), node.id(), &r)
+        })
+        .await
+        .map(Response::new)
+        .map_err(|e| Status::internal(format!("the query task failed: {e}")))
     }
 
     async fn consumer_progress(

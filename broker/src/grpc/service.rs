@@ -57,13 +57,14 @@ fn style(md: &MetadataMap) -> EndpointStyle {
     EndpointStyle::for_language(md.get(LANGUAGE_HEADER).and_then(|v| v.to_str().ok()))
 }
 
-fn forwarded(md: &MetadataMap) -> bool {
+/// Whether a call was passed on by another node already (it is not passed on again).
+pub(crate) fn forwarded(md: &MetadataMap) -> bool {
     md.contains_key(FORWARDED_HEADER)
 }
 
 /// A request to pass on to the leader, with the client id and the forwarded mark,
 /// due within `timeout`.
-fn onward<T>(msg: T, client: Option<&str>, timeout: Duration) -> Request<T> {
+pub(crate) fn onward<T>(msg: T, client: Option<&str>, timeout: Duration) -> Request<T> {
     let mut r = Request::new(msg);
     r.metadata_mut().insert(
         FORWARDED_HEADER,
@@ -115,7 +116,8 @@ where
             // Served here, through the same rule: this node may have become
             // the leader after an attempt elsewhere went unanswered.
             Ok(Target::Local) => Attempt::Answered(local(b, &msg, cid.as_deref()).await),
-            Ok(Target::Leader(c)) => {
+            Ok(Target::Leader(ch)) => {
+                let c = Broker::messaging_client(ch);
                 let left = deadline.saturating_duration_since(Instant::now());
                 let req = onward(
                     msg.clone(),
@@ -244,7 +246,8 @@ impl MessagingService for Service {
                 Ok(Target::Local) => {
                     break consume::receive_local(b, &msg, cid.as_deref(), started).await
                 }
-                Ok(Target::Leader(mut c)) => {
+                Ok(Target::Leader(ch)) => {
+                    let mut c = Broker::messaging_client(ch);
                     // The leader's long poll must end before ours does.
                     let mut m = msg.clone();
                     let left = find_by

@@ -378,3 +378,46 @@ fn a_timed_lease_applied_late_is_held_at_most_the_skew_allowance_past_its_wall_c
         t0 + Duration::from_millis(LEASE_CLOCK_SKEW_ALLOWANCE_MS)
     );
 }
+
+#[test]
+fn a_reset_sets_offsets_back_exactly_and_voids_the_queues_fifo_delivery() {
+    let mut m = GroupMeta::default();
+    run(&mut m, commit("g", 0, 10));
+    run(&mut m, commit("g", 1, 7));
+    let l = timed(lease("g", 12, TERM, 3), 30_000);
+    run(
+        &mut m,
+        Command::FifoLeasesTimed {
+            term: TERM,
+            leases: vec![l],
+        },
+    );
+    assert_eq!(m.offsets[&key("g", 0)], 12);
+    assert!(m.lease_deadlines.0.contains_key(&key("g", 0)));
+    let reset = |queue_id, offset| OffsetCommit {
+        group: "g".into(),
+        topic: "T".into(),
+        queue_id,
+        offset,
+    };
+    // Back on queue 0 (its lease goes), forward on queue 1.
+    let a = run(
+        &mut m,
+        Command::ResetOffsets(vec![reset(0, 2), reset(1, 9)]),
+    );
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::Offset(key("g", 0), 2),
+            RowChange::RemoveLease(key("g", 0)),
+            RowChange::Offset(key("g", 1), 9),
+        ]
+    );
+    assert_eq!(m.offsets[&key("g", 0)], 2);
+    assert_eq!(m.offsets[&key("g", 1)], 9);
+    assert!(m.fifo_leases.is_empty() && m.lease_deadlines.0.is_empty());
+    // Commits after it move forward from the reset offset, not from the old one.
+    run(&mut m, commit("g", 0, 3));
+    assert_eq!(m.offsets[&key("g", 0)], 3);
+    assert_eq!(Command::ResetOffsets(vec![]).log_command_set(), 4);
+}

@@ -293,7 +293,28 @@ fn log_payloads_of_command_set_3_keep_their_layout() {
         });
         assert_eq!(c.log_command_set(), 1);
     }
-    assert_eq!(crate::format::LOG_COMMANDS, 3);
+}
+
+/// Log command set 4: `ResetOffsets` (variant 11), as this release writes it.
+#[test]
+fn log_payloads_of_command_set_4_keep_their_layout() {
+    let payload = cmd(Command::ResetOffsets(vec![OffsetCommit {
+        group: "g".into(),
+        topic: "T".into(),
+        queue_id: 1,
+        offset: 5,
+    }]));
+    let golden = "02010b0101670154 0205";
+    assert_eq!(
+        hex(&postcard::to_stdvec(&payload).unwrap()),
+        golden.replace(' ', "")
+    );
+    assert_eq!(
+        postcard::from_bytes::<SystemPayload>(&unhex(golden)).unwrap(),
+        payload
+    );
+    assert_eq!(payload_set(&payload), crate::format::SET_RESET_OFFSETS);
+    assert_eq!(crate::format::LOG_COMMANDS, 4);
 }
 
 fn payload_set(p: &SystemPayload) -> u8 {

@@ -12,12 +12,26 @@
 //!   update naming no type keeps the topic's (`--fifo` is `+message.type=FIFO`).
 //! - `updateSubGroup -n NAMESRV -g GROUP [--fifo] [--broadcast] [-r MAX_ATTEMPTS]
 //!   [-c CLUSTER] [-b GROUP]`: the same for a consumer group.
+//! - `consumerProgress -n NAMESRV -g GROUP [-t TOPIC]`: each queue's end, the
+//!   group's offset and the difference.
+//! - `resetOffsetByTime -n NAMESRV -g GROUP -t TOPIC -s TIME [-c CLUSTER]
+//!   [-b GROUP]`: rewinds (or moves forward) the group on every queue of the
+//!   topic to its first message stored at or after TIME: `now`, ms since the
+//!   Unix epoch, or local time as `yyyy-MM-dd#HH:mm:ss:SSS` (RocketMQ's forms).
+//! - `queryMsgByKey -n NAMESRV -t TOPIC -k KEY [--beginTimestamp MS] [-e MS]
+//!   [--maxNum N]`: one line per message whose message id or one of whose keys is
+//!   KEY (message id, queue id, queue offset); `queryMsgByUniqueKey -n NAMESRV -t
+//!   TOPIC -i ID`: the message with that message id in full (properties, times,
+//!   hosts, the body's first 4 KiB). Each broker group's leader answers (another
+//!   member if it does not).
 //!
 //! `-n` takes one name server (`host:port`) or several separated by `;`. Changes go
 //! to any live member of each group (the admin service on its client port), which
 //! commits them through Raft.
 
 use std::collections::BTreeMap;
+
+mod messages;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
@@ -108,6 +122,64 @@ enum Cmd {
         #[command(flatten)]
         scope: Scope,
     },
+    /// Rewind a consumer group on a topic to a time: on every queue it next
+    /// consumes the first message stored at or after it.
+    #[command(name = "resetOffsetByTime")]
+    ResetOffsetByTime {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Consumer group.
+        #[arg(short = 'g', long = "group")]
+        group: String,
+        /// Topic.
+        #[arg(short = 't', long = "topic")]
+        topic: String,
+        /// `now`, ms since the Unix epoch, or local time `yyyy-MM-dd#HH:mm:ss:SSS`.
+        #[arg(short = 's', long = "timestamp")]
+        timestamp: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Find a topic's messages whose message id or one of whose keys is KEY.
+    #[command(name = "queryMsgByKey")]
+    QueryMsgByKey {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Topic.
+        #[arg(short = 't', long = "topic")]
+        topic: String,
+        /// Key (or message id).
+        #[arg(short = 'k', long = "msgKey")]
+        key: String,
+        /// Stored at or after, ms since the Unix epoch.
+        #[arg(long = "beginTimestamp", default_value_t = 0)]
+        begin: i64,
+        /// Stored at or before, ms since the Unix epoch (0: no end).
+        #[arg(short = 'e', long = "endTimestamp", default_value_t = 0)]
+        end: i64,
+        /// Most messages per broker group.
+        #[arg(long = "maxNum", default_value_t = 64)]
+        max: u32,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Show a message by its message id (the client's, UNIQ_KEY), in full.
+    #[command(name = "queryMsgByUniqueKey")]
+    QueryMsgByUniqueKey {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Topic.
+        #[arg(short = 't', long = "topic")]
+        topic: String,
+        /// Message id.
+        #[arg(short = 'i', long = "msgId")]
+        id: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
     /// Show where a topic's queues live and who leads each group.
     #[command(name = "topicRoute")]
     TopicRoute {
@@ -163,6 +235,30 @@ async fn groups(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, Vec<Str
             (g, m.into_iter().map(|(_, a)| a).collect())
         })
         .collect())
+}
+
+/// The selected broker groups ([`groups`]) that serve `topic`, as its route at
+/// the name server says. Error: none of them does.
+async fn topic_groups(
+    namesrv: &str,
+    scope: &Scope,
+    topic: &str,
+) -> Result<BTreeMap<String, Vec<String>>> {
+    let route = client(namesrv)
+        .await?
+        .query_route(QueryRouteRequest {
+            topic: topic.to_owned(),
+        })
+        .await?
+        .into_inner();
+    let serving: std::collections::BTreeSet<String> =
+        route.groups.into_iter().map(|g| g.broker_group).collect();
+    let mut selected = groups(namesrv, scope).await?;
+    selected.retain(|g, _| serving.contains(g));
+    if selected.is_empty() {
+        bail!("topic {topic} is not served by any broker group in the scope");
+    }
+    Ok(selected)
 }
 
 /// Sends one admin change to every selected group (to its first member that
@@ -353,6 +449,53 @@ async fn main() -> Result<()> {
                 }
             }
             println!("Diff Total: {total}");
+        }
+        Cmd::ResetOffsetByTime {
+            namesrv,
+            group,
+            topic,
+            timestamp,
+            scope,
+        } => {
+            let groups = topic_groups(&namesrv, &scope, &topic).await?;
+            messages::reset_offset_by_time(&groups, &group, &topic, &timestamp).await?;
+        }
+        Cmd::QueryMsgByKey {
+            namesrv,
+            topic,
+            key,
+            begin,
+            end,
+            max,
+            scope,
+        } => {
+            let groups = topic_groups(&namesrv, &scope, &topic).await?;
+            let q = messages::Query {
+                topic,
+                key,
+                begin_ms: begin,
+                end_ms: end,
+                max_results: max,
+                unique_key_only: false,
+            };
+            messages::query_by_key(&groups, &q).await?;
+        }
+        Cmd::QueryMsgByUniqueKey {
+            namesrv,
+            topic,
+            id,
+            scope,
+        } => {
+            let groups = topic_groups(&namesrv, &scope, &topic).await?;
+            let q = messages::Query {
+                topic,
+                key: id,
+                begin_ms: 0,
+                end_ms: 0,
+                max_results: 32,
+                unique_key_only: true,
+            };
+            messages::query_by_unique_key(&groups, &q).await?;
         }
         Cmd::TopicRoute { namesrv, topic } => {
             let r = client(&namesrv)
