@@ -7,13 +7,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ledgermq_meta::{Command, TopicConfig, TopicMessageType, TopicPerm};
-use ledgermq_store::MessageRecord;
 
 use crate::broker::Broker;
 use crate::consumers::{DeadLetter, PopRequest};
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::filter::{FilterExpr, TagFilter};
-use crate::message::{check_group, check_topic, Delivery, PROPERTY_ORIGIN_TOPIC};
+use crate::message::{check_group, check_topic, Delivery};
 use crate::receipt::ReceiptHandle;
 
 /// Shortest and longest invisible duration a receive may ask for, ms (RocketMQ
@@ -246,14 +245,7 @@ impl Broker {
                 }))
                 .await?;
         }
-        let mut rec: MessageRecord = dead.record;
-        rec.properties
-            .insert(PROPERTY_ORIGIN_TOPIC.into(), rec.topic.clone());
-        rec.topic = topic;
-        rec.queue_id = 0;
-        // FIFO messages keep their group property; the DLQ is a normal topic.
-        rec.properties
-            .remove(crate::message::PROPERTY_MESSAGE_GROUP);
+        let rec = crate::message::dead_letter_copy(dead.record, topic);
         self.node.write_messages(vec![rec]).await?;
         self.consumers
             .ack(&consumer.key, &dead.handle, consumer.fifo)

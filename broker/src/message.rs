@@ -229,9 +229,60 @@ pub struct Delivery {
     pub fields: DeliveryFields,
 }
 
+/// The copy of `rec` stored in the dead-letter topic `dlq_topic` (queue 0): it
+/// names the topic it came from ([`PROPERTY_ORIGIN_TOPIC`]) and is a normal
+/// message: no message group (the dead-letter queue is not FIFO), and none of
+/// a delivered delay message's timer properties (a consumer of the dead-letter
+/// queue would be told it is a delay message, and its dispatch would take it
+/// for a timer's delivered copy).
+pub fn dead_letter_copy(mut rec: MessageRecord, dlq_topic: String) -> MessageRecord {
+    rec.properties
+        .insert(PROPERTY_ORIGIN_TOPIC.into(), rec.topic.clone());
+    rec.topic = dlq_topic;
+    rec.queue_id = 0;
+    for p in [
+        PROPERTY_MESSAGE_GROUP,
+        timer_index::PROPERTY_REAL_TOPIC,
+        timer_index::PROPERTY_REAL_QID,
+        timer_index::PROPERTY_TIMER_DELIVER_MS,
+        timer_index::PROPERTY_TIMER_QUEUE_OFFSET,
+    ] {
+        rec.properties.remove(p);
+    }
+    rec
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_letter_copy_is_a_normal_message_of_the_dead_letter_queue() {
+        // A delivered delay message of a FIFO topic, as a consumer got it.
+        let delivered = MessageRecord::message("Orders", 3, b"late".to_vec(), 1_000)
+            .with_property(PROPERTY_MESSAGE_GROUP, "g1")
+            .with_property(PROPERTY_TAGS, "TagA")
+            .with_property(timer_index::PROPERTY_TIMER_DELIVER_MS, "5000")
+            .with_property(timer_index::PROPERTY_TIMER_QUEUE_OFFSET, "17");
+        let copy = dead_letter_copy(delivered, "%DLQ%G".into());
+        assert_eq!((copy.topic.as_str(), copy.queue_id), ("%DLQ%G", 0));
+        let p = &copy.properties;
+        assert_eq!(
+            p.get(PROPERTY_ORIGIN_TOPIC).map(String::as_str),
+            Some("Orders")
+        );
+        assert_eq!(p.get(PROPERTY_TAGS).map(String::as_str), Some("TagA"));
+        // Not FIFO, not a delay message again: a consumer of the dead-letter
+        // queue sees a normal message, and its dispatch does not touch the timer
+        // index.
+        for gone in [
+            PROPERTY_MESSAGE_GROUP,
+            timer_index::PROPERTY_TIMER_DELIVER_MS,
+            timer_index::PROPERTY_TIMER_QUEUE_OFFSET,
+        ] {
+            assert!(!p.contains_key(gone), "{gone} kept: {p:?}");
+        }
+    }
 
     #[test]
     fn group_names_are_checked() {
