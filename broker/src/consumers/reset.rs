@@ -37,9 +37,11 @@ impl Consumers {
     /// its write and what follows the write.
     ///
     /// It holds the gate exclusively, so every pop, ack and offset commit under
-    /// way finishes first and none starts before the reset is decided: nothing
-    /// this leader decided before it lands after it. Receives and acks of every
-    /// group therefore wait for the reset's Raft write. Once the reset is written
+    /// way finishes first and none starts before the reset is decided: no offset
+    /// commit or FIFO lease this leader decided before it lands after it (a
+    /// dead-letter copy decided by a pop just before may: that message is then
+    /// both dead-lettered and delivered again from the new offset). Receives and
+    /// acks of every group therefore wait for the reset's Raft write. Once the reset is written
     /// this leader rebuilds those queues' states from the replicated offsets at
     /// their next use (messages in flight are forgotten; they are delivered again
     /// from the new offset) and refuses receipt handles of deliveries it made
@@ -47,8 +49,9 @@ impl Consumers {
     /// range). A write refused before it was proposed changes nothing here. One
     /// whose outcome is unknown (a timeout) holds the gate until this node has
     /// applied every entry its log held (at most [`SETTLE_WAIT`]) or the term
-    /// ended, then does the same as a written one: the replicated offsets then
-    /// say whether the reset was made.
+    /// ended, then does the same as a written one; if this node still leads and
+    /// the replicated offsets are then the reset's, the reset is answered as
+    /// made (no commit can have moved them meanwhile: the gate is held).
     ///
     /// Not covered: a commit that an earlier leader proposed before it was
     /// deposed and that reaches this leader, passed on, after the reset (commits
@@ -113,6 +116,8 @@ impl Consumers {
         // Every delivery id issued from here on is at least this.
         let seq = self.delivery_seq.load(std::sync::atomic::Ordering::Relaxed);
         let floor = (term << 40) | (seq & ((1 << 40) - 1));
+        // The reset's entry comes after every entry the log holds now.
+        let before = self.node.raft().metrics().borrow().last_log_index;
         let written = self
             .node
             .write_command_as_leader(Command::ResetOffsets(commits))
@@ -121,9 +126,20 @@ impl Consumers {
         match written {
             Err(e) if !may_have_been_proposed(&e) => Err(e.into()),
             Err(e) => {
-                settle(&self.node, term, SETTLE_WAIT).await;
+                let target = before.map_or(1, |i| i + 1);
+                let settled = settle(&self.node, term, target, SETTLE_WAIT).await;
                 self.forget(term, keys, floor);
-                Err(e.into())
+                let meta = self.node.shared_meta().read().unwrap();
+                let made = offsets.iter().all(|&(queue_id, offset)| {
+                    let k = (consumer.to_owned(), topic.to_owned(), queue_id);
+                    meta.offsets.get(&k) == Some(&offset)
+                });
+                if settled && made {
+                    tracing::info!(consumer, topic, error = %e, "a consumer offset reset whose write timed out was made");
+                    Ok(done)
+                } else {
+                    Err(e.into())
+                }
             }
             Ok(_) => {
                 self.forget(term, keys, floor);
@@ -147,16 +163,26 @@ impl Consumers {
 }
 
 /// Waits, at most `limit`, until `node` has applied every entry its log holds
-/// now, or its term is no longer `term`.
-async fn settle(node: &RaftNode, term: u64, limit: Duration) {
+/// now and at least log index `at_least`, or its term is no longer `term`.
+/// True if it did so within `term`.
+async fn settle(node: &RaftNode, term: u64, at_least: u64, limit: Duration) -> bool {
     let mut metrics = node.raft().metrics();
-    let target = metrics.borrow().last_log_index;
-    let settled =
-        metrics.wait_for(|m| m.current_term != term || m.last_applied.map(|l| l.index) >= target);
-    if tokio::time::timeout(limit, settled).await.is_err() {
-        tracing::warn!(
-            term,
-            "a consumer offset reset's outcome is still unknown after {limit:?}"
-        );
+    let target = metrics.borrow().last_log_index.unwrap_or(0).max(at_least);
+    let waited = tokio::time::timeout(
+        limit,
+        metrics.wait_for(|m| {
+            m.current_term != term || m.last_applied.is_some_and(|l| l.index >= target)
+        }),
+    )
+    .await;
+    match waited {
+        Ok(Ok(m)) => m.current_term == term,
+        _ => {
+            tracing::warn!(
+                term,
+                "a consumer offset reset's outcome is still unknown after {limit:?}"
+            );
+            false
+        }
     }
 }
