@@ -73,7 +73,9 @@ fn found(store: &MessageStore, r: &QueryMessageRequest) -> Result<Vec<FoundMessa
     Ok(stored
         .iter()
         .map(|m| {
-            let rec = m.view().to_record();
+            let mut rec = m.view().to_record();
+            let body_bytes = rec.body.len() as u32;
+            rec.body.truncate(BODY_PREVIEW_BYTES);
             let id = rec
                 .properties
                 .get(PROPERTY_UNIQ_KEY)
@@ -91,8 +93,8 @@ fn found(store: &MessageStore, r: &QueryMessageRequest) -> Result<Vec<FoundMessa
                 store_host: rec.store_host.to_string(),
                 reconsume_times: rec.reconsume_times,
                 properties: rec.properties.into_iter().collect(),
-                body_bytes: rec.body.len() as u32,
-                body: rec.body[..rec.body.len().min(BODY_PREVIEW_BYTES)].to_vec(),
+                body_bytes,
+                body: rec.body,
             }
         })
         .collect())

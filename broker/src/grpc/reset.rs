@@ -96,13 +96,16 @@ async fn reset_local(b: &Broker, r: &ResetOffsetRequest) -> Result<Vec<QueueRese
             ),
         ));
     }
+    // Each within the queue's [min, max] offsets (a binary search over them).
     let store = b.node.store();
-    let mut offsets = Vec::with_capacity(topic.queue_count as usize);
-    for queue_id in 0..topic.queue_count as i32 {
-        let (min, max) = store.queue_offsets(&r.topic, queue_id);
-        let offset = store.offset_by_time(&r.topic, queue_id, r.timestamp_ms)?;
-        offsets.push((queue_id, offset.clamp(min, max)));
-    }
+    let offsets = (0..topic.queue_count as i32)
+        .map(|queue_id| {
+            Ok((
+                queue_id,
+                store.offset_by_time(&r.topic, queue_id, r.timestamp_ms)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, BrokerError>>()?;
     b.consumers
         .reset_offsets(&r.group, &r.topic, &offsets, group.fifo)
         .await
