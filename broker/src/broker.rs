@@ -22,6 +22,8 @@ use crate::error::ErrorKind;
 use crate::error::{refuse, BrokerError};
 use crate::pb::messaging_service_client::MessagingServiceClient;
 use crate::route::{Members, NameServers};
+use crate::transactions::end::EndLocks;
+use crate::transactions::producers::Producers;
 
 /// Most queues per topic any configuration allows (`max_queues_per_topic` is at
 /// most this).
@@ -77,6 +79,16 @@ pub struct ServiceSettings {
     /// (ILLEGAL_DELIVERY_TIME past it; the reference proxy's `maxDelayTimeMills`,
     /// 1 day).
     pub max_delay_ms: u64,
+    /// A transactional message the client gave no recovery duration is first
+    /// checked back this long after it is stored, ms (RocketMQ's
+    /// `transactionTimeOut`: 6 s).
+    pub transaction_timeout_ms: u64,
+    /// Time between checks back of one orphaned transaction, ms (RocketMQ 5's
+    /// `transactionCheckInterval`: 30 s).
+    pub transaction_check_interval_ms: u64,
+    /// Most checks back of one orphaned transaction; it is discarded when the
+    /// time of the next comes (RocketMQ's `transactionCheckMax`: 15).
+    pub transaction_check_max: u32,
 }
 
 impl Default for ServiceSettings {
@@ -101,6 +113,9 @@ impl Default for ServiceSettings {
             max_messages_per_send: 1024,
             telemetry_reply_buffer: 16,
             max_delay_ms: 86_400_000,
+            transaction_timeout_ms: 6_000,
+            transaction_check_interval_ms: 30_000,
+            transaction_check_max: 15,
         }
     }
 }
@@ -134,6 +149,10 @@ pub struct Broker {
     group_creation: tokio::sync::Mutex<()>,
     /// Client ids consuming from broadcasting groups (this node, while leading).
     broadcast_clients: Mutex<BroadcastClients>,
+    /// Makes the ends of one half message one at a time.
+    pub(crate) end_locks: EndLocks,
+    /// Producers connected to this node, for transaction checks back.
+    pub(crate) producers: Producers,
 }
 
 impl Broker {
@@ -156,6 +175,8 @@ impl Broker {
             rr: AtomicUsize::new(0),
             group_creation: tokio::sync::Mutex::new(()),
             broadcast_clients: Mutex::new(BroadcastClients::default()),
+            end_locks: EndLocks::default(),
+            producers: Producers::default(),
         })
     }
 
@@ -306,7 +327,7 @@ impl Broker {
                             ),
                         ));
                     }
-                    match self.leader_channel(leader).await {
+                    match self.node_channel(leader).await {
                         Ok(c) => return Ok(Target::Leader(c)),
                         Err(e) => tracing::debug!(error = %e, "leader not reachable yet"),
                     }
@@ -325,11 +346,12 @@ impl Broker {
         }
     }
 
-    /// A channel to `leader`'s client port (one per address, reused). Error:
+    /// A channel to member `node`'s client port (one per address, reused), the
+    /// leader's or, for a transaction check back, another's. Error:
     /// `Leader` when its address is not a valid endpoint; `NameServer` when it
     /// cannot be learned.
-    async fn leader_channel(&self, leader: u64) -> Result<Channel, BrokerError> {
-        let addr = self.members.client_addr(leader, &self.namesrv).await?;
+    pub(crate) async fn node_channel(&self, node: u64) -> Result<Channel, BrokerError> {
+        let addr = self.members.client_addr(node, &self.namesrv).await?;
         let mut ch = self.channels.lock().unwrap();
         let channel = match ch.get(&addr) {
             Some(c) => c.clone(),

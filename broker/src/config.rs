@@ -140,6 +140,19 @@ pub struct BrokerConfig {
     /// the client loses its Telemetry stream.
     #[serde(default = "default_telemetry_reply_buffer")]
     pub telemetry_reply_buffer: usize,
+    /// A transactional message whose client gave no recovery duration is first
+    /// checked back this long after it is stored, ms (RocketMQ's
+    /// `transactionTimeOut`: 6,000).
+    #[serde(default = "default_transaction_timeout_ms")]
+    pub transaction_timeout_ms: u64,
+    /// Time between checks back of one orphaned transaction, ms (RocketMQ 5's
+    /// `transactionCheckInterval`: 30,000).
+    #[serde(default = "default_transaction_check_interval_ms")]
+    pub transaction_check_interval_ms: u64,
+    /// Most checks back of one orphaned transaction before it is discarded
+    /// (RocketMQ's `transactionCheckMax`: 15).
+    #[serde(default = "default_transaction_check_max")]
+    pub transaction_check_max: u32,
     /// Above this used fraction of the store's disk (as `df` counts it), new
     /// messages are refused with a "disk full" status while reads go on
     /// (RocketMQ's `diskSpaceWarningLevelRatio`: 0.90; 1.0 turns the check off).
@@ -200,6 +213,16 @@ fn default_max_messages_per_send() -> usize {
 }
 fn default_telemetry_reply_buffer() -> usize {
     crate::broker::ServiceSettings::default().telemetry_reply_buffer
+}
+
+fn default_transaction_timeout_ms() -> u64 {
+    crate::broker::ServiceSettings::default().transaction_timeout_ms
+}
+fn default_transaction_check_interval_ms() -> u64 {
+    crate::broker::ServiceSettings::default().transaction_check_interval_ms
+}
+fn default_transaction_check_max() -> u32 {
+    crate::broker::ServiceSettings::default().transaction_check_max
 }
 
 fn default_disk_space_warning_ratio() -> f64 {
@@ -273,6 +296,11 @@ impl BrokerConfig {
                 "max_messages_per_send and telemetry_reply_buffer must be at least 1".into(),
             ));
         }
+        if s.transaction_check_interval_ms == 0 || s.transaction_check_max == 0 {
+            return Err(err(
+                "transaction_check_interval_ms and transaction_check_max must be at least 1".into(),
+            ));
+        }
         if !(cfg.disk_space_warning_ratio > 0.0 && cfg.disk_space_warning_ratio <= 1.0) {
             return Err(err(format!(
                 "disk_space_warning_ratio must be in (0, 1], not {}",
@@ -334,6 +362,9 @@ impl BrokerConfig {
             max_messages_per_send: self.max_messages_per_send,
             telemetry_reply_buffer: self.telemetry_reply_buffer,
             max_delay_ms: self.max_delay.as_millis() as u64,
+            transaction_timeout_ms: self.transaction_timeout_ms,
+            transaction_check_interval_ms: self.transaction_check_interval_ms,
+            transaction_check_max: self.transaction_check_max,
             ..crate::broker::ServiceSettings::default()
         }
     }
@@ -490,6 +521,8 @@ mod tests {
         t.retention_interval_ms = Some(300);
         t.client_endpoint = Some("mq.local:8081".into());
         t.auto_create_topics = Some(true);
+        t.transaction_check_interval_ms = Some(1_500);
+        t.transaction_check_max = Some(4);
         t.write(&p).unwrap();
         let c = BrokerConfig::load(&p).unwrap();
         assert_eq!(
@@ -506,6 +539,11 @@ mod tests {
         assert_eq!(c.retention_interval, Duration::from_millis(300));
         assert_eq!(c.advertised_client_addr(), "mq.local:8081");
         assert!(c.auto_create_topics);
+        let s = c.service_settings();
+        assert_eq!(
+            (s.transaction_check_interval_ms, s.transaction_check_max),
+            (1_500, 4)
+        );
         assert_eq!(c.members().unwrap().len(), 2);
         assert_eq!(c.member_client_addrs().unwrap().len(), 2);
     }

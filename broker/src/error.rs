@@ -36,6 +36,9 @@ pub enum ErrorKind {
     IllegalFilterExpression,
     /// A receipt handle that does not name a delivery in flight.
     InvalidReceiptHandle,
+    /// A transaction id that names no transaction this broker can end (never
+    /// handed out, of another message, or ended otherwise).
+    InvalidTransactionId,
     /// A message body over the maximum size.
     MessageBodyTooLarge,
     /// Too much in one call (e.g. more messages than one send may carry).

@@ -31,5 +31,6 @@ pub mod send;
 pub mod server;
 pub mod service;
 pub mod status;
+pub mod transaction;
 
 pub use status::ToStatus;

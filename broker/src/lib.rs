@@ -41,6 +41,7 @@ mod receipt;
 mod route;
 mod send;
 mod timers;
+mod transactions;
 
 pub use error::{BrokerError, ErrorKind};
 

@@ -9,8 +9,8 @@
 
 use ledgermq_meta::TopicMessageType;
 use ledgermq_store::record::{PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY};
-use ledgermq_store::timer_index;
 use ledgermq_store::MessageRecord;
+use ledgermq_store::{half_index, timer_index};
 
 use crate::error::{refuse, BrokerError, ErrorKind};
 
@@ -24,8 +24,8 @@ pub const PROPERTY_TRACE_CONTEXT: &str = "__TRACE_CONTEXT";
 pub const PROPERTY_ORIGIN_TOPIC: &str = "__DLQ_ORIGIN_TOPIC";
 
 /// Property names users may not set: the broker owns them (a user property
-/// naming a timer could otherwise cancel or redirect one).
-pub const RESERVED: [&str; 11] = [
+/// naming a timer or a half message could otherwise cancel, redirect or end one).
+pub const RESERVED: [&str; 16] = [
     PROPERTY_TAGS,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -37,12 +37,21 @@ pub const RESERVED: [&str; 11] = [
     timer_index::PROPERTY_REAL_QID,
     timer_index::PROPERTY_TIMER_DELIVER_MS,
     timer_index::PROPERTY_TIMER_QUEUE_OFFSET,
+    half_index::PROPERTY_TRANSACTION_PREPARED,
+    half_index::PROPERTY_PRODUCER_GROUP,
+    half_index::PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    half_index::PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    half_index::PROPERTY_TRANSACTION_END,
 ];
 
 /// Topics whose names begin so are the broker's own (RocketMQ's
 /// `TopicValidator.SYSTEM_TOPIC_PREFIX`): clients neither send to nor receive
 /// from them, and admins do not make them.
 pub const SYSTEM_TOPIC_PREFIX: &str = "rmq_sys_";
+/// The other prefix of RocketMQ's system topics (`RMQ_SYS_TRANS_HALF_TOPIC`,
+/// `RMQ_SYS_TRANS_OP_HALF_TOPIC`, `RMQ_SYS_TRACE_TOPIC`: `TopicValidator`'s
+/// system topic set): the same rule.
+pub const SYSTEM_TOPIC_PREFIX_UPPER: &str = "RMQ_SYS_";
 
 /// Most characters of a consumer group name (RocketMQ: 255).
 pub const MAX_GROUP_CHARS: usize = 255;
@@ -56,10 +65,13 @@ pub const MAX_TAG_OR_KEY_BYTES: usize = 1024;
 pub fn check_topic(topic: &str) -> Result<(), BrokerError> {
     ledgermq_store::consume_queue::validate_topic(topic)
         .map_err(|e| refuse(ErrorKind::IllegalTopic, e.to_string()))?;
-    if topic.starts_with(SYSTEM_TOPIC_PREFIX) {
+    if topic.starts_with(SYSTEM_TOPIC_PREFIX) || topic.starts_with(SYSTEM_TOPIC_PREFIX_UPPER) {
         return Err(refuse(
             ErrorKind::IllegalTopic,
-            format!("topic {topic} is a system topic ({SYSTEM_TOPIC_PREFIX}*), the broker's own"),
+            format!(
+                "topic {topic} is a system topic ({SYSTEM_TOPIC_PREFIX}* or \
+                 {SYSTEM_TOPIC_PREFIX_UPPER}*), the broker's own"
+            ),
         ));
     }
     Ok(())
@@ -98,14 +110,22 @@ pub struct Incoming {
     pub client_queue_id: Option<i32>,
     /// A delay message's delivery time, ms since the Unix epoch.
     pub deliver_at_ms: Option<i64>,
+    /// A transactional message: stored as a half message until it is ended.
+    pub transaction: bool,
+    /// How long after it is stored a transactional message is first checked
+    /// back, ms, if the client said (its orphaned transaction recovery
+    /// duration); else the broker's `transaction_timeout_ms`.
+    pub check_immunity_ms: Option<u64>,
 }
 
 impl Incoming {
-    /// The message's type: DELAY when it has a delivery time, FIFO when it has a
-    /// message group (never both: `grpc::message::incoming` refuses that), else
-    /// NORMAL.
+    /// The message's type: TRANSACTION for a transactional message, DELAY when
+    /// it has a delivery time, FIFO when it has a message group (never two of
+    /// them: `grpc::message::incoming` refuses that), else NORMAL.
     pub fn message_type(&self) -> TopicMessageType {
-        if self.deliver_at_ms.is_some() {
+        if self.transaction {
+            TopicMessageType::Transaction
+        } else if self.deliver_at_ms.is_some() {
             TopicMessageType::Delay
         } else if self.message_group.is_some() {
             TopicMessageType::Fifo

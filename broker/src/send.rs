@@ -8,6 +8,7 @@ use crate::broker::Broker;
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::message::Incoming;
 use crate::timers::{check_delivery_time, into_timer};
+use crate::transactions::{into_half, transaction_id};
 
 /// The queue a message goes to: a FIFO message's queue follows from its message
 /// group (CRC32 of the group modulo the queue count), so a group's messages stay in
@@ -87,8 +88,15 @@ impl Broker {
     /// a delay message due too far ahead), then the write's (an
     /// unknown outcome when it may still commit). Nothing is stored unless every
     /// message passes. A delay message due later is stored as a timer
-    /// ([`crate::timers`]); its queue offset is then its timer queue's.
-    pub async fn send<I>(&self, messages: I, ids: &mut Vec<String>) -> Result<Vec<u64>, BrokerError>
+    /// ([`crate::timers`]); its queue offset is then its timer queue's. A
+    /// transactional message is stored as a half message
+    /// ([`crate::transactions`]); its queue offset is then its half queue's, and
+    /// its answer carries its transaction id.
+    pub async fn send<I>(
+        &self,
+        messages: I,
+        ids: &mut Vec<String>,
+    ) -> Result<Vec<Placed>, BrokerError>
     where
         I: IntoIterator<Item = Result<Incoming, BrokerError>>,
         I::IntoIter: ExactSizeIterator,
@@ -97,6 +105,7 @@ impl Broker {
         check_send_count(messages.len(), self.settings.max_messages_per_send)?;
         let mut records = Vec::with_capacity(messages.len());
         let mut topic_cfg: Option<TopicConfig> = None;
+        let mut transactional = Vec::with_capacity(messages.len());
         for inc in messages {
             let inc = inc?;
             ids.push(inc.message_id.clone());
@@ -128,7 +137,13 @@ impl Broker {
                 inc.client_queue_id,
                 self.next_rr(),
             );
-            if let Some(at) = inc.deliver_at_ms {
+            let transaction = inc.transaction;
+            if transaction {
+                let immunity_ms = inc
+                    .check_immunity_ms
+                    .unwrap_or(self.settings.transaction_timeout_ms);
+                rec = into_half(rec, immunity_ms.div_ceil(1000));
+            } else if let Some(at) = inc.deliver_at_ms {
                 let now = ledgermq_store::store::now_ms();
                 check_delivery_time(at, now, self.settings.max_delay_ms)?;
                 // Due already: stored as a normal message, as RocketMQ does.
@@ -137,6 +152,7 @@ impl Broker {
                 }
             }
             records.push(rec);
+            transactional.push(transaction);
         }
         // RaftNode waits for a leader (up to its write timeout) without copying the
         // messages; a write that reached a leader is never sent again here.
@@ -148,8 +164,24 @@ impl Broker {
             sent,
             "a send answered with another number of placements"
         );
-        Ok(placed.into_iter().map(|p| p.queue_offset).collect())
+        Ok(placed
+            .into_iter()
+            .zip(transactional)
+            .map(|(p, t)| Placed {
+                queue_offset: p.queue_offset,
+                transaction_id: t.then(|| transaction_id(p.queue_offset)),
+            })
+            .collect())
     }
+}
+
+/// Where one message of a send was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// Its queue offset (a timer's or a half message's in their internal queue).
+    pub queue_offset: u64,
+    /// A transactional message's transaction id.
+    pub transaction_id: Option<String>,
 }
 
 #[cfg(test)]
@@ -174,6 +206,8 @@ mod tests {
             message_group: group.map(str::to_owned),
             client_queue_id: None,
             deliver_at_ms: None,
+            transaction: false,
+            check_immunity_ms: None,
         }
     }
 

@@ -76,16 +76,7 @@ pub fn delivered_copy(
     mut timer: MessageRecord,
     timer_queue_offset: u64,
 ) -> Result<MessageRecord, String> {
-    let topic = timer
-        .properties
-        .remove(PROPERTY_REAL_TOPIC)
-        .ok_or("a timer record without REAL_TOPIC")?;
-    let queue_id = timer
-        .properties
-        .remove(PROPERTY_REAL_QID)
-        .and_then(|q| q.parse::<i32>().ok())
-        .filter(|q| *q >= 0)
-        .ok_or("a timer record without a valid REAL_QID")?;
+    let (topic, queue_id) = take_real_queue(&mut timer, "timer")?;
     if !timer.properties.contains_key(PROPERTY_TIMER_DELIVER_MS) {
         return Err("a timer record without TIMER_DELIVER_MS".into());
     }
@@ -96,6 +87,26 @@ pub fn delivered_copy(
     timer.topic = topic;
     timer.queue_id = queue_id;
     Ok(timer)
+}
+
+/// Removes `REAL_TOPIC` and `REAL_QID` from the internal record `rec` (a
+/// `kind` of record: timer, half message) and returns them: the message queue
+/// it is for. Error: either is missing or the queue id is not valid.
+pub(crate) fn take_real_queue(
+    rec: &mut MessageRecord,
+    kind: &str,
+) -> Result<(String, i32), String> {
+    let topic = rec
+        .properties
+        .remove(PROPERTY_REAL_TOPIC)
+        .ok_or_else(|| format!("a {kind} record without REAL_TOPIC"))?;
+    let queue_id = rec
+        .properties
+        .remove(PROPERTY_REAL_QID)
+        .and_then(|q| q.parse::<i32>().ok())
+        .filter(|q| *q >= 0)
+        .ok_or_else(|| format!("a {kind} record without a valid REAL_QID"))?;
+    Ok((topic, queue_id))
 }
 
 /// Delivers due timers while this node leads a term: every `interval` it writes

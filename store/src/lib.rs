@@ -30,6 +30,7 @@ pub mod error;
 pub mod fault_hooks;
 pub mod fixed_log;
 pub mod group_commit;
+pub mod half_index;
 pub mod index_file;
 pub mod mapped_file;
 pub mod purge;

@@ -187,6 +187,13 @@ impl MessageStore {
                 cq.set_min_commit_log_offset(min)?;
             }
             self.index().remove_files_below(min)?;
+            // How the halves whose records went ended is forgotten (an end asked
+            // for them again is refused as unknown).
+            if let Some(half_queue) = self.consume_queues().get(crate::half_index::HALF_TOPIC, 0) {
+                self.timers()
+                    .halves()
+                    .forget_below(half_queue.min_offset())?;
+            }
             tracing::info!(deleted, min_offset = min, "CommitLog segments deleted");
         }
         Ok(PurgeReport {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::consume_queue::ConsumeQueue;
 use crate::error::{Result, StoreError};
+use crate::half_index::{PendingHalf, HALF_TOPIC};
 use crate::record::{MessageRecord, RecordView, PROPERTY_KEYS, PROPERTY_UNIQ_KEY};
 use crate::store::MessageStore;
 use crate::timer_index::{PendingTimer, TIMER_TOPIC};
@@ -199,6 +200,26 @@ impl MessageStore {
                 t.physical_offset,
                 format!(
                     "a pending timer points at a record of topic {} and {} bytes",
+                    view.topic(),
+                    view.len()
+                ),
+            ));
+        }
+        Ok(view.to_record())
+    }
+
+    /// The record of the pending half message `h` (as the half index holds it).
+    /// Errors: `Corrupted` when the place holds no record of [`HALF_TOPIC`] of
+    /// its size; the log's read errors.
+    pub fn read_half(&self, h: &PendingHalf) -> Result<MessageRecord> {
+        let bytes = self.read_record_at(h.physical_offset)?;
+        let view = RecordView::parse_checked_before(&bytes)
+            .map_err(|e| self.commit_log().corrupted(h.physical_offset, e))?;
+        if view.topic() != HALF_TOPIC || view.len() != h.size_bytes as usize {
+            return Err(self.commit_log().corrupted(
+                h.physical_offset,
+                format!(
+                    "a pending half message points at a record of topic {} and {} bytes",
                     view.topic(),
                     view.len()
                 ),

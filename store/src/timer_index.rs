@@ -121,6 +121,28 @@ impl TimerIndex {
             .ok_or_else(|| StoreError::NotWritable("the timer index is closed".into()))
     }
 
+    /// The half index of transactional messages, kept in two more trees of
+    /// this database ([`crate::half_index`]).
+    pub fn halves(&self) -> crate::half_index::HalfIndex<'_> {
+        crate::half_index::HalfIndex { db: self }
+    }
+
+    /// The directory of the database.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The database's tree `name` (a cheap handle). Error: `NotWritable` once
+    /// closed.
+    pub(crate) fn tree(&self, name: &str) -> Result<sled::Tree> {
+        self.db()?.open_tree(name).map_err(|e| self.err(e))
+    }
+
+    /// A sled failure on this database as the store's error.
+    pub(crate) fn err(&self, e: sled::Error) -> StoreError {
+        sled_error(&self.dir, e)
+    }
+
     /// Flushes and closes the index (a clean shutdown); later calls fail with
     /// `NotWritable`. Its files are unlocked once every call under way returns.
     pub fn close(&self) -> Result<()> {
@@ -208,10 +230,11 @@ impl TimerIndex {
             .map_err(|e| sled_error(&self.dir, e))
     }
 
-    /// Forgets every timer (the log was reset for a snapshot: the records they
-    /// point at are gone from this node), durably.
+    /// Forgets every timer and half message (the log was reset for a snapshot:
+    /// the records they point at are gone from this node), durably.
     pub fn clear(&self) -> Result<()> {
         self.db()?.clear().map_err(|e| sled_error(&self.dir, e))?;
+        self.halves().clear()?;
         self.flush()
     }
 }

@@ -46,6 +46,12 @@ pub struct BrokerToml {
     /// The `host:port` routes advertise instead of each node's own client address.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_endpoint: Option<String>,
+    /// Time between checks back of one orphaned transaction, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transaction_check_interval_ms: Option<u64>,
+    /// Most checks back of one orphaned transaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transaction_check_max: Option<u32>,
     /// Create a topic on its first send or route query.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_create_topics: Option<bool>,
@@ -87,6 +93,8 @@ impl BrokerToml {
             disk_space_warning_ratio: None,
             retention_interval_ms: None,
             client_endpoint: None,
+            transaction_check_interval_ms: None,
+            transaction_check_max: None,
             auto_create_topics: None,
             peers: by_id(raft_addrs),
             client_addrs: by_id(client_addrs),

@@ -131,6 +131,9 @@ pub struct ClusterOptions {
     /// Extra environment of node `i` of every group at index `i` (e.g. libfaketime
     /// for a skewed wall clock); nodes past the end get none.
     pub node_env: Vec<Vec<(String, String)>>,
+    /// Every node's `transaction_check_interval_ms` and `transaction_check_max`
+    /// (None: the broker's defaults, 30 s and 15).
+    pub transaction_checks: Option<(u64, u32)>,
 }
 
 impl Default for ClusterOptions {
@@ -145,6 +148,7 @@ impl Default for ClusterOptions {
             node_per_address: false,
             client_endpoint: None,
             node_env: Vec::new(),
+            transaction_checks: None,
         }
     }
 }
@@ -216,6 +220,8 @@ impl LocalCluster {
                 toml.namesrv_heartbeat_ms = Some(opts.namesrv_heartbeat_ms);
                 toml.disk_space_warning_ratio = Some(0.99);
                 toml.client_endpoint = opts.client_endpoint.clone();
+                toml.transaction_check_interval_ms = opts.transaction_checks.map(|c| c.0);
+                toml.transaction_check_max = opts.transaction_checks.map(|c| c.1);
                 toml.write(&config)?;
                 let mut node = BrokerProc {
                     group: group.clone(),

@@ -439,3 +439,151 @@ async fn delay_messages_arrive_after_their_time_through_a_leader_kill() {
         late_ms[late_ms.len() - 1]
     );
 }
+
+/// Transactional messages with the client's transaction producer
+/// (`new_transaction_producer`, `transaction_message_builder`,
+/// `send_transaction_message`, `commit` / `rollback`) to a TRANSACTION topic,
+/// the leader killed (SIGKILL) half way: every message whose commit was answered
+/// OK is received, none whose rollback was; a half whose send or end failed
+/// (and an orphan left unended on purpose) is checked back through the
+/// client's Telemetry stream and ends as the checker says (by its body).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transactions_commit_and_roll_back_through_a_leader_kill() {
+    use rocketmq::model::transaction::{Transaction, TransactionResolution};
+    const TX: &str = "RustTx";
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ClusterOptions {
+        transaction_checks: Some((1_000, 15)),
+        ..ClusterOptions::default()
+    };
+    let mut cluster = LocalCluster::start(dir.path(), &opts).await.unwrap();
+    let leader = cluster
+        .prepare(
+            "broker-a",
+            &[
+                &[
+                    "updateTopic",
+                    "-t",
+                    TX,
+                    "-q",
+                    "4",
+                    "-a",
+                    "+message.type=TRANSACTION",
+                ],
+                &["updateSubGroup", "-g", TX],
+            ],
+        )
+        .await
+        .unwrap();
+    let access = cluster.nodes[(leader + 1) % 3].client_addr.clone();
+    let log: Log = Arc::default();
+    let stop = Arc::new(Mutex::new(false));
+    let receiver = spawn_consumer(
+        consumer(&access, TX, TX).await,
+        TX,
+        "*",
+        log.clone(),
+        stop.clone(),
+    );
+    let checked: Log = Arc::default();
+    let mut po = ProducerOption::default();
+    po.set_topics(vec![TX]);
+    po.set_logging_format(LoggingFormat::Terminal);
+    let checker = {
+        let checked = checked.clone();
+        Box::new(
+            move |_txid: String, m: rocketmq::model::message::MessageView| {
+                let body = String::from_utf8_lossy(m.body()).into_owned();
+                let commit = body.starts_with('c');
+                checked.lock().unwrap().push(body);
+                if commit {
+                    TransactionResolution::COMMIT
+                } else {
+                    TransactionResolution::ROLLBACK
+                }
+            },
+        )
+    };
+    let mut p = Producer::new_transaction_producer(po, client_option(&access), checker).unwrap();
+    p.start().await.unwrap();
+
+    let (mut committed, mut rolled_back, mut sent) =
+        (HashSet::new(), HashSet::new(), HashSet::new());
+    for i in 0..40 {
+        if i == 20 {
+            cluster.kill(leader);
+        }
+        let body = format!("{}-{i}", if i % 2 == 0 { "c" } else { "r" });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let tx = loop {
+            let m = MessageBuilder::transaction_message_builder(TX, body.clone().into_bytes())
+                .build()
+                .unwrap();
+            match p.send_transaction_message(m).await {
+                Ok(tx) => break tx,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "{body} never sent: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        assert!(!tx.transaction_id().is_empty());
+        sent.insert(body.clone());
+        // An end that fails is left to the check back (commit consumes `tx`).
+        if body.starts_with('c') {
+            if tx.commit().await.is_ok() {
+                committed.insert(body);
+            }
+        } else if tx.rollback().await.is_ok() {
+            rolled_back.insert(body);
+        }
+    }
+    // An orphan: checked back and committed by the checker.
+    let orphan = MessageBuilder::transaction_message_builder(TX, b"c-orphan".to_vec())
+        .build()
+        .unwrap();
+    let orphan_tx = p.send_transaction_message(orphan).await.unwrap();
+    let want: HashSet<String> = sent
+        .iter()
+        .filter(|b| b.starts_with('c'))
+        .cloned()
+        .chain(["c-orphan".to_owned()])
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got: HashSet<String> = log.lock().unwrap().iter().cloned().collect();
+        if want.is_subset(&got) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "committed messages never received: {:?} (checked back: {:?})",
+            want.difference(&got).collect::<Vec<_>>(),
+            checked.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Late deliveries of rolled-back halves would come now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    *stop.lock().unwrap() = true;
+    let _ = tokio::time::timeout(Duration::from_secs(15), receiver).await;
+    let got: HashSet<String> = log.lock().unwrap().iter().cloned().collect();
+    let leaked: Vec<&String> = got.iter().filter(|b| b.starts_with('r')).collect();
+    assert!(
+        leaked.is_empty(),
+        "rolled-back messages received: {leaked:?}"
+    );
+    assert!(committed.is_subset(&got));
+    assert!(
+        checked.lock().unwrap().iter().any(|b| b == "c-orphan"),
+        "the orphan {} was not checked back",
+        orphan_tx.transaction_id()
+    );
+    println!(
+        "40 transactions through a leader kill: {} commits and {} rollbacks answered OK, {} received, checked back: {:?}",
+        committed.len(),
+        rolled_back.len(),
+        got.len(),
+        checked.lock().unwrap()
+    );
+}

@@ -165,7 +165,7 @@ impl Consumers {
 /// Waits, at most `limit`, until `node` has applied every entry its log holds
 /// now and at least log index `at_least`, or its term is no longer `term`.
 /// True if it did so within `term`.
-async fn settle(node: &RaftNode, term: u64, at_least: u64, limit: Duration) -> bool {
+pub(crate) async fn settle(node: &RaftNode, term: u64, at_least: u64, limit: Duration) -> bool {
     let mut metrics = node.raft().metrics();
     let target = metrics.borrow().last_log_index.unwrap_or(0).max(at_least);
     let waited = tokio::time::timeout(
@@ -180,7 +180,7 @@ async fn settle(node: &RaftNode, term: u64, at_least: u64, limit: Duration) -> b
         _ => {
             tracing::warn!(
                 term,
-                "a consumer offset reset's outcome is still unknown after {limit:?}"
+                "a write's outcome (a consumer offset reset, a transaction's end) is still unknown after {limit:?}"
             );
             false
         }

@@ -3,7 +3,8 @@
 //! replica-audit digests of this node's own log, queues and metadata
 //! ([`crate::grpc::audit`]), consumer progress ([`crate::grpc::progress`]),
 //! rewinding a consumer group ([`crate::grpc::reset`]) and messages by key
-//! ([`crate::grpc::query`]).
+//! ([`crate::grpc::query`]), and transaction checks back passed on by the
+//! leader ([`crate::grpc::transaction`]).
 
 use std::sync::Arc;
 
@@ -12,10 +13,10 @@ use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
-    AdminResponse, ConsumerProgressRequest, ConsumerProgressResponse, LogDigestRequest,
-    LogDigestResponse, QueryMessageRequest, QueryMessageResponse, QueueDigestRequest,
-    QueueDigestResponse, ResetOffsetRequest, ResetOffsetResponse, UpdateGroupRequest,
-    UpdateTopicRequest,
+    AdminResponse, CheckTransactionRequest, CheckTransactionResponse, ConsumerProgressRequest,
+    ConsumerProgressResponse, LogDigestRequest, LogDigestResponse, QueryMessageRequest,
+    QueryMessageResponse, QueueDigestRequest, QueueDigestResponse, ResetOffsetRequest,
+    ResetOffsetResponse, UpdateGroupRequest, UpdateTopicRequest,
 };
 use crate::broker::Broker;
 use crate::broker::MAX_QUEUES;
@@ -202,6 +203,13 @@ impl BrokerAdmin for Admin {
         .await
         .map(Response::new)
         .map_err(|e| Status::internal(format!("the query task failed: {e}")))
+    }
+
+    async fn check_transaction(
+        &self,
+        req: Request<CheckTransactionRequest>,
+    ) -> Result<Response<CheckTransactionResponse>, Status> {
+        crate::grpc::transaction::check_here(&self.0, req.into_inner())
     }
 
     async fn consumer_progress(

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use ledgermq_store::half_index::PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET;
 use ledgermq_store::record::{PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY};
 use ledgermq_store::{timer_index, MessageRecord};
 
@@ -22,8 +23,9 @@ use crate::pb;
 /// `BAD_REQUEST` (empty body, missing fields), `MESSAGE_BODY_TOO_LARGE` (over
 /// `max_body_bytes`), `ILLEGAL_DELIVERY_TIME` (a DELAY message without a delivery
 /// timestamp), `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE` (a delivery timestamp and a
-/// message group together), `UNSUPPORTED` (transactional messages: not built yet;
-/// a message type the protocol does not define). A message with a delivery
+/// message group together; a transactional message with either), `UNSUPPORTED`
+/// (a message type the protocol does not define). A transactional message's
+/// recovery duration is kept up to [`MAX_RECOVERY_MS`]. A message with a delivery
 /// timestamp is a delay message whatever type it says, as the reference proxy
 /// reads the type from the properties; how far ahead it may be is checked when
 /// it is sent (`crate::send`).
@@ -45,18 +47,27 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
         refuse(
             ErrorKind::Unsupported,
             format!(
-                "message type {} is not one this broker knows (NORMAL = 1, FIFO = 2)",
+                "message type {} is not one this broker knows (NORMAL = 1, FIFO = 2, \
+                 DELAY = 3, TRANSACTION = 4)",
                 sp.message_type
             ),
         )
     })?;
-    if mtype == pb::MessageType::Transaction {
+    let transaction = mtype == pb::MessageType::Transaction;
+    let deliver_at_ms = sp.delivery_timestamp.as_ref().map(timestamp_ms);
+    if transaction
+        && (deliver_at_ms.is_some() || sp.message_group.as_ref().is_some_and(|g| !g.is_empty()))
+    {
         return Err(refuse(
-            ErrorKind::Unsupported,
-            "transactional messages are not supported by this broker yet",
+            ErrorKind::MessagePropertyConflictWithType,
+            "a transactional message can have neither a delivery timestamp nor a message group",
         ));
     }
-    let deliver_at_ms = sp.delivery_timestamp.as_ref().map(timestamp_ms);
+    let check_immunity_ms = sp
+        .orphaned_transaction_recovery_duration
+        .as_ref()
+        .filter(|_| transaction)
+        .map(|d| duration_ms(d).min(MAX_RECOVERY_MS));
     if mtype == pb::MessageType::Delay && deliver_at_ms.is_none() {
         return Err(refuse(
             ErrorKind::IllegalDeliveryTime,
@@ -120,8 +131,14 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
         message_group,
         client_queue_id: Some(sp.queue_id),
         deliver_at_ms,
+        transaction,
+        check_immunity_ms,
     })
 }
+
+/// Longest orphaned transaction recovery duration a client may ask for, ms (the
+/// reference proxy's `maxTransactionRecoverySecond`: 1 hour).
+pub const MAX_RECOVERY_MS: u64 = 3_600_000;
 
 /// Milliseconds since the Unix epoch of a protobuf timestamp.
 pub fn timestamp_ms(t: &prost_types::Timestamp) -> i64 {
@@ -193,7 +210,9 @@ pub fn outgoing(rec: MessageRecord, physical_offset: u64, d: &DeliveryFields) ->
         } else {
             pb::Encoding::Identity as i32
         },
-        message_type: if delivery_timestamp.is_some() {
+        message_type: if props.contains_key(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET) {
+            pb::MessageType::Transaction as i32
+        } else if delivery_timestamp.is_some() {
             pb::MessageType::Delay as i32
         } else if message_group.is_some() {
             pb::MessageType::Fifo as i32
@@ -353,9 +372,36 @@ mod tests {
         let mut m = msg("T", b"x");
         m.system_properties.as_mut().unwrap().message_type = pb::MessageType::Delay as i32;
         assert_eq!(code(incoming(m, 10)), ErrorKind::IllegalDeliveryTime);
-        let mut m = msg("T", b"x");
-        m.system_properties.as_mut().unwrap().message_type = pb::MessageType::Transaction as i32;
-        assert_eq!(code(incoming(m, 10)), ErrorKind::Unsupported);
+        let transactional = || {
+            let mut m = msg("T", b"x");
+            m.system_properties.as_mut().unwrap().message_type =
+                pb::MessageType::Transaction as i32;
+            m
+        };
+        let mut m = transactional();
+        m.system_properties.as_mut().unwrap().message_group = Some("g".into());
+        assert_eq!(
+            code(incoming(m, 10)),
+            ErrorKind::MessagePropertyConflictWithType
+        );
+        let mut m = transactional();
+        m.system_properties.as_mut().unwrap().delivery_timestamp = Some(timestamp(5_000));
+        assert_eq!(
+            code(incoming(m, 10)),
+            ErrorKind::MessagePropertyConflictWithType
+        );
+        let mut m = transactional();
+        m.system_properties
+            .as_mut()
+            .unwrap()
+            .orphaned_transaction_recovery_duration = Some(duration(86_400_000));
+        let inc = incoming(m, 10).unwrap();
+        assert!(inc.transaction);
+        assert_eq!(inc.check_immunity_ms, Some(MAX_RECOVERY_MS));
+        assert_eq!(
+            inc.message_type(),
+            ledgermq_meta::TopicMessageType::Transaction
+        );
         let mut m = msg("T", b"x");
         let sp = m.system_properties.as_mut().unwrap();
         sp.delivery_timestamp = Some(timestamp(5_000));
@@ -369,15 +415,22 @@ mod tests {
             "TIMER_QUEUE_OFFSET",
             "REAL_TOPIC",
             "REAL_QID",
+            "TRAN_MSG",
+            "PGROUP",
+            "CHECK_IMMUNITY_TIME_IN_SECONDS",
+            "TRAN_PREPARED_QUEUE_OFFSET",
+            "TRAN_END",
         ] {
             let mut m = msg("T", b"x");
             m.user_properties.insert(reserved.into(), "1".into());
             assert_eq!(code(incoming(m, 10)), ErrorKind::IllegalMessagePropertyKey);
         }
-        assert_eq!(
-            code(incoming(msg("rmq_sys_wheel_timer", b"x"), 10)),
-            ErrorKind::IllegalTopic
-        );
+        for system in ["rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC"] {
+            assert_eq!(
+                code(incoming(msg(system, b"x"), 10)),
+                ErrorKind::IllegalTopic
+            );
+        }
         let mut m = msg("T", b"x");
         m.system_properties.as_mut().unwrap().message_type = pb::MessageType::Fifo as i32;
         assert_eq!(code(incoming(m, 10)), ErrorKind::IllegalMessageGroup);

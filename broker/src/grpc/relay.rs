@@ -49,6 +49,16 @@ impl Answer for pb::AckMessageResponse {
     }
 }
 
+impl Answer for pb::EndTransactionResponse {
+    fn not_served(&self) -> bool {
+        is_not_served(self.status.as_ref())
+    }
+
+    fn ok(&self) -> bool {
+        is_ok(self.status.as_ref())
+    }
+}
+
 impl Answer for pb::ChangeInvisibleDurationResponse {
     fn not_served(&self) -> bool {
         is_not_served(self.status.as_ref())

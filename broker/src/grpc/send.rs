@@ -37,11 +37,11 @@ pub async fn send(b: &Broker, req: pb::SendMessageRequest) -> pb::SendMessageRes
         Ok(placed) => ids
             .iter()
             .zip(placed)
-            .map(|(id, offset)| pb::SendResultEntry {
+            .map(|(id, p)| pb::SendResultEntry {
                 status: Some(pb::Status::ok()),
                 message_id: id.clone(),
-                transaction_id: String::new(),
-                offset: *offset as i64,
+                transaction_id: p.transaction_id.clone().unwrap_or_default(),
+                offset: p.queue_offset as i64,
             })
             .collect(),
         Err(e) => (0..n)

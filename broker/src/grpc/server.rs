@@ -15,6 +15,7 @@ use crate::grpc::service::Service;
 use crate::leader_term::LeaderTerms;
 use crate::pb::messaging_service_server::MessagingServiceServer;
 use crate::timers::TimerDelivery;
+use crate::transactions::check::TransactionCheck;
 
 /// A serving client port (see [`serve`]). Dropping it leaves the port serving
 /// until the process exits.
@@ -55,8 +56,9 @@ impl ClientServer {
 /// Binds `addr` and serves the client protocol and the admin service until
 /// [`ClientServer::stop`]; also starts the leader-term services
 /// ([`crate::leader_term`]) while this node leads: the consumer-offset
-/// committer, every 100 ms, and the delivery of due delay messages
-/// ([`crate::timers`]), every 20 ms. Error: the address cannot be bound.
+/// committer, every 100 ms, the delivery of due delay messages
+/// ([`crate::timers`]), every 20 ms, and the checks back of orphaned
+/// transactions ([`crate::transactions::check`]), every 500 ms. Error: the address cannot be bound.
 pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer, BrokerError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -74,6 +76,10 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
                 interval: Duration::from_millis(20),
                 max_messages: 256,
                 max_bytes: 1 << 20,
+            }),
+            Arc::new(TransactionCheck {
+                broker: broker.clone(),
+                tick: Duration::from_millis(500),
             }),
         ],
     );

@@ -19,6 +19,7 @@ use crate::grpc::message::duration;
 use crate::grpc::relay::{Answer, Attempt, Next, Relay};
 use crate::grpc::route::{self, EndpointStyle};
 use crate::grpc::send;
+use crate::grpc::transaction;
 use crate::grpc::ToStatus;
 use crate::pb::messaging_service_client::MessagingServiceClient;
 use crate::pb::messaging_service_server::MessagingService;
@@ -319,19 +320,14 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, Status> {
-        let status = client_of(&self.0, req.metadata()).map_or_else(
-            |s| s,
-            |_| {
-                refuse(
-                    ErrorKind::Unsupported,
-                    "transactional messages are not supported yet",
-                )
-                .to_status()
-            },
-        );
-        Ok(Response::new(pb::EndTransactionResponse {
-            status: Some(status),
-        }))
+        on_leader(
+            &self.0,
+            req,
+            transaction::end_local,
+            async |mut c, r| c.end_transaction(r).await,
+            |s| pb::EndTransactionResponse { status: Some(s) },
+        )
+        .await
     }
 
     type TelemetryStream = BoxStream<pb::TelemetryCommand>;
@@ -347,6 +343,7 @@ impl MessagingService for Service {
             };
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(reply)]))));
         }
+        let client = client_id(req.metadata()).unwrap_or_default();
         let mut inbound = req.into_inner();
         // Bounded: a client that sends commands but does not read the replies
         // loses its stream (RESOURCE_EXHAUSTED) instead of growing this buffer.
@@ -355,8 +352,14 @@ impl MessagingService for Service {
         let (cut_tx, cut_rx) = futures::channel::oneshot::channel::<()>();
         let b = self.0.clone();
         tokio::spawn(async move {
+            let stream = b.producers.stream_id();
             while let Ok(Some(cmd)) = inbound.message().await {
                 if let Some(telemetry_command::Command::Settings(s)) = cmd.command {
+                    // A producer's stream is where its transactions are checked back.
+                    if let Some(pb::settings::PubSub::Publishing(p)) = &s.pub_sub {
+                        let topics = p.topics.iter().map(|t| t.name.clone()).collect();
+                        b.producers.register(stream, &client, topics, tx.clone());
+                    }
                     let reply = pb::TelemetryCommand {
                         status: Some(pb::Status::ok()),
                         command: Some(telemetry_command::Command::Settings(merged_settings(&b, s))),
@@ -374,9 +377,10 @@ impl MessagingService for Service {
                         Err(_) => break,
                     }
                 }
-                // Thread stack traces, verification results and transaction
-                // commands are not used by this broker.
+                // Thread stack traces and verification results are not used by
+                // this broker; transactions are ended by EndTransaction.
             }
+            b.producers.remove(stream);
         });
         Ok(Response::new(Box::pin(cut_short(rx, cut_rx))))
     }

@@ -21,6 +21,7 @@ pub fn code_of(kind: ErrorKind) -> Code {
         ErrorKind::IllegalDeliveryTime => Code::IllegalDeliveryTime,
         ErrorKind::IllegalFilterExpression => Code::IllegalFilterExpression,
         ErrorKind::InvalidReceiptHandle => Code::InvalidReceiptHandle,
+        ErrorKind::InvalidTransactionId => Code::InvalidTransactionId,
         ErrorKind::MessageBodyTooLarge => Code::MessageBodyTooLarge,
         ErrorKind::PayloadTooLarge => Code::PayloadTooLarge,
         ErrorKind::MessagePropertyConflictWithType => Code::MessagePropertyConflictWithType,

@@ -118,13 +118,17 @@ impl RaftNode {
                 (m.offsets.clone(), m.purge_point)
             };
             let min = store.commit_log().min_offset();
-            // Pending delay messages' records stay, expired or not: they are still
-            // to be delivered (read only when something is due: it scans them all).
+            // Pending delay messages' and half messages' records stay, expired or
+            // not: they are still to be delivered or ended (read only when
+            // something is due: it scans them all).
             let pending_timer_from = if due.expired_below > min || due.forced_below > min {
-                store
-                    .timers()
+                let timers = store.timers();
+                let timer = timers.oldest_physical_offset(min)?.unwrap_or(u64::MAX);
+                let half = timers
+                    .halves()
                     .oldest_physical_offset(min)?
-                    .unwrap_or(u64::MAX)
+                    .unwrap_or(u64::MAX);
+                timer.min(half)
             } else {
                 u64::MAX
             };

@@ -3,6 +3,10 @@
 
 use crate::consume_queue::CqEntry;
 use crate::error::Result;
+use crate::half_index::{
+    HalfEnd, PendingHalf, HALF_TOPIC, OP_HALF_TOPIC, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_TRANSACTION_END, PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+};
 use crate::record::{tag_hash, RecordKind, RecordView, PROPERTY_TAGS};
 use crate::timer_index::{
     PendingTimer, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_QUEUE_OFFSET, TIMER_TOPIC,
@@ -93,6 +97,7 @@ impl MessageStore {
                 };
                 self.index.put_record(&view, phys)?;
                 self.track_timer(&view, queue_offset, phys)?;
+                self.track_half(&view, queue_offset, phys)?;
                 placed.push(DispatchedMessage {
                     log_index: entry.location.log_index,
                     topic: view.topic().to_owned(),
@@ -151,6 +156,59 @@ impl MessageStore {
             }
         }
         Ok(())
+    }
+
+    /// Keeps the half index in step with the message record `view` just placed
+    /// at `queue_offset` of its queue (CommitLog offset `phys`): a record of
+    /// [`HALF_TOPIC`] becomes a pending half, first checked its immunity after
+    /// its store time; a record that carries
+    /// [`PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET`] ends the half it names, if
+    /// that is pending: a commit copy in any other topic, an op record of
+    /// [`OP_HALF_TOPIC`] a rollback or discard. Both repeat harmlessly when an
+    /// entry is dispatched again.
+    pub(super) fn track_half(
+        &self,
+        view: &RecordView<'_>,
+        queue_offset: u64,
+        phys: u64,
+    ) -> Result<()> {
+        if view.topic() == HALF_TOPIC {
+            let immunity_ms = view
+                .property(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+                .saturating_mul(1000);
+            return self.timers.halves().insert(PendingHalf {
+                half_queue_offset: queue_offset,
+                first_check_ms: view.store_timestamp_ms().saturating_add(immunity_ms),
+                physical_offset: phys,
+                size_bytes: view.len() as u32,
+            });
+        }
+        let Some(half) = view
+            .property(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+            .and_then(|v| v.parse::<u64>().ok())
+        else {
+            return Ok(());
+        };
+        let end = if view.topic() == OP_HALF_TOPIC {
+            match view
+                .property(PROPERTY_TRANSACTION_END)
+                .and_then(HalfEnd::from_op_value)
+            {
+                Some(e) => e,
+                None => {
+                    tracing::warn!(
+                        physical_offset = phys,
+                        "an op record without a valid {PROPERTY_TRANSACTION_END}: ignored"
+                    );
+                    return Ok(());
+                }
+            }
+        } else {
+            HalfEnd::Committed
+        };
+        self.timers.halves().end(half, end).map(|_| ())
     }
 
     /// The next queue offset of every message queue, sorted by (topic, queue id): what

@@ -1,31 +1,40 @@
-//! Rebuilding the timer index from the CommitLog, for a store whose index is
-//! missing while it holds dispatched entries: the first start of this release
-//! on a store an earlier release wrote (it kept no index, but may hold delay
-//! messages other members stored), or an index directory an operator deleted.
+//! Rebuilding the timer index (and the half index in the same database) from
+//! the CommitLog, for a store whose index is missing while it holds dispatched
+//! entries: the first start of this release on a store an earlier release wrote
+//! (it kept no index, but may hold delay messages other members stored), or an
+//! index directory an operator deleted.
 
 use crate::error::Result;
+use crate::half_index::HALF_TOPIC;
 use crate::record::RecordKind;
 use crate::timer_index::TIMER_TOPIC;
 
 use super::{for_each_record, MessageStore};
 
 impl MessageStore {
-    /// Replays, in log order, what dispatch does to the timer index for every
-    /// message record of the entries before `next_log_index` still held: timer
-    /// records are added at their timer queue offset (read back from their
-    /// ConsumeQueue), delivered copies remove theirs. Then flushes the index.
+    /// Replays, in log order, what dispatch does to the timer and half indexes
+    /// for every message record of the entries before `next_log_index` still
+    /// held: timer and half records are added at their queue offset (read back
+    /// from their ConsumeQueue), delivered copies remove their timers, ends end
+    /// their halves. Then flushes the index.
     /// Returns the timers pending afterwards. Errors: reading the log or a
     /// ConsumeQueue, the index's.
     pub(super) fn rebuild_timer_index(&self, next_log_index: u64) -> Result<usize> {
         let timer_queue = self.cqs.get(TIMER_TOPIC, 0);
+        let half_queue = self.cqs.get(HALF_TOPIC, 0);
         for index in self.log.first_log_index()..next_log_index {
             let entry = self.log.read_entry(index)?;
             for_each_record(&self.log, &entry, |view, phys| {
                 if view.kind() != RecordKind::Message {
                     return Ok(());
                 }
-                let queue_offset = if view.topic() == TIMER_TOPIC {
-                    match timer_queue
+                let queue = match view.topic() {
+                    TIMER_TOPIC => Some(&timer_queue),
+                    HALF_TOPIC => Some(&half_queue),
+                    _ => None,
+                };
+                let queue_offset = if let Some(queue) = queue {
+                    match queue
                         .as_ref()
                         .map(|q| q.find_by_commit_log_offset(phys))
                         .transpose()?
@@ -35,7 +44,8 @@ impl MessageStore {
                         None => {
                             tracing::warn!(
                                 physical_offset = phys,
-                                "a timer message missing from its ConsumeQueue is not indexed"
+                                topic = view.topic(),
+                                "a timer or half message missing from its ConsumeQueue is not indexed"
                             );
                             return Ok(());
                         }
@@ -43,7 +53,8 @@ impl MessageStore {
                 } else {
                     0
                 };
-                self.track_timer(&view, queue_offset, phys)
+                self.track_timer(&view, queue_offset, phys)?;
+                self.track_half(&view, queue_offset, phys)
             })?;
         }
         self.timers.flush()?;

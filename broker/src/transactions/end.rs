@@ -1,0 +1,153 @@
+//! Ending a half message on the leader: EndTransaction from the producer, its
+//! answer to a check back, and the discard after the last check.
+
+use std::time::Duration;
+
+use ledgermq_store::half_index::{HalfEnd, HalfState};
+use ledgermq_store::record::PROPERTY_UNIQ_KEY;
+use ledgermq_store::timer_index::PROPERTY_REAL_TOPIC;
+
+use crate::broker::Broker;
+use crate::consumers::reset::settle;
+use crate::error::{refuse, BrokerError, ErrorKind};
+use crate::timers::may_have_been_proposed;
+use crate::transactions::{committed_copy, decide, op_record, parse_transaction_id, Decision};
+
+/// Locks that make the ends of one half message one at a time on this node
+/// (half queue offset modulo their number picks one), while ends of other halves
+/// go on beside them.
+pub struct EndLocks(Vec<tokio::sync::Mutex<()>>);
+
+impl Default for EndLocks {
+    fn default() -> Self {
+        Self((0..64).map(|_| tokio::sync::Mutex::new(())).collect())
+    }
+}
+
+impl EndLocks {
+    fn of(&self, half_queue_offset: u64) -> &tokio::sync::Mutex<()> {
+        &self.0[(half_queue_offset % self.0.len() as u64) as usize]
+    }
+}
+
+/// Longest wait for an end whose write timed out to be applied or not.
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// Who asked for an end: logged with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndSource {
+    /// The producer's own EndTransaction.
+    Client,
+    /// The producer's answer to a check back.
+    ServerCheck,
+    /// The leader, after the last check went unanswered.
+    Discard,
+}
+
+impl Broker {
+    /// Ends the transaction `transaction_id` of message `message_id` on `topic`
+    /// with `end` (a commit or a rollback; a discard from the check service), on
+    /// this node, which must be the ready leader. Answered once the end is
+    /// committed and applied here, or was already (the same end asked again; a
+    /// rollback of a discarded half).
+    ///
+    /// Errors: INVALID_TRANSACTION_ID (an id this broker did not hand out, no such
+    /// half, one whose topic or message id differ, one ended otherwise);
+    /// `NoLeader` when this node is not the ready leader; the write's, with an
+    /// unknown outcome only when the write may still commit and had not been
+    /// applied within 10 s.
+    pub async fn end_transaction(
+        &self,
+        topic: &str,
+        message_id: &str,
+        transaction_id: &str,
+        end: HalfEnd,
+        source: EndSource,
+    ) -> Result<(), BrokerError> {
+        let invalid = |why: &str| {
+            refuse(
+                ErrorKind::InvalidTransactionId,
+                format!(
+                    "transaction {transaction_id:?} of message {message_id:?} on {topic}: {why}"
+                ),
+            )
+        };
+        let offset = parse_transaction_id(transaction_id)
+            .ok_or_else(|| invalid("not a transaction id of this broker"))?;
+        let _one_at_a_time = self.end_locks.of(offset).lock().await;
+        let term = self.consumers.ready_term().ok_or_else(|| {
+            refuse(
+                ErrorKind::NoLeader,
+                format!("node {} is not the ready leader", self.node.id()),
+            )
+        })?;
+        let store = self.node.store();
+        let state = store.timers().halves().state(offset).map_err(internal)?;
+        match decide(state, end) {
+            Decision::Refuse(why) => return Err(invalid(why)),
+            Decision::Done => {
+                tracing::info!(
+                    topic,
+                    message_id,
+                    transaction_id,
+                    ?end,
+                    ?source,
+                    "transaction end asked again: ended so already"
+                );
+                return Ok(());
+            }
+            Decision::Write => {}
+        }
+        let Some(HalfState::Pending(half)) = state else {
+            unreachable!("decide writes pending halves only");
+        };
+        let rec = store.read_half(&half).map_err(internal)?;
+        if rec.properties.get(PROPERTY_REAL_TOPIC).map(String::as_str) != Some(topic)
+            || (source != EndSource::Discard
+                && rec.properties.get(PROPERTY_UNIQ_KEY).map(String::as_str) != Some(message_id))
+        {
+            return Err(invalid("the transaction is of another message"));
+        }
+        let record = if end == HalfEnd::Committed {
+            committed_copy(rec, offset).map_err(|e| refuse(ErrorKind::Internal, e))?
+        } else {
+            op_record(offset, end)
+        };
+        let before = self.node.raft().metrics().borrow().last_log_index;
+        match self.node.write_messages_as_leader(vec![record]).await {
+            Ok(_) => {
+                tracing::info!(
+                    topic,
+                    message_id,
+                    transaction_id,
+                    ?end,
+                    ?source,
+                    term,
+                    "transaction ended"
+                );
+                Ok(())
+            }
+            Err(e) if !may_have_been_proposed(&e) => Err(e.into()),
+            Err(e) => {
+                // The lock stays held: no other end of this half is written
+                // before this one is known to be applied or not.
+                let settled =
+                    settle(&self.node, term, before.map_or(1, |i| i + 1), SETTLE_WAIT).await;
+                let now = store.timers().halves().state(offset).map_err(internal)?;
+                if settled && now == Some(HalfState::Ended(end)) {
+                    tracing::info!(topic, message_id, transaction_id, ?end, ?source, term, error = %e, "transaction ended (its write timed out, then applied)");
+                    Ok(())
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+}
+
+fn internal(e: ledgermq_store::StoreError) -> BrokerError {
+    refuse(
+        ErrorKind::Internal,
+        format!("the half index or its record: {e}"),
+    )
+}
