@@ -4,14 +4,15 @@
 //! producer and drops them after the last check, as RocketMQ does.
 //!
 //! Every end is one record the leader writes ([`committed_copy`] or
-//! [`op_record`]), only as its own proposal, and the store's half index
-//! (`ledgermq_store::half_index`) takes the first end that reaches a pending half
-//! on apply. The leader never writes two ends of one half: ends of one half are
-//! decided one at a time ([`end`]), on what this node has applied, and a new
-//! leader decides only once it has applied an entry of its own term, so every end
-//! an earlier leader committed is applied by then. A commit answered OK is in the
-//! log, so it is delivered whatever leader comes next; a rollback answered OK is
-//! too, and no commit of that half is written after it.
+//! [`op_record`]), only as its own proposal. On apply, on every replica, the
+//! first end in log order that reaches a pending half wins: the store's half
+//! index (`ledgermq_store::half_index`) records it, and a commit copy that comes
+//! after another end is placed in no queue. The leader decides ends of one half
+//! one at a time on what it has applied ([`end`]), so it rarely writes a losing
+//! end, and it answers by what the first end was once its own is applied: a
+//! commit answered OK won, so it is in the log and delivered whatever leader
+//! comes next; a rollback answered OK won, so no commit copy of that half is
+//! ever placed in a queue.
 //!
 //! The records and the decision are here, without I/O; [`end`] writes an end on
 //! the leader, [`check`] is the leader-term service that checks orphans back and
@@ -78,14 +79,16 @@ pub fn committed_copy(
     Ok(half)
 }
 
-/// The op record that ends the half at `half_queue_offset` without a commit
-/// (`end` is a rollback or a discard): in [`OP_HALF_TOPIC`] queue 0, body the
-/// offset in decimal and tag `d`, as RocketMQ writes op messages.
-pub fn op_record(half_queue_offset: u64, end: HalfEnd) -> MessageRecord {
-    debug_assert!(
-        end != HalfEnd::Committed,
-        "a commit is a copy, not an op record"
-    );
+/// The op record that ends the half at `half_queue_offset` without a commit: a
+/// rollback, or with `discard` the broker's discard after the last check. In
+/// [`OP_HALF_TOPIC`] queue 0, body the offset in decimal and tag `d`, as
+/// RocketMQ writes op messages.
+pub fn op_record(half_queue_offset: u64, discard: bool) -> MessageRecord {
+    let end = if discard {
+        HalfEnd::Discarded
+    } else {
+        HalfEnd::RolledBack
+    };
     let offset = half_queue_offset.to_string();
     MessageRecord::message(OP_HALF_TOPIC, 0, offset.clone().into_bytes(), 0)
         .with_property(PROPERTY_TAGS, "d")
@@ -203,7 +206,7 @@ mod tests {
 
     #[test]
     fn op_records_name_the_half_and_the_end() {
-        let op = op_record(9, HalfEnd::Discarded);
+        let op = op_record(9, true);
         assert_eq!((op.topic.as_str(), op.queue_id), (OP_HALF_TOPIC, 0));
         assert_eq!(op.body, b"9");
         assert_eq!(
@@ -212,7 +215,7 @@ mod tests {
         );
         assert_eq!(op.properties[PROPERTY_TRANSACTION_END], "DISCARD");
         assert_eq!(
-            op_record(9, HalfEnd::RolledBack).properties[PROPERTY_TRANSACTION_END],
+            op_record(9, false).properties[PROPERTY_TRANSACTION_END],
             "ROLLBACK"
         );
     }

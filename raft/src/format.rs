@@ -41,20 +41,29 @@ use crate::error::RaftNodeError;
 /// The log command set this release decodes: 1 is every [`crate::types::Command`]
 /// variant through `PurgeThrough` (what releases before it decode), 2 adds
 /// `FifoLeasesTimed`, 3 adds the MIXED topic message type (in `UpdateTopic` and
-/// `EnsureTopic`), 4 adds `ResetOffsets`; `Command::log_command_set` names a
+/// `EnsureTopic`), 4 adds `ResetOffsets`, 5 transactional messages (no command:
+/// [`SET_TRANSACTIONS`]); `Command::log_command_set` names a
 /// command's set. A member tells its leader in every AppendEntries answer
 /// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from an earlier release,
 /// counted as set 1, though one from before `PurgeThrough` decodes less),
 /// and a leader writes a command of a set only when every member decodes it
 /// (`crate::peer_formats`), so a group upgraded one member at a time never
 /// replicates an entry a member cannot read.
-pub const LOG_COMMANDS: u8 = 4;
+pub const LOG_COMMANDS: u8 = 5;
 /// The log command set that brings `Command::FifoLeasesTimed`.
 pub const SET_TIMED_FIFO_LEASES: u8 = 2;
 /// The log command set that brings topics of type `TopicMessageType::Mixed`.
 pub const SET_MIXED_TOPICS: u8 = 3;
 /// The log command set that brings `Command::ResetOffsets` (rewinding a group).
 pub const SET_RESET_OFFSETS: u8 = 4;
+/// The log command set that brings transactional messages: no command, but
+/// message records a member must apply as this release does (half messages
+/// in the store's half index, and a commit copy placed only if it is the first
+/// end of its half: `ledgermq_store::half_index`). A leader refuses half messages
+/// ([`ledgermq_store::half_index::HALF_TOPIC`]) while a member says it decodes
+/// only an earlier set (`crate::writer`, `PeerFormats::no_member_says_below`: a
+/// member that is down does not stop them).
+pub const SET_TRANSACTIONS: u8 = 5;
 /// What log command set `set` brings, for messages.
 pub fn set_brings(set: u8) -> &'static str {
     match set {
@@ -62,6 +71,7 @@ pub fn set_brings(set: u8) -> &'static str {
         SET_TIMED_FIFO_LEASES => "timed FIFO leases",
         SET_MIXED_TOPICS => "topics of message.type MIXED",
         SET_RESET_OFFSETS => "consumer offset resets",
+        SET_TRANSACTIONS => "transactional messages",
         _ => "unknown to this release",
     }
 }

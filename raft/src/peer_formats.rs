@@ -41,6 +41,24 @@ pub fn members_decode(
     })
 }
 
+/// True unless a member in `members` other than `self_id` last said (in any
+/// term) that it decodes only a set below `set`: the weaker rule for message
+/// records a member of an earlier release would store but not apply as this
+/// one does (transactional messages), so that a member that is down, or not
+/// heard from yet in this term, does not stop them; a member still on an
+/// earlier release that answers does. No I/O.
+pub fn no_member_says_below(
+    reported: &HashMap<NodeId, SetSaid>,
+    members: impl IntoIterator<Item = NodeId>,
+    self_id: NodeId,
+    set: u8,
+) -> bool {
+    members
+        .into_iter()
+        .filter(|&m| m != self_id)
+        .all(|m| reported.get(&m).is_none_or(|s| s.set >= set))
+}
+
 /// The set a peer's answer header carries (`None`: no header, an earlier
 /// release: set 1). A header that is not a number counts as set 1 too.
 pub fn set_of_header(value: Option<&str>) -> u8 {
@@ -62,6 +80,16 @@ impl PeerFormats {
     /// said set `set`.
     pub fn record(&self, peer: NodeId, set: u8, term: u64) {
         self.0.lock().unwrap().insert(peer, SetSaid { set, term });
+    }
+
+    /// [`no_member_says_below`] over what the peers said so far.
+    pub fn no_member_says_below(
+        &self,
+        members: impl IntoIterator<Item = NodeId>,
+        self_id: NodeId,
+        set: u8,
+    ) -> bool {
+        no_member_says_below(&self.0.lock().unwrap(), members, self_id, set)
     }
 
     /// [`members_decode`] over what the peers said so far.
@@ -101,6 +129,20 @@ mod tests {
     use super::*;
 
     const T: u64 = 4;
+
+    #[test]
+    fn a_member_that_said_an_earlier_set_stops_the_weaker_rule_and_silence_does_not() {
+        let mut said_by = HashMap::new();
+        assert!(no_member_says_below(&said_by, [0, 1, 2], 0, 5));
+        said_by.insert(1, said(5, T - 1));
+        assert!(no_member_says_below(&said_by, [0, 1, 2], 0, 5));
+        said_by.insert(2, said(4, T));
+        assert!(!no_member_says_below(&said_by, [0, 1, 2], 0, 5));
+        // This node's own set does not count.
+        assert!(no_member_says_below(&said_by, [0, 1, 2], 2, 5));
+        said_by.insert(2, said(5, T + 1));
+        assert!(no_member_says_below(&said_by, [0, 1, 2], 0, 5));
+    }
 
     fn said(set: u8, term: u64) -> SetSaid {
         SetSaid { set, term }

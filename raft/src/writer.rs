@@ -238,6 +238,29 @@ impl Writer {
         for m in &messages {
             encoded_bytes += self.store.validate_message(m)?;
         }
+        // Half messages not while a member on an earlier release answers: it
+        // would neither index nor end them (a member down is no reason to
+        // refuse: `PeerFormats::no_member_says_below`).
+        if messages
+            .iter()
+            .any(|m| m.topic == ledgermq_store::half_index::HALF_TOPIC)
+            && !self.formats.no_member_says_below(
+                self.raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(&id, _)| id)
+                    .collect::<Vec<_>>(),
+                self.node_id,
+                crate::format::SET_TRANSACTIONS,
+            )
+        {
+            return Err(RaftNodeError::MembersCannotDecode {
+                set: crate::format::SET_TRANSACTIONS,
+            });
+        }
         // A full disk refuses new messages before anything is proposed: every
         // replica would have to store them.
         self.store.check_room_for_writes()?;

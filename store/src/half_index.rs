@@ -13,8 +13,12 @@
 //! real queue, a rollback (or a discard after the last check) an op record in
 //! [`OP_HALF_TOPIC`]; both carry [`PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET`],
 //! and dispatching the first of them that reaches a pending half moves it from
-//! pending to resolved here. Later ones change nothing, so the index is a
-//! function of the committed log, rebuilt by dispatching it again.
+//! pending to ended here, with the CommitLog offset of that winning record.
+//! Later ends of the same half change nothing here, and dispatch places a later
+//! commit copy in no queue (it is a losing end: `MessageStore::is_losing_end`),
+//! so the first end in log order decides both the index and what is delivered,
+//! on every replica. The index is a function of the committed log, rebuilt by
+//! dispatching it again.
 
 use crate::error::{Result, StoreError};
 use crate::timer_index::TimerIndex;
@@ -72,8 +76,7 @@ pub enum HalfEnd {
 }
 
 impl HalfEnd {
-    /// The byte stored for it, and the [`PROPERTY_TRANSACTION_END`] value of an op
-    /// record (None for a commit, which is no op record).
+    /// The byte stored for it in the ended tree.
     fn code(self) -> u8 {
         match self {
             HalfEnd::Committed => 1,
@@ -176,18 +179,28 @@ impl HalfIndex<'_> {
             .map_err(|e| self.db.err(e))
     }
 
-    /// Ends a pending half; true if it was pending. A half not pending (ended
+    /// Ends a pending half by the record at CommitLog offset `by_physical_offset`
+    /// (the winning end); true if it was pending. A half not pending (ended
     /// already, or never known) is left as it is.
-    pub fn end(&self, half_queue_offset: u64, end: HalfEnd) -> Result<bool> {
+    pub fn end(
+        &self,
+        half_queue_offset: u64,
+        end: HalfEnd,
+        by_physical_offset: u64,
+    ) -> Result<bool> {
         let key = half_queue_offset.to_be_bytes();
         let pending = self.pending_tree()?;
         if !pending.contains_key(key).map_err(|e| self.db.err(e))? {
             return Ok(false);
         }
-        // Ended first: a crash in between leaves it ended (and pending, which
-        // the next dispatch or lookup settles: `state` reads the end first).
+        // Ended first: a crash in between leaves it ended and pending, which the
+        // dispatch again settles; `state` reads the end first, and `due` and
+        // `oldest_physical_offset` skip rows the ended tree holds.
+        let mut v = [0u8; 9];
+        v[0] = end.code();
+        v[1..].copy_from_slice(&by_physical_offset.to_be_bytes());
         self.ended_tree()?
-            .insert(key, &[end.code()][..])
+            .insert(key, &v[..])
             .map_err(|e| self.db.err(e))?;
         pending.remove(key).map_err(|e| self.db.err(e))?;
         Ok(true)
@@ -198,11 +211,8 @@ impl HalfIndex<'_> {
     /// ([`Self::forget_below`]).
     pub fn state(&self, half_queue_offset: u64) -> Result<Option<HalfState>> {
         let key = half_queue_offset.to_be_bytes();
-        if let Some(v) = self.ended_tree()?.get(key).map_err(|e| self.db.err(e))? {
-            return match v.first().copied().and_then(HalfEnd::from_code) {
-                Some(end) => Ok(Some(HalfState::Ended(end))),
-                None => Err(self.corrupted(format!("an end code {v:?}"))),
-            };
+        if let Some((end, _)) = self.end_of(half_queue_offset)? {
+            return Ok(Some(HalfState::Ended(end)));
         }
         match self.pending_tree()?.get(key).map_err(|e| self.db.err(e))? {
             Some(v) => decode_pending(&key, &v)
@@ -212,25 +222,55 @@ impl HalfIndex<'_> {
         }
     }
 
-    /// Up to `limit` pending halves first checked at or before `now_ms`, in half
-    /// queue offset order (the order they were sent). Reads every pending row.
-    pub fn due(&self, now_ms: i64, limit: usize) -> Result<Vec<PendingHalf>> {
-        let mut out = Vec::new();
+    /// How the half at `half_queue_offset` ended and the CommitLog offset of the
+    /// record that ended it; None while pending or unknown.
+    pub fn end_of(&self, half_queue_offset: u64) -> Result<Option<(HalfEnd, u64)>> {
+        let key = half_queue_offset.to_be_bytes();
+        match self.ended_tree()?.get(key).map_err(|e| self.db.err(e))? {
+            None => Ok(None),
+            Some(v) => match (
+                v.first().copied().and_then(HalfEnd::from_code),
+                <[u8; 8]>::try_from(v.get(1..).unwrap_or_default()),
+            ) {
+                (Some(end), Ok(by)) => Ok(Some((end, u64::from_be_bytes(by)))),
+                _ => Err(self.corrupted(format!("an ended row {v:?}"))),
+            },
+        }
+    }
+
+    /// Calls `f` with every pending half first checked at or before `now_ms`, in
+    /// half queue offset order (the order they were sent), until it returns
+    /// false. Reads every pending row.
+    pub fn for_each_due(&self, now_ms: i64, mut f: impl FnMut(PendingHalf) -> bool) -> Result<()> {
+        let ended = self.ended_tree()?;
         for kv in self.pending_tree()?.iter() {
             let (k, v) = kv.map_err(|e| self.db.err(e))?;
             let h = decode_pending(&k, &v)
                 .ok_or_else(|| self.corrupted(format!("a pending row of {} bytes", v.len())))?;
-            if h.first_check_ms <= now_ms {
-                out.push(h);
-                if out.len() == limit {
-                    break;
-                }
+            if h.first_check_ms > now_ms || ended.contains_key(&k).map_err(|e| self.db.err(e))? {
+                continue;
             }
+            if !f(h) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` pending halves first checked at or before `now_ms`, in half
+    /// queue offset order ([`Self::for_each_due`]).
+    pub fn due(&self, now_ms: i64, limit: usize) -> Result<Vec<PendingHalf>> {
+        let mut out = Vec::new();
+        if limit > 0 {
+            self.for_each_due(now_ms, |h| {
+                out.push(h);
+                out.len() < limit
+            })?;
         }
         Ok(out)
     }
 
-    /// Pending halves (O(n), for tests and status).
+    /// Pending rows (O(n), for tests).
     pub fn pending(&self) -> usize {
         self.pending_tree().map_or(0, |t| t.len())
     }
@@ -239,8 +279,12 @@ impl HalfIndex<'_> {
     /// record is at, if any: retention keeps those records (O(n)).
     pub fn oldest_physical_offset(&self, from: u64) -> Result<Option<u64>> {
         let mut oldest: Option<u64> = None;
+        let ended = self.ended_tree()?;
         for kv in self.pending_tree()?.iter() {
             let (k, v) = kv.map_err(|e| self.db.err(e))?;
+            if ended.contains_key(&k).map_err(|e| self.db.err(e))? {
+                continue;
+            }
             if let Some(h) = decode_pending(&k, &v).filter(|h| h.physical_offset >= from) {
                 oldest = Some(oldest.map_or(h.physical_offset, |o| o.min(h.physical_offset)));
             }
@@ -298,14 +342,16 @@ mod tests {
         assert_eq!(idx.oldest_physical_offset(0).unwrap(), Some(1_000));
         assert_eq!(idx.oldest_physical_offset(1_001).unwrap(), Some(1_100));
 
-        assert!(idx.end(1, HalfEnd::Committed).unwrap());
+        assert!(idx.end(1, HalfEnd::Committed, 5_000).unwrap());
         // A later end of the same half (a rollback applied after the commit)
         // changes nothing.
-        assert!(!idx.end(1, HalfEnd::RolledBack).unwrap());
+        assert!(!idx.end(1, HalfEnd::RolledBack, 6_000).unwrap());
         assert_eq!(
             idx.state(1).unwrap(),
             Some(HalfState::Ended(HalfEnd::Committed))
         );
+        assert_eq!(idx.end_of(1).unwrap(), Some((HalfEnd::Committed, 5_000)));
+        assert_eq!(idx.end_of(0).unwrap(), None);
         // Dispatching its record again (after a crash) does not revive it.
         idx.insert(half(1, 2_000)).unwrap();
         assert_eq!(
@@ -318,10 +364,10 @@ mod tests {
         );
         assert_eq!(idx.state(7).unwrap(), None);
         // An end for a half never seen is not recorded.
-        assert!(!idx.end(7, HalfEnd::Discarded).unwrap());
+        assert!(!idx.end(7, HalfEnd::Discarded, 7_000).unwrap());
         assert_eq!(idx.state(7).unwrap(), None);
 
-        assert!(idx.end(2, HalfEnd::Discarded).unwrap());
+        assert!(idx.end(2, HalfEnd::Discarded, 8_000).unwrap());
         assert_eq!(idx.pending(), 1);
         assert_eq!(idx.forget_below(2).unwrap(), 1);
         assert_eq!(idx.state(1).unwrap(), None);
@@ -338,7 +384,7 @@ mod tests {
             let timers = TimerIndex::open(dir.path()).unwrap();
             timers.halves().insert(half(4, 10)).unwrap();
             timers.halves().insert(half(5, 10)).unwrap();
-            timers.halves().end(5, HalfEnd::RolledBack).unwrap();
+            timers.halves().end(5, HalfEnd::RolledBack, 1).unwrap();
             timers.flush().unwrap();
             timers.close().unwrap();
         }

@@ -26,6 +26,10 @@ mod timer_rebuild;
 
 pub use background::WARM_AHEAD_BYTES;
 
+/// The queue offset of a message record dispatch placed in no queue (a losing
+/// end of a transaction: `half_index`).
+pub const NOT_PLACED: u64 = u64::MAX;
+
 /// A message placed in a ConsumeQueue by [`MessageStore::dispatch_through`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchedMessage {
@@ -35,7 +39,9 @@ pub struct DispatchedMessage {
     pub topic: String,
     /// Message queue id.
     pub queue_id: i32,
-    /// Its queue offset (assigned here, identically on every replica).
+    /// Its queue offset (assigned here, identically on every replica), or
+    /// [`NOT_PLACED`] for a losing end of a transaction (a commit copy of a half
+    /// another record ended first), which no queue holds.
     pub queue_offset: u64,
     /// Its CommitLog offset.
     pub physical_offset: u64,

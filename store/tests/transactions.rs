@@ -1,6 +1,7 @@
 //! The half index as dispatch keeps it: a record of the half topic becomes a
 //! pending half, first checked its immunity after its store time; the first
-//! commit copy or op record that names it ends it, later ones change nothing;
+//! commit copy or op record that names it ends it, later ones change nothing
+//! (a later commit copy reaches no queue: the first end decides delivery too);
 //! dispatching again after a crash, or rebuilding a missing index from the log,
 //! ends in the same index; a reset for a snapshot empties it.
 
@@ -86,7 +87,7 @@ fn the_first_end_of_a_half_wins_and_dispatch_again_agrees() {
     store
         .append_entry(1, 3, &[op(1, "ROLLBACK"), op(0, "ROLLBACK")])
         .unwrap();
-    store.append_entry(1, 4, &[commit(1, "b")]).unwrap();
+    let late_commit = store.append_entry(1, 4, &[commit(1, "b")]).unwrap();
     store
         .append_entry(
             1,
@@ -105,12 +106,29 @@ fn the_first_end_of_a_half_wins_and_dispatch_again_agrees() {
     ];
     assert_eq!(states(&store, 3), expected);
     assert_eq!(store.timers().halves().pending(), 0);
+    // Only a's commit reached the real queue: b's came after its rollback.
+    let real = |s: &MessageStore| s.consume_queues().get("Real", 1).unwrap().max_offset();
+    assert_eq!(real(&store), 1);
+    assert_eq!(
+        store
+            .timers()
+            .halves()
+            .end_of(1)
+            .unwrap()
+            .map(|(_, by)| by != late_commit.physical_offset),
+        Some(true)
+    );
     crash(store);
 
     let store = MessageStore::open(cfg.clone()).unwrap();
     store.dispatch_through(5).unwrap();
     assert_eq!(states(&store, 3), expected);
     assert_eq!(store.timers().halves().pending(), 0);
+    assert_eq!(real(&store), 1);
+    // Cut the queue back and dispatch again from a's commit: the same one entry.
+    store.rebuild_consume_queues_from(2).unwrap();
+    store.dispatch_through(5).unwrap();
+    assert_eq!(real(&store), 1);
 
     // A follower that installs a snapshot starts an empty log: its halves go.
     store.reset(100, 2).unwrap();

@@ -154,7 +154,8 @@ async fn bad_input_gets_the_protocols_status_codes() {
                     ledgermq_broker::pb::MessageType::Transaction as i32;
                 m
             },
-            Code::Unsupported,
+            // A transactional message to a NORMAL topic.
+            Code::MessagePropertyConflictWithType,
         ),
         (
             {

@@ -539,10 +539,20 @@ async fn transactions_commit_and_roll_back_through_a_leader_kill() {
         }
     }
     // An orphan: checked back and committed by the checker.
-    let orphan = MessageBuilder::transaction_message_builder(TX, b"c-orphan".to_vec())
-        .build()
-        .unwrap();
-    let orphan_tx = p.send_transaction_message(orphan).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let orphan_tx = loop {
+        let orphan = MessageBuilder::transaction_message_builder(TX, b"c-orphan".to_vec())
+            .build()
+            .unwrap();
+        // The client keeps the killed node in its balancing set: retry.
+        match p.send_transaction_message(orphan).await {
+            Ok(tx) => break tx,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the orphan was never sent: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
     let want: HashSet<String> = sent
         .iter()
         .filter(|b| b.starts_with('c'))

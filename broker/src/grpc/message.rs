@@ -24,8 +24,8 @@ use crate::pb;
 /// `max_body_bytes`), `ILLEGAL_DELIVERY_TIME` (a DELAY message without a delivery
 /// timestamp), `MESSAGE_PROPERTY_CONFLICT_WITH_TYPE` (a delivery timestamp and a
 /// message group together; a transactional message with either), `UNSUPPORTED`
-/// (a message type the protocol does not define). A transactional message's
-/// recovery duration is kept up to [`MAX_RECOVERY_MS`]. A message with a delivery
+/// (a message type the protocol does not define); BAD_REQUEST also for a
+/// transactional message's recovery duration over [`MAX_RECOVERY_MS`]. A message with a delivery
 /// timestamp is a delay message whatever type it says, as the reference proxy
 /// reads the type from the properties; how far ahead it may be is checked when
 /// it is sent (`crate::send`).
@@ -63,11 +63,22 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
             "a transactional message can have neither a delivery timestamp nor a message group",
         ));
     }
-    let check_immunity_ms = sp
-        .orphaned_transaction_recovery_duration
-        .as_ref()
-        .filter(|_| transaction)
-        .map(|d| duration_ms(d).min(MAX_RECOVERY_MS));
+    let check_immunity_ms = match sp.orphaned_transaction_recovery_duration.as_ref() {
+        Some(d) if transaction => {
+            let ms = duration_ms(d);
+            if ms > MAX_RECOVERY_MS {
+                return Err(refuse(
+                    ErrorKind::BadRequest,
+                    format!(
+                        "an orphaned transaction recovery duration of {ms} ms; at most \
+                         {MAX_RECOVERY_MS} ms is allowed"
+                    ),
+                ));
+            }
+            Some(ms)
+        }
+        _ => None,
+    };
     if mtype == pb::MessageType::Delay && deliver_at_ms.is_none() {
         return Err(refuse(
             ErrorKind::IllegalDeliveryTime,
@@ -136,8 +147,9 @@ pub fn incoming(m: pb::Message, max_body_bytes: usize) -> Result<Incoming, Broke
     })
 }
 
-/// Longest orphaned transaction recovery duration a client may ask for, ms (the
-/// reference proxy's `maxTransactionRecoverySecond`: 1 hour).
+/// Longest orphaned transaction recovery duration a client may ask for, ms: a
+/// longer one is refused with BAD_REQUEST (the reference proxy's
+/// `maxTransactionRecoverySecond`, 1 hour, and its check).
 pub const MAX_RECOVERY_MS: u64 = 3_600_000;
 
 /// Milliseconds since the Unix epoch of a protobuf timestamp.
@@ -394,10 +406,16 @@ mod tests {
         m.system_properties
             .as_mut()
             .unwrap()
-            .orphaned_transaction_recovery_duration = Some(duration(86_400_000));
+            .orphaned_transaction_recovery_duration = Some(duration(MAX_RECOVERY_MS + 1_000));
+        assert_eq!(code(incoming(m, 10)), ErrorKind::BadRequest);
+        let mut m = transactional();
+        m.system_properties
+            .as_mut()
+            .unwrap()
+            .orphaned_transaction_recovery_duration = Some(duration(20_000));
         let inc = incoming(m, 10).unwrap();
         assert!(inc.transaction);
-        assert_eq!(inc.check_immunity_ms, Some(MAX_RECOVERY_MS));
+        assert_eq!(inc.check_immunity_ms, Some(20_000));
         assert_eq!(
             inc.message_type(),
             ledgermq_meta::TopicMessageType::Transaction

@@ -350,6 +350,10 @@ impl MessagingService for Service {
         let buffer = self.0.settings.telemetry_reply_buffer.max(1);
         let (mut tx, rx) = futures::channel::mpsc::channel(buffer - 1);
         let (cut_tx, cut_rx) = futures::channel::oneshot::channel::<()>();
+        // Transaction checks back come on their own bounded channel: a burst of
+        // them fills neither the replies' buffer nor cuts the stream (a check a
+        // full channel cannot take goes to another producer of the topic).
+        let (checks_tx, checks_rx) = futures::channel::mpsc::channel(CHECKS_BUFFER);
         let b = self.0.clone();
         tokio::spawn(async move {
             let stream = b.producers.stream_id();
@@ -358,7 +362,8 @@ impl MessagingService for Service {
                     // A producer's stream is where its transactions are checked back.
                     if let Some(pb::settings::PubSub::Publishing(p)) = &s.pub_sub {
                         let topics = p.topics.iter().map(|t| t.name.clone()).collect();
-                        b.producers.register(stream, &client, topics, tx.clone());
+                        b.producers
+                            .register(stream, &client, topics, checks_tx.clone());
                     }
                     let reply = pb::TelemetryCommand {
                         status: Some(pb::Status::ok()),
@@ -382,7 +387,10 @@ impl MessagingService for Service {
             }
             b.producers.remove(stream);
         });
-        Ok(Response::new(Box::pin(cut_short(rx, cut_rx))))
+        Ok(Response::new(Box::pin(futures::stream::select(
+            cut_short(rx, cut_rx),
+            checks_rx,
+        ))))
     }
 
     async fn notify_client_termination(
@@ -412,6 +420,9 @@ impl MessagingService for Service {
         .await
     }
 }
+
+/// Transaction checks back buffered for one producer's Telemetry stream.
+const CHECKS_BUFFER: usize = 64;
 
 /// `replies` until `cut` fires, then RESOURCE_EXHAUSTED (buffered replies are
 /// dropped); all of `replies` if `cut` is dropped unfired.

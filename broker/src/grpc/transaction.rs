@@ -17,7 +17,7 @@ use ledgermq_store::half_index::HalfEnd;
 
 /// EndTransaction on this node (the ready leader): a commit or a rollback of the
 /// half the transaction id names. Errors as [`Broker::end_transaction`];
-/// BAD_REQUEST for a resolution other than COMMIT or ROLLBACK.
+/// BAD_REQUEST for a resolution other than COMMIT or ROLLBACK, or no topic.
 pub async fn end_local(
     b: &Broker,
     req: &pb::EndTransactionRequest,
@@ -47,7 +47,7 @@ async fn end(
     } else {
         EndSource::Client
     };
-    let end = match pb::TransactionResolution::try_from(req.resolution) {
+    let asked = match pb::TransactionResolution::try_from(req.resolution) {
         Ok(pb::TransactionResolution::Commit) => HalfEnd::Committed,
         Ok(pb::TransactionResolution::Rollback) => HalfEnd::RolledBack,
         _ => {
@@ -66,7 +66,7 @@ async fn end(
             ));
         }
     };
-    b.end_transaction(topic, &req.message_id, &req.transaction_id, end, source)
+    b.end_transaction(topic, &req.message_id, &req.transaction_id, asked, source)
         .await
 }
 

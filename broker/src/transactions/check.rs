@@ -6,10 +6,13 @@
 //! `transaction_check_max` checks; once the time of the next check comes with
 //! none answered, the leader discards it (RocketMQ's defaults: 6 s, 30 s, 15).
 //!
-//! The schedule depends on replicated times only ([`checks_due`]), so a new
-//! leader neither restarts it nor checks a half more often than it allows: it
-//! sends the check due now (again, if the old leader had sent it), and
-//! discards at the same time as the old leader would have. The producer may be
+//! The schedule is counted from the replicated store time ([`checks_due`]) on
+//! the leader's wall clock, so a new leader does not restart it: it sends the
+//! check due now (again, if the old leader had sent it: a leader change may
+//! add a check). It discards only after a check of its own term went
+//! unanswered for an interval on its monotonic clock ([`next_step`]), so a
+//! leader whose clock runs ahead, or one back after a long outage, checks once
+//! before it discards. The producer may be
 //! connected to any member: a check no producer on this node takes is passed to
 //! the others ([`crate::grpc::transaction::relay_check`]). Each check and where
 //! it went are logged; the answer is an EndTransaction, logged by
@@ -17,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ledgermq_store::half_index::{HalfEnd, PendingHalf};
@@ -47,57 +50,96 @@ pub struct TransactionCheck {
     pub tick: Duration,
 }
 
-/// What a round does with one half.
-enum Step {
-    /// Send check number `n` (from 1).
-    Check(PendingHalf, u64),
+/// What a round does with a half `n_due` checks are due for by the replicated
+/// schedule ([`checks_due`]), given the last check this term sent it, if any
+/// (its number, and when on this node's monotonic clock): the next check when
+/// one is due that this term has not sent; a discard only once more than
+/// `max` are due *and* this term sent a check at least `interval` ago, so a
+/// leader whose wall clock runs ahead, or that comes back after a long
+/// outage, still checks once before it discards. No I/O.
+pub(crate) fn next_step(
+    n_due: u64,
+    max: u32,
+    sent: Option<(u64, Instant)>,
+    now: Instant,
+    interval: Duration,
+) -> Option<Action> {
+    let max = u64::from(max);
+    match sent {
+        _ if n_due == 0 => None,
+        Some((_, at)) if n_due > max => {
+            (now.saturating_duration_since(at) >= interval).then_some(Action::Discard)
+        }
+        None => Some(Action::Check(n_due.min(max))),
+        Some((n, _)) if n < n_due.min(max) => Some(Action::Check(n_due.min(max))),
+        Some(_) => None,
+    }
+}
+
+/// A round's action on one half.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Send check number n (from 1).
+    Check(u64),
     /// Its checks are spent: discard it.
-    Discard(PendingHalf),
+    Discard,
 }
 
 impl TransactionCheck {
-    /// One round: checks due now are sent, spent halves discarded. `sent`: the
-    /// number of checks this term sent per half queue offset.
-    async fn round(&self, term: u64, sent: &mut HashMap<u64, u64>) {
+    /// One round: checks due now are sent, spent halves discarded, at most
+    /// [`MAX_PER_ROUND`] of them (halves with nothing to do cost a read only,
+    /// so later halves are never starved). `sent`: this term's last check per
+    /// half queue offset.
+    async fn round(&self, term: u64, sent: &mut HashMap<u64, (u64, Instant)>) {
         if self.broker.consumers.ready_term() != Some(term) {
             return;
         }
         let s = &self.broker.settings;
-        let now = now_ms();
-        let due = match self
+        let (now, now_mono) = (now_ms(), Instant::now());
+        let interval = Duration::from_millis(s.transaction_check_interval_ms);
+        let mut steps = Vec::new();
+        let mut seen = HashSet::new();
+        let mut complete = true;
+        let scanned = self
             .broker
             .node
             .store()
             .timers()
             .halves()
-            .due(now, MAX_PER_ROUND)
-        {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::error!(error = %e, "reading the half index failed");
-                return;
-            }
-        };
-        if due.len() < MAX_PER_ROUND {
-            // Every pending half due is listed: forget the ended ones.
-            let listed: HashSet<u64> = due.iter().map(|h| h.half_queue_offset).collect();
-            sent.retain(|k, _| listed.contains(k));
+            .for_each_due(now, |h| {
+                let off = h.half_queue_offset;
+                seen.insert(off);
+                let n = checks_due(h.first_check_ms, now, s.transaction_check_interval_ms);
+                match next_step(
+                    n,
+                    s.transaction_check_max,
+                    sent.get(&off).copied(),
+                    now_mono,
+                    interval,
+                ) {
+                    Some(Action::Check(n)) => {
+                        sent.insert(off, (n, now_mono));
+                        steps.push((h, Action::Check(n)));
+                    }
+                    Some(Action::Discard) => steps.push((h, Action::Discard)),
+                    None => {}
+                }
+                complete = steps.len() < MAX_PER_ROUND;
+                complete
+            });
+        if let Err(e) = scanned {
+            tracing::error!(error = %e, "reading the half index failed");
+            return;
         }
-        let mut steps = Vec::new();
-        for h in due {
-            let n = checks_due(h.first_check_ms, now, s.transaction_check_interval_ms);
-            if n > u64::from(s.transaction_check_max) {
-                steps.push(Step::Discard(h));
-            } else if sent.get(&h.half_queue_offset).copied().unwrap_or(0) < n {
-                sent.insert(h.half_queue_offset, n);
-                steps.push(Step::Check(h, n));
-            }
+        if complete {
+            // Every pending half due was seen: forget the ended ones.
+            sent.retain(|k, _| seen.contains(k));
         }
         futures::stream::iter(steps)
-            .for_each_concurrent(CONCURRENT_CHECKS, |step| async move {
-                match step {
-                    Step::Check(h, n) => self.check(h, n).await,
-                    Step::Discard(h) => self.discard(h).await,
+            .for_each_concurrent(CONCURRENT_CHECKS, |(h, action)| async move {
+                match action {
+                    Action::Check(n) => self.check(h, n).await,
+                    Action::Discard => self.discard(h).await,
                 }
             })
             .await;
@@ -108,7 +150,10 @@ impl TransactionCheck {
     fn read(&self, h: &PendingHalf) -> Option<(ledgermq_store::MessageRecord, String, String)> {
         match self.broker.node.store().read_half(h) {
             Ok(rec) => {
-                let topic = rec.properties.get(PROPERTY_REAL_TOPIC).cloned()?;
+                let Some(topic) = rec.properties.get(PROPERTY_REAL_TOPIC).cloned() else {
+                    tracing::error!(half = ?h, "a pending half message without REAL_TOPIC: not checked back");
+                    return None;
+                };
                 let id = rec
                     .properties
                     .get(PROPERTY_UNIQ_KEY)
@@ -238,11 +283,44 @@ impl TermService for TransactionCheck {
 
     fn start(self: Arc<Self>, term: u64, end: TermEnd) -> JoinHandle<()> {
         tokio::spawn(async move {
-            let mut sent = HashMap::new();
+            let mut sent: HashMap<u64, (u64, Instant)> = HashMap::new();
             let mut ticks = end.ticks(self.tick);
             while ticks.next().await {
                 self.round(term, &mut sent).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_follow_the_schedule_and_a_discard_waits_for_a_check_of_this_term() {
+        let t0 = Instant::now();
+        let iv = Duration::from_secs(30);
+        let later = |s| t0 + Duration::from_secs(s);
+        assert_eq!(next_step(0, 15, None, t0, iv), None);
+        assert_eq!(next_step(1, 15, None, t0, iv), Some(Action::Check(1)));
+        assert_eq!(next_step(1, 15, Some((1, t0)), later(5), iv), None);
+        assert_eq!(
+            next_step(2, 15, Some((1, t0)), later(30), iv),
+            Some(Action::Check(2))
+        );
+        // A new leader (nothing sent this term) sends the check due now.
+        assert_eq!(next_step(7, 15, None, t0, iv), Some(Action::Check(7)));
+        // Past the last check: a leader that sent none checks once first (its
+        // clock may run ahead), then discards an interval later.
+        assert_eq!(next_step(40, 15, None, t0, iv), Some(Action::Check(15)));
+        assert_eq!(next_step(40, 15, Some((15, t0)), later(29), iv), None);
+        assert_eq!(
+            next_step(40, 15, Some((15, t0)), later(30), iv),
+            Some(Action::Discard)
+        );
+        assert_eq!(
+            next_step(16, 15, Some((15, t0)), later(30), iv),
+            Some(Action::Discard)
+        );
     }
 }

@@ -108,39 +108,48 @@ impl Broker {
         {
             return Err(invalid("the transaction is of another message"));
         }
-        let record = if end == HalfEnd::Committed {
-            committed_copy(rec, offset).map_err(|e| refuse(ErrorKind::Internal, e))?
-        } else {
-            op_record(offset, end)
+        let record = match end {
+            HalfEnd::Committed => {
+                committed_copy(rec, offset).map_err(|e| refuse(ErrorKind::Internal, e))?
+            }
+            HalfEnd::RolledBack => op_record(offset, false),
+            HalfEnd::Discarded => op_record(offset, true),
         };
         let before = self.node.raft().metrics().borrow().last_log_index;
-        match self.node.write_messages_as_leader(vec![record]).await {
-            Ok(_) => {
-                tracing::info!(
-                    topic,
-                    message_id,
-                    transaction_id,
-                    ?end,
-                    ?source,
-                    term,
-                    "transaction ended"
-                );
+        let written = self.node.write_messages_as_leader(vec![record]).await;
+        if let Err(e) = &written {
+            if !may_have_been_proposed(e) {
+                return written.map(|_| ()).map_err(Into::into);
+            }
+            // The lock stays held: no other end of this half is written before
+            // this one is known to be applied or not. (Should that take longer,
+            // dispatch still lets only the first end in log order count.)
+            settle(&self.node, term, before.map_or(1, |i| i + 1), SETTLE_WAIT).await;
+        }
+        // Answered by what the first end in log order made of the half: an end
+        // written meanwhile (by this node in an earlier term, or by another
+        // leader) wins over this one.
+        let now = store.timers().halves().state(offset).map_err(internal)?;
+        match (now, written) {
+            (Some(HalfState::Ended(_)), w) if decide(now, end) == Decision::Done => {
+                tracing::info!(topic, message_id, transaction_id, ?end, ?source, term, write_error = ?w.err(), "transaction ended");
                 Ok(())
             }
-            Err(e) if !may_have_been_proposed(&e) => Err(e.into()),
-            Err(e) => {
-                // The lock stays held: no other end of this half is written
-                // before this one is known to be applied or not.
-                let settled =
-                    settle(&self.node, term, before.map_or(1, |i| i + 1), SETTLE_WAIT).await;
-                let now = store.timers().halves().state(offset).map_err(internal)?;
-                if settled && now == Some(HalfState::Ended(end)) {
-                    tracing::info!(topic, message_id, transaction_id, ?end, ?source, term, error = %e, "transaction ended (its write timed out, then applied)");
-                    Ok(())
-                } else {
-                    Err(e.into())
-                }
+            (Some(HalfState::Ended(e)), _) => {
+                tracing::warn!(topic, message_id, transaction_id, asked = ?end, ended = ?e, ?source, "an earlier end of the transaction won");
+                Err(invalid(match decide(now, end) {
+                    Decision::Refuse(why) => why,
+                    _ => "the transaction ended otherwise",
+                }))
             }
+            (_, Err(e)) => Err(e.into()),
+            (_, Ok(_)) => Err(refuse(
+                ErrorKind::Internal,
+                format!(
+                    "transaction {transaction_id}: its end was applied, but the half index \
+                     does not show it ended"
+                ),
+            )),
         }
     }
 }

@@ -314,7 +314,7 @@ fn log_payloads_of_command_set_4_keep_their_layout() {
         payload
     );
     assert_eq!(payload_set(&payload), crate::format::SET_RESET_OFFSETS);
-    assert_eq!(crate::format::LOG_COMMANDS, 4);
+    assert_eq!(crate::format::LOG_COMMANDS, 5);
 }
 
 fn payload_set(p: &SystemPayload) -> u8 {

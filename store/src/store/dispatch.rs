@@ -12,7 +12,9 @@ use crate::timer_index::{
     PendingTimer, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_QUEUE_OFFSET, TIMER_TOPIC,
 };
 
-use super::{for_each_record, Dispatched, DispatchedMessage, MessageStore, QueuePosition};
+use super::{
+    for_each_record, Dispatched, DispatchedMessage, MessageStore, QueuePosition, NOT_PLACED,
+};
 
 impl MessageStore {
     /// First log index not yet dispatched.
@@ -79,6 +81,19 @@ impl MessageStore {
             let entry = self.log.read_entry(d.next_log_index)?;
             for_each_record(&self.log, &entry, |view, phys| {
                 if view.kind() != RecordKind::Message {
+                    return Ok(());
+                }
+                if self.is_losing_end(&view, phys)? {
+                    // A commit copy of a half another record ended first: in no
+                    // queue and no index, so never delivered.
+                    placed.push(DispatchedMessage {
+                        log_index: entry.location.log_index,
+                        topic: view.topic().to_owned(),
+                        queue_id: view.queue_id(),
+                        queue_offset: NOT_PLACED,
+                        physical_offset: phys,
+                        size_bytes: view.len() as u32,
+                    });
                     return Ok(());
                 }
                 let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
@@ -208,7 +223,30 @@ impl MessageStore {
         } else {
             HalfEnd::Committed
         };
-        self.timers.halves().end(half, end).map(|_| ())
+        self.timers.halves().end(half, end, phys).map(|_| ())
+    }
+
+    /// True if the message record `view` (at CommitLog offset `phys`) is a commit
+    /// copy ([`PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET`] outside the half and op
+    /// topics) of a half that another record ended: the first end in log order
+    /// wins, so such a copy is placed in no queue (dispatch, and the queue
+    /// repairs, skip it). Decided by the winner's offset, which never changes
+    /// once recorded, so dispatching again decides the same.
+    pub(super) fn is_losing_end(&self, view: &RecordView<'_>, phys: u64) -> Result<bool> {
+        if view.topic() == HALF_TOPIC || view.topic() == OP_HALF_TOPIC {
+            return Ok(false);
+        }
+        let Some(half) = view
+            .property(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+            .and_then(|v| v.parse::<u64>().ok())
+        else {
+            return Ok(false);
+        };
+        Ok(self
+            .timers
+            .halves()
+            .end_of(half)?
+            .is_some_and(|(_, winner)| winner != phys))
     }
 
     /// The next queue offset of every message queue, sorted by (topic, queue id): what

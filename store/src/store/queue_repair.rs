@@ -117,7 +117,11 @@ impl MessageStore {
         for log_index in first..dispatched {
             let entry = self.log.read_entry(log_index)?;
             for_each_record(&self.log, &entry, |view, phys| {
-                if found.is_some() || phys <= after || !is_message_of(&view, cq) {
+                if found.is_some()
+                    || phys <= after
+                    || !is_message_of(&view, cq)
+                    || self.is_losing_end(&view, phys)?
+                {
                     return Ok(());
                 }
                 let e = placement(&view, phys);
@@ -170,7 +174,10 @@ impl MessageStore {
         for log_index in first..dispatched.next_log_index {
             let entry = self.log.read_entry(log_index)?;
             for_each_record(&self.log, &entry, |view, phys| {
-                if phys < from || view.kind() != RecordKind::Message {
+                if phys < from
+                    || view.kind() != RecordKind::Message
+                    || self.is_losing_end(&view, phys)?
+                {
                     return Ok(());
                 }
                 let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;

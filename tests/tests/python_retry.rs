@@ -1,0 +1,49 @@
+//! Retries and dead letters with the official RocketMQ 5 Python client's
+//! PushConsumer (`tests/python/retry_dlq_check.py`): groups made with
+//! `mqadmin updateSubGroup -r 2`; a message the listener fails is nacked with
+//! the backoff the broker's Settings give, delivered again with the next
+//! attempt and, after the second, copied to `%DLQ%<group>` by the broker; a
+//! FIFO message the listener fails is retried by the client and forwarded with
+//! ForwardMessageToDeadLetterQueue. Messages consumed OK never reach a
+//! dead-letter queue.
+
+use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_messages_are_retried_then_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
+        .await
+        .unwrap();
+    let leader = cluster
+        .prepare(
+            "broker-a",
+            &[
+                &["updateTopic", "-t", "PyRetry", "-q", "2"],
+                &["updateTopic", "-t", "PyRetryFifo", "-q", "2", "--fifo"],
+                &["updateSubGroup", "-g", "PyRetryGroup", "-r", "2"],
+                &[
+                    "updateSubGroup",
+                    "-g",
+                    "PyRetryFifoGroup",
+                    "--fifo",
+                    "-r",
+                    "2",
+                ],
+                // Readers of the dead-letter queues subscribe before the first
+                // dead letter: the topics exist first, as operators make them.
+                &["updateTopic", "-t", "%DLQ%PyRetryGroup", "-q", "1"],
+                &["updateTopic", "-t", "%DLQ%PyRetryFifoGroup", "-q", "1"],
+            ],
+        )
+        .await
+        .unwrap();
+    let access = cluster.nodes[(leader + 1) % 3].client_addr.clone();
+    let summary = ledgermq_tests::python::run_check(
+        "retry_dlq_check.py",
+        &["--access", &access, "--max-attempts", "2"],
+        std::time::Duration::from_secs(240),
+    )
+    .await;
+    assert!(summary.contains("\"errors\": []"), "{summary}");
+}
