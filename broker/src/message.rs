@@ -254,7 +254,9 @@ pub struct Delivery {
 /// message: no message group (the dead-letter queue is not FIFO), and none of
 /// a delivered delay message's timer properties (a consumer of the dead-letter
 /// queue would be told it is a delay message, and its dispatch would take it
-/// for a timer's delivered copy).
+/// for a timer's delivered copy), and no `TRAN_PREPARED_QUEUE_OFFSET` of a
+/// committed transactional message (its dispatch would take it for a later end
+/// of that half, a losing commit copy, and place it in no queue).
 pub fn dead_letter_copy(mut rec: MessageRecord, dlq_topic: String) -> MessageRecord {
     rec.properties
         .insert(PROPERTY_ORIGIN_TOPIC.into(), rec.topic.clone());
@@ -266,6 +268,7 @@ pub fn dead_letter_copy(mut rec: MessageRecord, dlq_topic: String) -> MessageRec
         timer_index::PROPERTY_REAL_QID,
         timer_index::PROPERTY_TIMER_DELIVER_MS,
         timer_index::PROPERTY_TIMER_QUEUE_OFFSET,
+        half_index::PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     ] {
         rec.properties.remove(p);
     }
@@ -302,6 +305,25 @@ mod tests {
         ] {
             assert!(!p.contains_key(gone), "{gone} kept: {p:?}");
         }
+    }
+
+    #[test]
+    fn a_dead_letter_copy_of_a_committed_transactional_message_ends_no_half() {
+        // A committed transactional message, as a consumer got it: its
+        // TRAN_PREPARED_QUEUE_OFFSET names the half it ended. A copy still
+        // carrying it would be taken for a later end of that half, a losing
+        // commit copy, and placed in no queue.
+        let delivered = MessageRecord::message("Orders", 1, b"paid".to_vec(), 1_000)
+            .with_property(half_index::PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, "41")
+            .with_property(half_index::PROPERTY_PRODUCER_GROUP, "Orders");
+        let copy = dead_letter_copy(delivered, "%DLQ%G".into());
+        assert!(
+            !copy
+                .properties
+                .contains_key(half_index::PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET),
+            "{:?}",
+            copy.properties
+        );
     }
 
     #[test]

@@ -130,8 +130,9 @@ pub enum RaftNodeError {
     /// member of the group has not said it decodes in the leader's current term
     /// (it runs an earlier release, or is down or unreachable): not written,
     /// since that member would stop applying at the entry. Written once every
-    /// member has answered the leader with that set.
-    #[error("a member of the group does not decode log command set {set} ({}) yet: it runs an earlier release, or is down or not heard from in this term; not written", crate::format::set_brings(*set))]
+    /// member has answered the leader with that set. For half messages (set 5,
+    /// `format::SET_TRANSACTIONS`): a member said it decodes an earlier set.
+    #[error("a member of the group does not decode log command set {set} ({}) yet: it runs an earlier release (for a command: or is down or not heard from in this term); not written", crate::format::set_brings(*set))]
     MembersCannotDecode {
         /// The command's log command set.
         set: u8,

@@ -41,7 +41,8 @@ async fn end(
         .topic
         .as_ref()
         .map(|t| t.name.as_str())
-        .unwrap_or_default();
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| refuse(ErrorKind::BadRequest, "EndTransaction without a topic"))?;
     let source = if req.source == pb::TransactionSource::SourceServerCheck as i32 {
         EndSource::ServerCheck
     } else {

@@ -100,6 +100,7 @@ impl TransactionCheck {
         let mut steps = Vec::new();
         let mut seen = HashSet::new();
         let mut complete = true;
+        let mut last_seen = None;
         let scanned = self
             .broker
             .node
@@ -109,6 +110,7 @@ impl TransactionCheck {
             .for_each_due(now, |h| {
                 let off = h.half_queue_offset;
                 seen.insert(off);
+                last_seen = Some(off);
                 let n = checks_due(h.first_check_ms, now, s.transaction_check_interval_ms);
                 match next_step(
                     n,
@@ -121,7 +123,13 @@ impl TransactionCheck {
                         sent.insert(off, (n, now_mono));
                         steps.push((h, Action::Check(n)));
                     }
-                    Some(Action::Discard) => steps.push((h, Action::Discard)),
+                    Some(Action::Discard) => {
+                        // A discard that fails (an unreadable half) is tried
+                        // again an interval later, not every round.
+                        let n = sent.get(&off).map_or(0, |s| s.0);
+                        sent.insert(off, (n, now_mono));
+                        steps.push((h, Action::Discard));
+                    }
                     None => {}
                 }
                 complete = steps.len() < MAX_PER_ROUND;
@@ -131,10 +139,10 @@ impl TransactionCheck {
             tracing::error!(error = %e, "reading the half index failed");
             return;
         }
-        if complete {
-            // Every pending half due was seen: forget the ended ones.
-            sent.retain(|k, _| seen.contains(k));
-        }
+        // Forget the halves that ended: those the scan passed without seeing
+        // (halves are scanned in offset order; with the round cut short, the
+        // ones past where it stopped are kept).
+        sent.retain(|k, _| seen.contains(k) || (!complete && last_seen.is_some_and(|l| *k > l)));
         futures::stream::iter(steps)
             .for_each_concurrent(CONCURRENT_CHECKS, |(h, action)| async move {
                 match action {
@@ -269,8 +277,11 @@ impl TransactionCheck {
                 checks = self.broker.settings.transaction_check_max,
                 "transaction discarded: no check back was answered"
             ),
+            Err(e) if e.kind() == crate::error::ErrorKind::InvalidTransactionId => {
+                tracing::info!(topic, transaction_id = txid, error = %e, "the transaction ended before its discard")
+            }
             Err(e) => {
-                tracing::warn!(topic, transaction_id = txid, error = %e, "discarding a transaction failed; will retry")
+                tracing::warn!(topic, transaction_id = txid, error = %e, "discarding a transaction failed; will retry an interval later")
             }
         }
     }

@@ -314,6 +314,11 @@ fn log_payloads_of_command_set_4_keep_their_layout() {
         payload
     );
     assert_eq!(payload_set(&payload), crate::format::SET_RESET_OFFSETS);
+}
+
+#[test]
+fn this_release_decodes_log_command_sets_through_transactions() {
+    assert_eq!(crate::format::LOG_COMMANDS, crate::format::SET_TRANSACTIONS);
     assert_eq!(crate::format::LOG_COMMANDS, 5);
 }
 

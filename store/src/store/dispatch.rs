@@ -231,7 +231,9 @@ impl MessageStore {
     /// topics) of a half that another record ended: the first end in log order
     /// wins, so such a copy is placed in no queue (dispatch, and the queue
     /// repairs, skip it). Decided by the winner's offset, which never changes
-    /// once recorded, so dispatching again decides the same.
+    /// once recorded, so dispatching again decides the same. A copy of a
+    /// committed message (a dead letter) must not carry the property: the
+    /// broker's `dead_letter_copy` removes it.
     pub(super) fn is_losing_end(&self, view: &RecordView<'_>, phys: u64) -> Result<bool> {
         if view.topic() == HALF_TOPIC || view.topic() == OP_HALF_TOPIC {
             return Ok(false);
