@@ -36,7 +36,7 @@ use crate::receipt::ReceiptHandle;
 
 mod committer;
 mod leases;
-pub(crate) mod reset;
+mod reset;
 pub use committer::OffsetCommitter;
 use leases::lease;
 pub use reset::QueueReset;

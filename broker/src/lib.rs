@@ -34,6 +34,7 @@ mod filter;
 mod grpc;
 mod kinds;
 mod leader_term;
+mod leader_write;
 mod message;
 pub mod node;
 mod pop;

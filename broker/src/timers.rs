@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledgermq_raft::{RaftNode, RaftNodeError};
+use ledgermq_raft::RaftNode;
 use ledgermq_store::store::now_ms;
 use ledgermq_store::timer_index::{
     PendingTimer, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_DELIVER_MS,
@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::leader_term::{TermEnd, TermService};
+use crate::leader_write::may_have_been_proposed;
 
 /// Checks a delay message's delivery time against the latest one allowed, as the
 /// reference proxy does (`SendMessageActivity.validateDelayTime`): at most
@@ -57,14 +58,21 @@ pub fn check_delivery_time(
 /// `REAL_TOPIC`, `REAL_QID` and `TIMER_DELIVER_MS` properties.
 pub fn into_timer(mut rec: MessageRecord, deliver_at_ms: i64) -> MessageRecord {
     rec.properties
+        .insert(PROPERTY_TIMER_DELIVER_MS.into(), deliver_at_ms.to_string());
+    put_real_queue(&mut rec, TIMER_TOPIC);
+    rec
+}
+
+/// Moves `rec` (topic and queue chosen) to queue 0 of the internal topic
+/// `internal_topic` (timer, half message), keeping its message queue in
+/// `REAL_TOPIC` and `REAL_QID`; [`take_real_queue`] undoes it.
+pub(crate) fn put_real_queue(rec: &mut MessageRecord, internal_topic: &str) {
+    rec.properties
         .insert(PROPERTY_REAL_TOPIC.into(), std::mem::take(&mut rec.topic));
     rec.properties
         .insert(PROPERTY_REAL_QID.into(), rec.queue_id.to_string());
-    rec.properties
-        .insert(PROPERTY_TIMER_DELIVER_MS.into(), deliver_at_ms.to_string());
-    rec.topic = TIMER_TOPIC.into();
+    rec.topic = internal_topic.into();
     rec.queue_id = 0;
-    rec
 }
 
 /// The message that delivers the stored timer record `timer` (at
@@ -91,7 +99,7 @@ pub fn delivered_copy(
 
 /// Removes `REAL_TOPIC` and `REAL_QID` from the internal record `rec` (a
 /// `kind` of record: timer, half message) and returns them: the message queue
-/// it is for. Error: either is missing or the queue id is not valid.
+/// it is for ([`put_real_queue`] put them there). Error: either is missing or the queue id is not valid.
 pub(crate) fn take_real_queue(
     rec: &mut MessageRecord,
     kind: &str,
@@ -126,27 +134,6 @@ pub struct TimerDelivery {
 /// The pause after a write refused before it was proposed (a full disk, an
 /// overloaded leader, one cut off from its group), so the retries do not spin.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
-
-/// True unless `e`, from a leader-local write ([`RaftNode::write_messages_as_leader`],
-/// `write_command_as_leader`),
-/// was raised before the entry was proposed: refusals of the leader's checks
-/// (not the leader, cut off, overloaded, the store's room and size checks, a
-/// command set) come first; a timeout, an abandoned wait, openraft's own
-/// failures and a shutdown may come after the proposal.
-pub(crate) fn may_have_been_proposed(e: &RaftNodeError) -> bool {
-    !matches!(
-        e,
-        RaftNodeError::NotLeader { .. }
-            | RaftNodeError::NoLeader
-            | RaftNodeError::Expired
-            | RaftNodeError::CutOff { .. }
-            | RaftNodeError::LeaderUnreachable { .. }
-            | RaftNodeError::Overloaded { .. }
-            | RaftNodeError::InvalidInput(_)
-            | RaftNodeError::Store(_)
-            | RaftNodeError::MembersCannotDecode { .. }
-    )
-}
 
 /// A timer's key in the index.
 type TimerKey = (i64, u64);

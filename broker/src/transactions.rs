@@ -28,30 +28,24 @@ use ledgermq_store::half_index::{
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
 };
 use ledgermq_store::record::PROPERTY_TAGS;
-use ledgermq_store::timer_index::{PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC};
 use ledgermq_store::MessageRecord;
 
-use crate::timers::take_real_queue;
+use crate::timers::{put_real_queue, take_real_queue};
 
 /// The record that stores the transactional message `rec` (topic and queue
 /// chosen) until it is ended: under [`HALF_TOPIC`] queue 0, with RocketMQ's
 /// `REAL_TOPIC`, `REAL_QID`, `TRAN_MSG`, `PGROUP` (the topic, as the reference
 /// proxy names 5.x producers) and `CHECK_IMMUNITY_TIME_IN_SECONDS` properties.
 pub fn into_half(mut rec: MessageRecord, check_immunity_s: u64) -> MessageRecord {
-    let topic = std::mem::take(&mut rec.topic);
     rec.properties
-        .insert(PROPERTY_PRODUCER_GROUP.into(), topic.clone());
-    rec.properties.insert(PROPERTY_REAL_TOPIC.into(), topic);
-    rec.properties
-        .insert(PROPERTY_REAL_QID.into(), rec.queue_id.to_string());
+        .insert(PROPERTY_PRODUCER_GROUP.into(), rec.topic.clone());
     rec.properties
         .insert(PROPERTY_TRANSACTION_PREPARED.into(), "true".into());
     rec.properties.insert(
         PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS.into(),
         check_immunity_s.to_string(),
     );
-    rec.topic = HALF_TOPIC.into();
-    rec.queue_id = 0;
+    put_real_queue(&mut rec, HALF_TOPIC);
     rec
 }
 
@@ -164,6 +158,7 @@ pub fn checks_due(first_check_ms: i64, now_ms: i64, interval_ms: u64) -> u64 {
 mod tests {
     use super::*;
     use ledgermq_store::half_index::PendingHalf;
+    use ledgermq_store::timer_index::{PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC};
 
     #[test]
     fn a_half_commits_into_the_message_that_was_sent() {

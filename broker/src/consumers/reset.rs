@@ -3,19 +3,14 @@
 //! ([`Command::ResetOffsets`]), and forgets what it tracked of those queues.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ledgermq_meta::{Command, OffsetCommit};
 use ledgermq_raft::format::SET_RESET_OFFSETS;
-use ledgermq_raft::{RaftNode, RaftNodeError};
+use ledgermq_raft::RaftNodeError;
 
 use super::{Consumers, QueueKey};
 use crate::error::{refuse, BrokerError, ErrorKind};
-use crate::timers::may_have_been_proposed;
-
-/// How long a reset whose write has an unknown outcome waits for this node to
-/// apply what its log held, so the replicated offsets say whether it was made.
-const SETTLE_WAIT: Duration = Duration::from_secs(10);
+use crate::leader_write::{may_have_been_proposed, settle, SETTLE_WAIT};
 
 /// One queue's reset: where the group was and where it is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,31 +153,6 @@ impl Consumers {
                 t.queues.remove(&k);
                 t.reset_floors.insert(k, floor);
             }
-        }
-    }
-}
-
-/// Waits, at most `limit`, until `node` has applied every entry its log holds
-/// now and at least log index `at_least`, or its term is no longer `term`.
-/// True if it did so within `term`.
-pub(crate) async fn settle(node: &RaftNode, term: u64, at_least: u64, limit: Duration) -> bool {
-    let mut metrics = node.raft().metrics();
-    let target = metrics.borrow().last_log_index.unwrap_or(0).max(at_least);
-    let waited = tokio::time::timeout(
-        limit,
-        metrics.wait_for(|m| {
-            m.current_term != term || m.last_applied.is_some_and(|l| l.index >= target)
-        }),
-    )
-    .await;
-    match waited {
-        Ok(Ok(m)) => m.current_term == term,
-        _ => {
-            tracing::warn!(
-                term,
-                "a write's outcome (a consumer offset reset, a transaction's end) is still unknown after {limit:?}"
-            );
-            false
         }
     }
 }

@@ -336,14 +336,16 @@ impl MessagingService for Service {
         &self,
         req: Request<Streaming<pb::TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
-        if let Err(s) = client_of(&self.0, req.metadata()) {
-            let reply = pb::TelemetryCommand {
-                status: Some(s),
-                command: None,
-            };
-            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(reply)]))));
-        }
-        let client = client_id(req.metadata()).unwrap_or_default();
+        let client = match client_of(&self.0, req.metadata()) {
+            Ok(c) => c.unwrap_or_default(),
+            Err(s) => {
+                let reply = pb::TelemetryCommand {
+                    status: Some(s),
+                    command: None,
+                };
+                return Ok(Response::new(Box::pin(futures::stream::iter([Ok(reply)]))));
+            }
+        };
         let mut inbound = req.into_inner();
         // Bounded: a client that sends commands but does not read the replies
         // loses its stream (RESOURCE_EXHAUSTED) instead of growing this buffer.

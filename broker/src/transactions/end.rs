@@ -1,16 +1,13 @@
 //! Ending a half message on the leader: EndTransaction from the producer, its
 //! answer to a check back, and the discard after the last check.
 
-use std::time::Duration;
-
 use ledgermq_store::half_index::{HalfEnd, HalfState};
 use ledgermq_store::record::PROPERTY_UNIQ_KEY;
 use ledgermq_store::timer_index::PROPERTY_REAL_TOPIC;
 
 use crate::broker::Broker;
-use crate::consumers::reset::settle;
 use crate::error::{refuse, BrokerError, ErrorKind};
-use crate::timers::may_have_been_proposed;
+use crate::leader_write::{may_have_been_proposed, settle, SETTLE_WAIT};
 use crate::transactions::{committed_copy, decide, op_record, parse_transaction_id, Decision};
 
 /// Locks that make the ends of one half message one at a time on this node
@@ -29,9 +26,6 @@ impl EndLocks {
         &self.0[(half_queue_offset % self.0.len() as u64) as usize]
     }
 }
-
-/// Longest wait for an end whose write timed out to be applied or not.
-const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// Who asked for an end: logged with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -83,36 +83,32 @@ impl MessageStore {
                 if view.kind() != RecordKind::Message {
                     return Ok(());
                 }
-                if self.is_losing_end(&view, phys)? {
+                // Every message passes here: the property is looked up once.
+                let half = half_named(&view);
+                let queue_offset = if self.loses(&view, half, phys)? {
                     // A commit copy of a half another record ended first: in no
                     // queue and no index, so never delivered.
-                    placed.push(DispatchedMessage {
-                        log_index: entry.location.log_index,
-                        topic: view.topic().to_owned(),
-                        queue_id: view.queue_id(),
-                        queue_offset: NOT_PLACED,
-                        physical_offset: phys,
-                        size_bytes: view.len() as u32,
-                    });
-                    return Ok(());
-                }
-                let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
-                let queue_offset = match cq.last_commit_log_offset() {
-                    // Placed by an earlier attempt that failed later on (e.g. in the
-                    // IndexFile): keep that placement.
-                    Some(last) if phys <= last => {
-                        cq.find_by_commit_log_offset(phys)?.ok_or_else(|| {
-                            self.log.corrupted(
-                                phys,
-                                "a dispatched message is missing from its ConsumeQueue".into(),
-                            )
-                        })?
-                    }
-                    _ => cq.append(&placement(&view, phys))?,
+                    NOT_PLACED
+                } else {
+                    let cq = self.cqs.get_or_create(view.topic(), view.queue_id())?;
+                    let queue_offset = match cq.last_commit_log_offset() {
+                        // Placed by an earlier attempt that failed later on (e.g.
+                        // in the IndexFile): keep that placement.
+                        Some(last) if phys <= last => {
+                            cq.find_by_commit_log_offset(phys)?.ok_or_else(|| {
+                                self.log.corrupted(
+                                    phys,
+                                    "a dispatched message is missing from its ConsumeQueue".into(),
+                                )
+                            })?
+                        }
+                        _ => cq.append(&placement(&view, phys))?,
+                    };
+                    self.index.put_record(&view, phys)?;
+                    self.track_timer(&view, queue_offset, phys)?;
+                    self.track_half(&view, half, queue_offset, phys)?;
+                    queue_offset
                 };
-                self.index.put_record(&view, phys)?;
-                self.track_timer(&view, queue_offset, phys)?;
-                self.track_half(&view, queue_offset, phys)?;
                 placed.push(DispatchedMessage {
                     log_index: entry.location.log_index,
                     topic: view.topic().to_owned(),
@@ -181,9 +177,11 @@ impl MessageStore {
     /// that is pending: a commit copy in any other topic, an op record of
     /// [`OP_HALF_TOPIC`] a rollback or discard. Both repeat harmlessly when an
     /// entry is dispatched again.
+    /// `half` is [`half_named`]`(view)`.
     pub(super) fn track_half(
         &self,
         view: &RecordView<'_>,
+        half: Option<u64>,
         queue_offset: u64,
         phys: u64,
     ) -> Result<()> {
@@ -200,10 +198,7 @@ impl MessageStore {
                 size_bytes: view.len() as u32,
             });
         }
-        let Some(half) = view
-            .property(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
+        let Some(half) = half else {
             return Ok(());
         };
         let end = if view.topic() == OP_HALF_TOPIC {
@@ -235,20 +230,19 @@ impl MessageStore {
     /// committed message (a dead letter) must not carry the property: the
     /// broker's `dead_letter_copy` removes it.
     pub(super) fn is_losing_end(&self, view: &RecordView<'_>, phys: u64) -> Result<bool> {
-        if view.topic() == HALF_TOPIC || view.topic() == OP_HALF_TOPIC {
-            return Ok(false);
+        self.loses(view, half_named(view), phys)
+    }
+
+    /// [`Self::is_losing_end`] with `half` = [`half_named`]`(view)`.
+    fn loses(&self, view: &RecordView<'_>, half: Option<u64>, phys: u64) -> Result<bool> {
+        match half {
+            Some(half) if view.topic() != HALF_TOPIC && view.topic() != OP_HALF_TOPIC => Ok(self
+                .timers
+                .halves()
+                .end_of(half)?
+                .is_some_and(|(_, winner)| winner != phys)),
+            _ => Ok(false),
         }
-        let Some(half) = view
-            .property(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
-            return Ok(false);
-        };
-        Ok(self
-            .timers
-            .halves()
-            .end_of(half)?
-            .is_some_and(|(_, winner)| winner != phys))
     }
 
     /// The next queue offset of every message queue, sorted by (topic, queue id): what
@@ -290,6 +284,14 @@ impl MessageStore {
         }
         Ok(())
     }
+}
+
+/// The half queue offset the record `view` names in
+/// [`PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET`] (a commit copy or an op
+/// record), if any.
+pub(super) fn half_named(view: &RecordView<'_>) -> Option<u64> {
+    view.property(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 /// The ConsumeQueue entry dispatch writes for the message record `view` at

@@ -54,7 +54,12 @@ impl MessageStore {
                     0
                 };
                 self.track_timer(&view, queue_offset, phys)?;
-                self.track_half(&view, queue_offset, phys)
+                self.track_half(
+                    &view,
+                    super::dispatch::half_named(&view),
+                    queue_offset,
+                    phys,
+                )
             })?;
         }
         self.timers.flush()?;
