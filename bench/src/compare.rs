@@ -146,6 +146,7 @@ async fn run_ledgermq(flush: &str, spec: LoadSpec, dir: &Path) -> Result<Summary
         group: "BenchGroup".into(),
         fifo: false,
         delay_ms: None,
+        deliver_at_ms: None,
         call_timeout: Duration::from_secs(10),
     };
     driver.create(8).await?;

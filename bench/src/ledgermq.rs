@@ -45,6 +45,9 @@ pub struct LedgerMq {
     /// DELAY messages; `create` makes it so). The body's time header then holds
     /// the delivery time, so end-to-end latency is how late each one arrives.
     pub delay_ms: Option<u64>,
+    /// Delay messages all due at this time, ms since the Unix epoch, instead
+    /// (the body's time header holds it, as with `delay_ms`).
+    pub deliver_at_ms: Option<u64>,
     /// Deadline of one call.
     pub call_timeout: Duration,
 }
@@ -97,7 +100,7 @@ impl LedgerMq {
                     queue_count: queues,
                     perm: 6,
                     fifo: self.fifo,
-                    message_type: if self.delay_ms.is_some() {
+                    message_type: if self.delay_ms.is_some() || self.deliver_at_ms.is_some() {
                         "DELAY".into()
                     } else {
                         String::new()
@@ -145,9 +148,13 @@ impl LedgerMq {
             MessageType::Normal
         };
         let mut delivery_timestamp = None;
-        if let (Some(delay_ms), Some((sent_us, _))) = (self.delay_ms, read_header(&body)) {
+        let due_us = match (self.deliver_at_ms, self.delay_ms, read_header(&body)) {
+            (Some(at_ms), _, Some(_)) => Some(at_ms * 1000),
+            (None, Some(delay_ms), Some((sent_us, _))) => Some(sent_us + delay_ms * 1000),
+            _ => None,
+        };
+        if let Some(due_us) = due_us {
             // The header's time becomes the delivery time (µs).
-            let due_us = sent_us + delay_ms * 1000;
             body[..8].copy_from_slice(&due_us.to_le_bytes());
             delivery_timestamp = Some(prost_types::Timestamp {
                 seconds: (due_us / 1_000_000) as i64,

@@ -173,6 +173,7 @@ mod tests {
             group: "G".into(),
             fifo: false,
             delay_ms: None,
+            deliver_at_ms: None,
             call_timeout: Duration::from_secs(5),
         };
         let spec = LoadSpec {

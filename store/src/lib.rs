@@ -6,7 +6,8 @@
 //! - [`consume_queue`]: per (topic, queue id) 20-byte entries, filled by
 //!   [`MessageStore::dispatch_through`] once entries are committed.
 //! - [`index_file`]: hash index by key and message id.
-//! - [`timer_index`]: pending delay messages by delivery time, kept by dispatch.
+//! - [`timer_index`]: pending delay messages by delivery time, kept by dispatch,
+//!   in [`timer_wheel`]'s files.
 //! - [`checkpoint`], [`recovery`]: crash recovery; [`retention`], [`purge`]: deletion.
 //! - [`group_commit`]: one fsync for many appends under SYNC_FLUSH.
 //! - [`fault_hooks`]: a delay before every fsync, for the jepsen harness's slow disk.
@@ -44,6 +45,7 @@ pub mod room;
 pub mod set_aside;
 pub mod store;
 pub mod timer_index;
+pub mod timer_wheel;
 
 pub use commit_log::{CommitLog, CommitLogConfig, StoredEntry};
 pub use config::{FlushMode, StoreConfig};

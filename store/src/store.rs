@@ -141,11 +141,8 @@ impl MessageStore {
             cfg.index_hash_slot_num,
             cfg.index_num,
         )?;
-        let timers_missing = !cfg.root.join("timers").exists();
+        let halves_missing = !cfg.root.join("timers").exists();
         let timers = TimerIndex::open(&cfg.root.join("timers"))?;
-        if crashed && cp.reset {
-            timers.clear()?;
-        }
         if !crashed
             && cp.commit_log_offset <= log.min_offset()
             && log.next_log_index() != cp.next_log_index
@@ -248,12 +245,36 @@ impl MessageStore {
         if let Some(from) = replace_from {
             store.replace_cut_queue_entries(from, dispatched)?;
         }
-        if timers_missing && dispatched.next_log_index > store.log.first_log_index() {
-            let pending = store.rebuild_timer_index(dispatched.next_log_index)?;
+        // The timer wheel opens once the timer queue is repaired: its entries
+        // past the queue's end are dispatched again.
+        let wheel_dir = store.cfg.root.join("timerlog");
+        let timer_queue_end = store
+            .cqs
+            .get(crate::timer_index::TIMER_TOPIC, 0)
+            .map_or(0, |q| q.max_offset());
+        let wheel_missing = !store.timers.open_wheel(&wheel_dir, timer_queue_end)?;
+        if crashed && cp.reset {
+            store.timers.clear()?;
+        }
+        if (wheel_missing || halves_missing)
+            && dispatched.next_log_index > store.log.first_log_index()
+        {
+            let pending = store.rebuild_timer_index(
+                dispatched.next_log_index,
+                timer_rebuild::Rebuild {
+                    timers: wheel_missing,
+                    halves: halves_missing,
+                },
+            )?;
             tracing::warn!(
                 pending,
-                "the timer index was missing: rebuilt from the CommitLog"
+                wheel_missing,
+                halves_missing,
+                "the timer or half index was missing: rebuilt from the CommitLog"
             );
+        }
+        if wheel_missing {
+            store.timers.mark_wheel_ready(&wheel_dir)?;
         }
         if let Err(e) = store.ensure_disk_reserve() {
             tracing::warn!(error = %e, "no disk reserve: committed entries will find no spare room if the disk fills");

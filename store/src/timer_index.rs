@@ -1,8 +1,12 @@
-//! The timer index: pending delay/timer messages ordered by delivery time, on
-//! disk (a sled tree under `<root>/timers`, whose page cache is bounded to 16
-//! MB). sled's memory still grows with the rows it holds, about 35 MiB per
-//! million (`examples/timer_index_heap.rs`, `docs/benchmarks.md`): files of
-//! fixed-size entries are to replace it.
+//! The timer index: pending delay/timer messages ordered by delivery time, in
+//! the files of [`crate::timer_wheel`] under `<root>/timerlog` (a log of
+//! fixed-size entries and a wheel of one-second slots: the heap does not grow
+//! with the timers), and the half index of transactional messages
+//! ([`crate::half_index`]) in a sled database under `<root>/timers`. The
+//! release before kept the timers in that database's default tree: the wheel
+//! is rebuilt from the CommitLog, and those rows are dropped once it is marked
+//! ready (a `READY` file in its directory; a wheel without one, a rebuild cut
+//! short, is opened empty and rebuilt again).
 //!
 //! A delay message is stored in the CommitLog under the internal topic
 //! [`TIMER_TOPIC`] (RocketMQ 5's `rmq_sys_wheel_timer`), queue 0, with its real
@@ -19,9 +23,10 @@
 //! what it holds.
 
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 use crate::error::{Result, StoreError};
+use crate::timer_wheel::{TimerWheel, ENTRIES_PER_FILE};
 
 /// The internal topic delay messages are stored under until their time
 /// (RocketMQ 5's `TimerMessageStore.TIMER_TOPIC`).
@@ -36,6 +41,9 @@ pub const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
 /// On a delivered copy: the queue offset of the timer it delivers, in
 /// [`TIMER_TOPIC`]'s queue 0 (LedgerMQ's own property).
 pub const PROPERTY_TIMER_QUEUE_OFFSET: &str = "TIMER_QUEUE_OFFSET";
+
+/// In the wheel's directory once it holds every pending timer.
+const READY_FILE: &str = "READY";
 
 /// The page cache sled may keep for the index, bytes.
 const CACHE_BYTES: u64 = 16 << 20;
@@ -53,31 +61,15 @@ pub struct PendingTimer {
     pub size_bytes: u32,
 }
 
-/// Pending timers by (delivery ms, timer queue offset). Shared by reference.
+/// Pending timers by delivery time, and the half index's database. Shared by
+/// reference.
 pub struct TimerIndex {
     dir: PathBuf,
     /// None once closed ([`TimerIndex::close`]): sled holds a lock on its files
     /// while open, which a store opened again in the same process must get.
     db: RwLock<Option<sled::Db>>,
-}
-
-fn key(deliver_ms: i64, timer_queue_offset: u64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    // Order-preserving for negative times too (none is stored; a bad property is
-    // not indexed).
-    k[..8].copy_from_slice(&((deliver_ms as u64) ^ (1 << 63)).to_be_bytes());
-    k[8..].copy_from_slice(&timer_queue_offset.to_be_bytes());
-    k
-}
-
-fn decode(k: &[u8], v: &[u8]) -> Option<PendingTimer> {
-    let (k, v): (&[u8; 16], &[u8; 12]) = (k.try_into().ok()?, v.try_into().ok()?);
-    Some(PendingTimer {
-        deliver_ms: (u64::from_be_bytes(k[..8].try_into().ok()?) ^ (1 << 63)) as i64,
-        timer_queue_offset: u64::from_be_bytes(k[8..].try_into().ok()?),
-        physical_offset: u64::from_be_bytes(v[..8].try_into().ok()?),
-        size_bytes: u32::from_be_bytes(v[8..].try_into().ok()?),
-    })
+    /// None until [`TimerIndex::open_wheel`], and once closed.
+    wheel: Mutex<Option<TimerWheel>>,
 }
 
 impl TimerIndex {
@@ -109,7 +101,50 @@ impl TimerIndex {
         Ok(Self {
             dir: dir.to_owned(),
             db: RwLock::new(Some(db)),
+            wheel: Mutex::new(None),
         })
+    }
+
+    /// Opens the pending timers' files in `dir` ([`TimerWheel::open`] with
+    /// [`ENTRIES_PER_FILE`]; `end` is the timer queue's end after recovery).
+    /// Returns whether the wheel is ready: a wheel never marked ready
+    /// ([`TimerIndex::mark_wheel_ready`]: new, or its rebuild from the log was
+    /// cut short) is opened empty, every entry wiped, and must be rebuilt.
+    /// Errors: the wheel's.
+    pub fn open_wheel(&self, dir: &Path, end: u64) -> Result<bool> {
+        let ready = dir.join(READY_FILE).exists();
+        let wheel = TimerWheel::open(dir, ENTRIES_PER_FILE, if ready { end } else { 0 })?;
+        *self.wheel.lock().unwrap() = Some(wheel);
+        Ok(ready)
+    }
+
+    /// Once the wheel holds every pending timer of the dispatched log: makes
+    /// it durable, marks it ready in `dir` (a later open keeps its entries),
+    /// and drops the timer rows the previous release kept in the database's
+    /// default tree. Errors: `Io`, sled's.
+    pub fn mark_wheel_ready(&self, dir: &Path) -> Result<()> {
+        self.flush()?;
+        let path = dir.join(READY_FILE);
+        std::fs::File::create(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(|source| StoreError::Io { path, source })?;
+        crate::mapped_file::fsync_dir(dir)?;
+        let db = self.db()?;
+        if !db.is_empty() {
+            db.clear().map_err(|e| self.err(e))?;
+            db.flush().map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the open wheel. Error: `NotWritable` when it is not open.
+    fn with_wheel<T>(&self, f: impl FnOnce(&mut TimerWheel) -> Result<T>) -> Result<T> {
+        match self.wheel.lock().unwrap().as_mut() {
+            Some(w) => f(w),
+            None => Err(StoreError::NotWritable(
+                "the timer index is not open".into(),
+            )),
+        }
     }
 
     /// The open database (a cheap handle). Error: `NotWritable` once closed.
@@ -146,6 +181,9 @@ impl TimerIndex {
     /// Flushes and closes the index (a clean shutdown); later calls fail with
     /// `NotWritable`. Its files are unlocked once every call under way returns.
     pub fn close(&self) -> Result<()> {
+        if let Some(mut wheel) = self.wheel.lock().unwrap().take() {
+            wheel.flush()?;
+        }
         let db = self.db.write().unwrap().take();
         match db {
             Some(db) => db.flush().map(|_| ()).map_err(|e| sled_error(&self.dir, e)),
@@ -153,77 +191,60 @@ impl TimerIndex {
         }
     }
 
-    /// Adds a timer (again: the same key and place are written as before).
+    /// Adds a timer (again: the same timer, or one already delivered, changes
+    /// nothing). Errors: `Io`; `NotWritable` when closed.
     pub fn insert(&self, t: PendingTimer) -> Result<()> {
-        let mut v = [0u8; 12];
-        v[..8].copy_from_slice(&t.physical_offset.to_be_bytes());
-        v[8..].copy_from_slice(&t.size_bytes.to_be_bytes());
-        self.db()?
-            .insert(key(t.deliver_ms, t.timer_queue_offset), &v[..])
-            .map(|_| ())
-            .map_err(|e| sled_error(&self.dir, e))
+        self.with_wheel(|w| w.insert(t))
     }
 
     /// Removes a delivered timer; true if it was pending.
     pub fn remove(&self, deliver_ms: i64, timer_queue_offset: u64) -> Result<bool> {
-        self.db()?
-            .remove(key(deliver_ms, timer_queue_offset))
-            .map(|old| old.is_some())
-            .map_err(|e| sled_error(&self.dir, e))
+        self.with_wheel(|w| Ok(w.remove(deliver_ms, timer_queue_offset)))
     }
 
-    /// Up to `limit` pending timers due at or before `now_ms`, earliest first
-    /// (ties by timer queue offset, i.e. in the order they were sent).
+    /// Up to `limit` pending timers due at or before `now_ms`, by delivery
+    /// second, earliest first, and within a second in the order they were sent
+    /// ([`TimerWheel::due`]).
     pub fn due(&self, now_ms: i64, limit: usize) -> Result<Vec<PendingTimer>> {
-        let end = key(now_ms, u64::MAX);
-        let mut out = Vec::new();
-        for kv in self.db()?.range(..=end).take(limit) {
-            let (k, v) = kv.map_err(|e| sled_error(&self.dir, e))?;
-            match decode(&k, &v) {
-                Some(t) => out.push(t),
-                None => {
-                    return Err(StoreError::Corrupted {
-                        path: self.dir.clone(),
-                        file_offset: 0,
-                        reason: format!("a timer index row of {} + {} bytes", k.len(), v.len()),
-                    })
-                }
-            }
-        }
-        Ok(out)
+        self.with_wheel(|w| w.due(now_ms, limit))
     }
 
     /// The earliest pending timer's delivery time, if any.
     pub fn next_deliver_ms(&self) -> Result<Option<i64>> {
-        match self.db()?.first().map_err(|e| sled_error(&self.dir, e))? {
-            Some((k, v)) => Ok(decode(&k, &v).map(|t| t.deliver_ms)),
-            None => Ok(None),
-        }
+        self.with_wheel(|w| w.next_deliver_ms())
     }
 
     /// The lowest CommitLog offset at or above `from` (the log's first offset)
     /// that a pending timer's record is at, if any: retention, expired or forced,
-    /// keeps those records. A row below `from` points at a record already gone
-    /// and bounds nothing. Reads every row: O(n), so retention asks only when
-    /// something is due.
+    /// keeps those records. A timer below `from` points at a record already gone
+    /// and bounds nothing.
     pub fn oldest_physical_offset(&self, from: u64) -> Result<Option<u64>> {
-        let mut oldest: Option<u64> = None;
-        for kv in self.db()?.iter() {
-            let (k, v) = kv.map_err(|e| sled_error(&self.dir, e))?;
-            if let Some(t) = decode(&k, &v).filter(|t| t.physical_offset >= from) {
-                oldest = Some(oldest.map_or(t.physical_offset, |o| o.min(t.physical_offset)));
+        self.with_wheel(|w| Ok(w.oldest_physical_offset(from)))
+    }
+
+    /// Pending timers (0 when not open).
+    pub fn pending(&self) -> usize {
+        self.with_wheel(|w| Ok(w.pending())).unwrap_or(0)
+    }
+
+    /// Makes every change so far durable (msync of the wheel, if open; sled's
+    /// fsync).
+    pub fn flush(&self) -> Result<()> {
+        // The msync runs without the lock, so dispatch goes on meanwhile.
+        let dirty = match self.wheel.lock().unwrap().as_mut() {
+            Some(w) => w.take_dirty(),
+            None => Vec::new(),
+        };
+        let synced = crate::timer_wheel::sync_files(&dirty);
+        if let Some(w) = self.wheel.lock().unwrap().as_mut() {
+            match synced {
+                Ok(()) => w.drop_done_files()?,
+                Err(e) => {
+                    w.mark_dirty();
+                    return Err(e);
+                }
             }
         }
-        Ok(oldest)
-    }
-
-    /// Pending timers (counts every row: O(n), for tests and status).
-    pub fn pending(&self) -> usize {
-        self.db().map_or(0, |db| db.len())
-    }
-
-    /// Makes every change so far durable (fsync).
-    pub fn flush(&self) -> Result<()> {
         self.db()?
             .flush()
             .map(|_| ())
@@ -231,9 +252,12 @@ impl TimerIndex {
     }
 
     /// Forgets every timer and half message (the log was reset for a snapshot:
-    /// the records they point at are gone from this node), durably.
+    /// the records they point at are gone from this node), durably. The wheel
+    /// is cleared if open (the store opens it before it may clear).
     pub fn clear(&self) -> Result<()> {
-        self.db()?.clear().map_err(|e| sled_error(&self.dir, e))?;
+        if let Some(w) = self.wheel.lock().unwrap().as_mut() {
+            w.clear()?;
+        }
         self.halves().clear()?;
         self.flush()
     }
@@ -308,70 +332,56 @@ mod tests {
     }
 
     #[test]
-    fn due_timers_come_earliest_first_and_only_once_due() {
+    fn timers_survive_a_reopen_once_flushed_and_clear() {
         let dir = tempfile::tempdir().unwrap();
-        let idx = TimerIndex::open(dir.path()).unwrap();
-        for t in [
-            timer(3_000, 0),
-            timer(1_000, 1),
-            timer(2_000, 2),
-            timer(1_000, 3),
-        ] {
-            idx.insert(t).unwrap();
-        }
-        // Inserting again (dispatch after a crash) changes nothing.
-        idx.insert(timer(2_000, 2)).unwrap();
-        assert_eq!(idx.pending(), 4);
-        assert_eq!(idx.due(999, 10).unwrap(), vec![]);
-        assert_eq!(
-            idx.due(2_000, 10).unwrap(),
-            vec![timer(1_000, 1), timer(1_000, 3), timer(2_000, 2)]
-        );
-        assert_eq!(idx.due(i64::MAX, 2).unwrap().len(), 2);
-        assert_eq!(idx.next_deliver_ms().unwrap(), Some(1_000));
-        assert_eq!(idx.oldest_physical_offset(0).unwrap(), Some(0));
-        // timer(1_000, 1) is at 100, timer(2_000, 2) at 200, timer(3_000, 0) at 0.
-        assert_eq!(idx.oldest_physical_offset(1).unwrap(), Some(100));
-        assert_eq!(idx.oldest_physical_offset(301).unwrap(), None);
-        assert!(idx.remove(1_000, 1).unwrap());
-        assert!(!idx.remove(1_000, 1).unwrap());
-        assert_eq!(idx.due(1_000, 10).unwrap(), vec![timer(1_000, 3)]);
-    }
-
-    #[test]
-    fn the_index_survives_a_reopen_once_flushed_and_clears() {
-        let dir = tempfile::tempdir().unwrap();
+        let wheel = dir.path().join("timerlog");
         {
-            let idx = TimerIndex::open(dir.path()).unwrap();
+            let idx = TimerIndex::open(&dir.path().join("timers")).unwrap();
+            assert!(matches!(
+                idx.insert(timer(5, 7)),
+                Err(StoreError::NotWritable(_))
+            ));
+            assert!(!idx.open_wheel(&wheel, 0).unwrap());
+            idx.mark_wheel_ready(&wheel).unwrap();
             idx.insert(timer(5, 7)).unwrap();
+            idx.insert(timer(3, 8)).unwrap();
             idx.flush().unwrap();
         }
-        let idx = TimerIndex::open(dir.path()).unwrap();
-        assert_eq!(idx.due(10, 10).unwrap(), vec![timer(5, 7)]);
+        let idx = TimerIndex::open(&dir.path().join("timers")).unwrap();
+        assert!(idx.open_wheel(&wheel, 9).unwrap());
+        assert_eq!(idx.due(10, 10).unwrap(), vec![timer(5, 7), timer(3, 8)]);
+        assert_eq!(idx.next_deliver_ms().unwrap(), Some(3));
+        assert_eq!(idx.oldest_physical_offset(701).unwrap(), Some(800));
         idx.clear().unwrap();
         assert_eq!(idx.pending(), 0);
         assert_eq!(idx.next_deliver_ms().unwrap(), None);
+        idx.close().unwrap();
+        assert!(matches!(idx.due(10, 10), Err(StoreError::NotWritable(_))));
     }
 
     #[test]
-    fn keys_order_by_delivery_time_then_queue_offset() {
-        let mut keys = [
-            key(2, 0),
-            key(1, u64::MAX),
-            key(1, 5),
-            key(0, 9),
-            key(i64::MAX, 0),
-        ];
-        keys.sort();
-        assert_eq!(
-            keys,
-            [
-                key(0, 9),
-                key(1, 5),
-                key(1, u64::MAX),
-                key(2, 0),
-                key(i64::MAX, 0)
-            ]
-        );
+    fn a_wheel_never_marked_ready_opens_empty_and_old_rows_go_once_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db_dir, wheel) = (dir.path().join("timers"), dir.path().join("timerlog"));
+        {
+            let db = sled::open(&db_dir).unwrap();
+            db.insert([0u8; 16], &[0u8; 12][..]).unwrap();
+            db.open_tree("kept").unwrap().insert(b"k", b"v").unwrap();
+            db.flush().unwrap();
+        }
+        {
+            // A rebuild cut short: entries written, never marked ready.
+            let idx = TimerIndex::open(&db_dir).unwrap();
+            assert!(!idx.open_wheel(&wheel, 0).unwrap());
+            idx.insert(timer(5, 7)).unwrap();
+            idx.close().unwrap();
+        }
+        let idx = TimerIndex::open(&db_dir).unwrap();
+        assert!(!idx.open_wheel(&wheel, 8).unwrap());
+        assert_eq!(idx.pending(), 0, "rebuilt from the log instead");
+        assert_eq!(idx.db().unwrap().len(), 1, "the old rows stay until ready");
+        idx.mark_wheel_ready(&wheel).unwrap();
+        assert!(idx.db().unwrap().is_empty());
+        assert_eq!(idx.tree("kept").unwrap().len(), 1, "other trees stay");
     }
 }

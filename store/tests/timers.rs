@@ -99,10 +99,9 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
-/// A crash loses what the timer index wrote after the last checkpoint (sled
-/// keeps no more than its last flush; here its files are put back as the
-/// checkpoint left them): dispatching again from the checkpoint ends in the
-/// same index.
+/// A crash may lose what the timer index wrote after the last checkpoint (here
+/// its files are put back as the checkpoint left them): dispatching again from
+/// the checkpoint ends in the same index.
 #[test]
 fn the_index_as_of_the_last_checkpoint_catches_up_by_dispatching_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,15 +114,15 @@ fn the_index_as_of_the_last_checkpoint_catches_up_by_dispatching_again() {
         .unwrap();
     store.dispatch_through(0).unwrap();
     store.checkpoint().unwrap();
-    copy_dir(&cfg.root.join("timers"), &saved);
+    copy_dir(&cfg.root.join("timerlog"), &saved);
     store.append_entry(1, 1, &[timer(2_000, "c")]).unwrap();
     store.append_entry(1, 2, &[copy(3_000, 0, "a")]).unwrap();
     store.dispatch_through(2).unwrap();
     let expected = vec![(1_000, 1), (2_000, 2)];
     assert_eq!(due(&store), expected);
     crash(store);
-    std::fs::remove_dir_all(cfg.root.join("timers")).unwrap();
-    copy_dir(&saved, &cfg.root.join("timers"));
+    std::fs::remove_dir_all(cfg.root.join("timerlog")).unwrap();
+    copy_dir(&saved, &cfg.root.join("timerlog"));
 
     let store = MessageStore::open(cfg.clone()).unwrap();
     store.dispatch_through(2).unwrap();
@@ -132,9 +131,16 @@ fn the_index_as_of_the_last_checkpoint_catches_up_by_dispatching_again() {
 }
 
 /// A store whose timer index is missing (written by an earlier release, which
-/// kept none, or deleted) rebuilds it from the CommitLog when it opens.
+/// kept none or kept it in sled, or deleted) rebuilds it from the CommitLog when
+/// it opens.
 #[test]
 fn a_missing_index_is_rebuilt_from_the_log() {
+    for missing in ["timerlog", "timers"] {
+        rebuilt_from_the_log_without(missing);
+    }
+}
+
+fn rebuilt_from_the_log_without(missing: &str) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = small_config(dir.path(), 64 * 1024);
     let store = MessageStore::open(cfg.clone()).unwrap();
@@ -148,7 +154,7 @@ fn a_missing_index_is_rebuilt_from_the_log() {
     assert_eq!(due(&store), expected);
     store.shutdown().unwrap();
     drop(store);
-    std::fs::remove_dir_all(cfg.root.join("timers")).unwrap();
+    std::fs::remove_dir_all(cfg.root.join(missing)).unwrap();
 
     let store = MessageStore::open(cfg.clone()).unwrap();
     assert_eq!(due(&store), expected);

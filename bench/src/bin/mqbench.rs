@@ -69,6 +69,10 @@ struct Args {
     /// from each message's delivery time: how late it arrived.
     #[arg(long, conflicts_with = "fifo")]
     delay_ms: Option<u64>,
+    /// Delay messages all due at this time, ms since the Unix epoch (e.g. many
+    /// timers falling due in the same second); latency as with `--delay-ms`.
+    #[arg(long, conflicts_with_all = ["fifo", "delay_ms"])]
+    deliver_at_ms: Option<u64>,
     /// Seconds to send after the warm-up.
     #[arg(long, default_value_t = 30, conflicts_with = "count")]
     duration_secs: u64,
@@ -122,6 +126,7 @@ async fn main() -> Result<()> {
         group: args.group.clone(),
         fifo: args.fifo,
         delay_ms: args.delay_ms,
+        deliver_at_ms: args.deliver_at_ms,
         call_timeout: Duration::from_millis(args.timeout_ms),
     };
     if args.create {
@@ -134,7 +139,7 @@ async fn main() -> Result<()> {
     let spec = LoadSpec {
         label: if args.fifo {
             "ledgermq-fifo"
-        } else if args.delay_ms.is_some() {
+        } else if args.delay_ms.is_some() || args.deliver_at_ms.is_some() {
             "ledgermq-delay"
         } else {
             "ledgermq"

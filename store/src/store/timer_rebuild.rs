@@ -1,8 +1,9 @@
-//! Rebuilding the timer index (and the half index in the same database) from
-//! the CommitLog, for a store whose index is missing while it holds dispatched
-//! entries: the first start of this release on a store an earlier release wrote
-//! (it kept no index, but may hold delay messages other members stored), or an
-//! index directory an operator deleted.
+//! Rebuilding the timer index's wheel and the half index from the CommitLog,
+//! for a store where either is missing while it holds dispatched entries: the
+//! first start of a release on a store an earlier release wrote (one that kept
+//! no index, or the timers in sled rather than in the wheel's files; either may
+//! hold delay messages other members stored), or an index directory an operator
+//! deleted.
 
 use crate::error::Result;
 use crate::half_index::HALF_TOPIC;
@@ -11,15 +12,24 @@ use crate::timer_index::TIMER_TOPIC;
 
 use super::{for_each_record, MessageStore};
 
+/// Which indexes [`MessageStore::rebuild_timer_index`] rebuilds.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rebuild {
+    /// The timer wheel.
+    pub timers: bool,
+    /// The half index.
+    pub halves: bool,
+}
+
 impl MessageStore {
     /// Replays, in log order, what dispatch does to the timer and half indexes
     /// for every message record of the entries before `next_log_index` still
-    /// held: timer and half records are added at their queue offset (read back
-    /// from their ConsumeQueue), delivered copies remove their timers, ends end
-    /// their halves. Then flushes the index.
+    /// held, for the indexes `what` names: timer and half records are added at
+    /// their queue offset (read back from their ConsumeQueue), delivered copies
+    /// remove their timers, ends end their halves. Then flushes the index.
     /// Returns the timers pending afterwards. Errors: reading the log or a
     /// ConsumeQueue, the index's.
-    pub(super) fn rebuild_timer_index(&self, next_log_index: u64) -> Result<usize> {
+    pub(super) fn rebuild_timer_index(&self, next_log_index: u64, what: Rebuild) -> Result<usize> {
         let timer_queue = self.cqs.get(TIMER_TOPIC, 0);
         let half_queue = self.cqs.get(HALF_TOPIC, 0);
         for index in self.log.first_log_index()..next_log_index {
@@ -29,8 +39,9 @@ impl MessageStore {
                     return Ok(());
                 }
                 let queue = match view.topic() {
-                    TIMER_TOPIC => Some(&timer_queue),
-                    HALF_TOPIC => Some(&half_queue),
+                    TIMER_TOPIC if what.timers => Some(&timer_queue),
+                    HALF_TOPIC if what.halves => Some(&half_queue),
+                    TIMER_TOPIC | HALF_TOPIC => return Ok(()),
                     _ => None,
                 };
                 let queue_offset = if let Some(queue) = queue {
@@ -53,13 +64,18 @@ impl MessageStore {
                 } else {
                     0
                 };
-                self.track_timer(&view, queue_offset, phys)?;
-                self.track_half(
-                    &view,
-                    super::dispatch::half_named(&view),
-                    queue_offset,
-                    phys,
-                )
+                if what.timers {
+                    self.track_timer(&view, queue_offset, phys)?;
+                }
+                if what.halves {
+                    self.track_half(
+                        &view,
+                        super::dispatch::half_named(&view),
+                        queue_offset,
+                        phys,
+                    )?;
+                }
+                Ok(())
             })?;
         }
         self.timers.flush()?;
