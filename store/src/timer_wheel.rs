@@ -398,13 +398,16 @@ impl TimerWheel {
             .live -= 1;
         self.pending -= 1;
         let second = second_of(deliver_ms);
-        let slot = self
-            .slots
-            .get_mut(&second)
-            .expect("a pending timer has a slot");
-        slot.live -= 1;
-        if slot.live == 0 {
-            self.slots.remove(&second);
+        match self.slots.get_mut(&second) {
+            Some(slot) if slot.live > 1 => slot.live -= 1,
+            Some(_) => {
+                self.slots.remove(&second);
+            }
+            None => tracing::error!(
+                timer_queue_offset = q,
+                deliver_ms,
+                "a pending timer had no slot in the wheel"
+            ),
         }
         true
     }

@@ -5,12 +5,24 @@
 //! attempt and, after the second, copied to `%DLQ%<group>` by the broker; a
 //! FIFO message the listener fails is retried by the client and forwarded with
 //! ForwardMessageToDeadLetterQueue. Messages consumed OK never reach a
-//! dead-letter queue.
+//! dead-letter queue. The same again with the leader killed (SIGKILL) right
+//! after the first failed delivery: every failed message still reaches its
+//! dead-letter queue and no message consumed OK does (a normal message's
+//! attempt count may start again from 1 once: it lives in the leader's memory).
 
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_messages_are_retried_then_dead_lettered() {
+    retried_then_dead_lettered(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_messages_are_retried_then_dead_lettered_through_a_leader_kill() {
+    retried_then_dead_lettered(true).await;
+}
+
+async fn retried_then_dead_lettered(kill_leader: bool) {
     let dir = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
         .await
@@ -38,12 +50,23 @@ async fn failed_messages_are_retried_then_dead_lettered() {
         )
         .await
         .unwrap();
+    // The access point is a follower: it outlives the leader.
     let access = cluster.nodes[(leader + 1) % 3].client_addr.clone();
+    let pid = cluster.nodes[leader].pid().unwrap().to_string();
+    let mut args = vec!["--access", &access, "--max-attempts", "2"];
+    if kill_leader {
+        args.extend(["--kill-pid", &pid]);
+    }
     let summary = ledgermq_tests::python::run_check(
         "retry_dlq_check.py",
-        &["--access", &access, "--max-attempts", "2"],
-        std::time::Duration::from_secs(240),
+        &args,
+        std::time::Duration::from_secs(300),
     )
     .await;
     assert!(summary.contains("\"errors\": []"), "{summary}");
+    assert_eq!(
+        summary.contains("\"leader_killed\": true"),
+        kill_leader,
+        "{summary}"
+    );
 }

@@ -130,3 +130,13 @@ fn delivered_heads_are_skipped_once_and_chains_survive_removal_in_any_order() {
     let mut w = TimerWheel::open(dir.path(), 8, 20).unwrap();
     assert_eq!(qs(&w.due(7_999, 100).unwrap()), due);
 }
+
+#[test]
+fn removing_a_pending_timer_whose_slot_is_missing_logs_instead_of_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TimerWheel::open(dir.path(), 4, 0).unwrap();
+    w.insert(timer(1_000, 0)).unwrap();
+    w.slots.clear();
+    assert!(w.remove(1_000, 0));
+    assert_eq!(w.pending(), 0);
+}
