@@ -86,6 +86,9 @@ struct Segment {
     file: Arc<MappedFile>,
     /// Pending entries in it.
     live: u64,
+    /// No entry below this queue offset is pending (a hint that
+    /// [`TimerWheel::oldest_physical_offset`] moves up and an insert moves down).
+    first_pending: u64,
     /// Written since the last flush.
     dirty: bool,
 }
@@ -166,6 +169,7 @@ impl Log {
                 Segment {
                     file,
                     live: 0,
+                    first_pending: start,
                     dirty: false,
                 },
             );
@@ -234,6 +238,7 @@ impl TimerWheel {
                 Segment {
                     file,
                     live: 0,
+                    first_pending: start,
                     dirty: false,
                 },
             );
@@ -335,11 +340,9 @@ impl TimerWheel {
             self.log.set_next(q, END);
         }
         let start = self.log.start_of(q);
-        self.log
-            .segments
-            .get_mut(&start)
-            .expect("in a segment")
-            .live += 1;
+        let seg = self.log.segments.get_mut(&start).expect("in a segment");
+        seg.live += 1;
+        seg.first_pending = seg.first_pending.min(q);
         self.pending += 1;
     }
 
@@ -467,21 +470,43 @@ impl TimerWheel {
 
     /// The CommitLog offset of the first pending timer whose record is at or
     /// above `from`, if any: timer records are in queue offset order in the
-    /// CommitLog, so it is the lowest. Reads the segments holding pending
-    /// timers from the oldest until one is found.
-    pub fn oldest_physical_offset(&self, from: u64) -> Option<u64> {
-        for (&start, seg) in &self.log.segments {
-            if seg.live == 0 {
-                continue;
-            }
-            for q in start..start + self.log.entries_per_file {
+    /// CommitLog, so it is the lowest. Reads the files holding pending timers
+    /// from the oldest, each from its first pending entry as last seen, until
+    /// one is found.
+    pub fn oldest_physical_offset(&mut self, from: u64) -> Option<u64> {
+        let epf = self.log.entries_per_file;
+        let files: Vec<(u64, u64)> = self
+            .log
+            .segments
+            .iter()
+            .filter(|(_, seg)| seg.live > 0)
+            .map(|(&start, seg)| (start, seg.first_pending.max(start)))
+            .collect();
+        let mut found = None;
+        let mut hints = Vec::new();
+        'files: for (start, hint) in files {
+            let mut first = None;
+            for q in hint..start + epf {
                 let e = self.log.get(q).expect("in this segment");
-                if e.state == PENDING && e.physical_offset >= from {
-                    return Some(e.physical_offset);
+                if e.state == PENDING {
+                    first.get_or_insert(q);
+                    if e.physical_offset >= from {
+                        found = Some(e.physical_offset);
+                        hints.push((start, first.unwrap_or(q)));
+                        break 'files;
+                    }
                 }
             }
+            if let Some(q) = first {
+                hints.push((start, q));
+            }
         }
-        None
+        for (start, q) in hints {
+            if let Some(seg) = self.log.segments.get_mut(&start) {
+                seg.first_pending = q;
+            }
+        }
+        found
     }
 
     /// Pending timers.

@@ -140,3 +140,31 @@ fn removing_a_pending_timer_whose_slot_is_missing_logs_instead_of_panicking() {
     assert!(w.remove(1_000, 0));
     assert_eq!(w.pending(), 0);
 }
+
+#[test]
+fn the_oldest_pending_record_is_found_from_each_files_first_pending_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = TimerWheel::open(dir.path(), 8, 0).unwrap();
+    for q in 0..12 {
+        w.insert(timer(9_000, q)).unwrap();
+    }
+    assert_eq!(w.oldest_physical_offset(0), Some(1_000));
+    for q in 0..5 {
+        assert!(w.remove(9_000, q));
+    }
+    assert_eq!(w.oldest_physical_offset(0), Some(1_500));
+    assert_eq!(w.log.segments[&0].first_pending, 5);
+    // Records below `from` are gone: they bound nothing.
+    assert_eq!(w.oldest_physical_offset(1_601), Some(1_700));
+    for q in 5..8 {
+        assert!(w.remove(9_000, q));
+    }
+    assert_eq!(w.oldest_physical_offset(0), Some(1_800), "the next file");
+    // Dispatch repeated after a restart may index a timer below the hint again.
+    w.log.segments.get_mut(&0).unwrap().first_pending = 8;
+    let mut e = w.log.get(6).unwrap();
+    e.state = 0;
+    w.log.put(6, &e);
+    w.insert(timer(9_000, 6)).unwrap();
+    assert_eq!(w.oldest_physical_offset(0), Some(1_600));
+}
