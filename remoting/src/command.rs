@@ -22,6 +22,9 @@ pub const FLAG_RESPONSE: i32 = 1;
 pub const FLAG_ONEWAY: i32 = 1 << 1;
 /// The largest header the 24-bit length can say, bytes.
 pub const MAX_HEADER_BYTES: usize = (1 << 24) - 1;
+/// Most ext fields one header may carry (real headers carry about 15): a
+/// header of many tiny fields would otherwise cost ten times its size.
+pub const MAX_EXT_FIELDS: usize = 1024;
 
 /// How a command's header is serialized (`SerializeType`); a server answers in
 /// the request's.
@@ -144,23 +147,168 @@ pub struct RemotingCommand {
     pub serialize_type: SerializeType,
 }
 
-#[derive(Serialize, Deserialize)]
-struct JsonHeader {
+/// The JSON header as written.
+#[derive(Serialize)]
+struct JsonHeaderOut<'a> {
+    code: i32,
+    language: &'a str,
+    version: i32,
+    opaque: i32,
+    flag: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remark: Option<&'a str>,
+    #[serde(rename = "extFields")]
+    ext_fields: &'a BTreeMap<String, String>,
+    #[serde(rename = "serializeTypeCurrentRPC")]
+    serialize_type_current_rpc: &'a str,
+}
+
+/// The JSON header as read, as leniently as fastjson: missing or null numbers
+/// are 0, a language that is not a known name is OTHER, and
+/// `serializeTypeCurrentRPC` is not read (the type byte says it).
+#[derive(Deserialize)]
+struct JsonHeaderIn {
     code: i32,
     #[serde(default)]
-    language: Option<String>,
+    language: Option<Language>,
     #[serde(default)]
-    version: i32,
+    version: Option<i32>,
     #[serde(default)]
-    opaque: i32,
+    opaque: Option<i32>,
     #[serde(default)]
-    flag: i32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    flag: Option<i32>,
+    #[serde(default)]
     remark: Option<String>,
     #[serde(rename = "extFields", default)]
-    ext_fields: Option<BTreeMap<String, serde_json::Value>>,
-    #[serde(rename = "serializeTypeCurrentRPC", default)]
-    serialize_type_current_rpc: Option<String>,
+    ext_fields: Option<ExtFields>,
+}
+
+/// `extFields` as read: scalar values as text (a client may write a number or
+/// a boolean; null is absent), at most [`MAX_EXT_FIELDS`] of them; an array or
+/// object value is refused as soon as it begins, before it is built.
+struct ExtFields(BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for ExtFields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = ExtFields;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "an object of at most {MAX_EXT_FIELDS} scalar fields")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<ExtFields, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((k, v)) = m.next_entry::<String, Scalar>()? {
+                    if let Some(v) = v.0 {
+                        out.insert(k, v);
+                    }
+                    if out.len() > MAX_EXT_FIELDS {
+                        return Err(serde::de::Error::custom(format!(
+                            "more than {MAX_EXT_FIELDS} ext fields"
+                        )));
+                    }
+                }
+                Ok(ExtFields(out))
+            }
+            fn visit_unit<E>(self) -> Result<ExtFields, E> {
+                Ok(ExtFields(BTreeMap::new()))
+            }
+        }
+        d.deserialize_any(Fields)
+    }
+}
+
+/// `language` as read: a name or a byte code; anything else (skipped without
+/// being built) is OTHER.
+struct Language(LanguageCode);
+
+impl<'de> Deserialize<'de> for Language {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::IgnoredAny;
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Language;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a language name or code")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Language, E> {
+                Ok(Language(LanguageCode::from_name(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Language, E> {
+                Ok(Language(
+                    u8::try_from(v).map_or(LanguageCode::Other, LanguageCode::from_code),
+                ))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Language, E> {
+                Ok(Language(LanguageCode::Other))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Language, E> {
+                Ok(Language(LanguageCode::Other))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Language, E> {
+                Ok(Language(LanguageCode::Other))
+            }
+            fn visit_unit<E>(self) -> Result<Language, E> {
+                Ok(Language(LanguageCode::Other))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Language, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Language(LanguageCode::Other))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Language, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Language(LanguageCode::Other))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One ext value: a string, number or boolean as text, None for null; any
+/// other JSON value is an error before it is read.
+struct Scalar(Option<String>);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, number, boolean or null")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_string())))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_string())))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_string())))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_string())))
+            }
+            fn visit_unit<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl RemotingCommand {
@@ -192,8 +340,13 @@ impl RemotingCommand {
 
     /// Decodes a frame's bytes after its length field
     /// ([`crate::frame::split_frame`]). Errors: `HeaderLength`,
-    /// `SerializeType`, `Json`, `Binary`, `Utf8`. Reads no more than `frame`
-    /// holds and allocates no more than it.
+    /// `SerializeType`, `Json`, `Binary` (among them more than
+    /// [`MAX_EXT_FIELDS`] ext fields, a JSON ext value that is an array or an
+    /// object). Reads no more than `frame` holds; what it allocates is bounded
+    /// by the frame's size (a few times it for the ext fields' map). Lenient
+    /// where Java is: a non-positive remark or ext length in a binary header
+    /// is absent, and strings that are not UTF-8 are read with replacement
+    /// characters.
     pub fn decode(frame: &[u8]) -> Result<Self, RemotingError> {
         let word = frame.get(..4).ok_or(RemotingError::HeaderLength {
             header_bytes: 4,
@@ -217,8 +370,9 @@ impl RemotingCommand {
 
     /// The whole frame, length field first, header in
     /// [`RemotingCommand::serialize_type`]. Error: `TooLarge` (a header over
-    /// [`MAX_HEADER_BYTES`], a frame over `i32::MAX`; in a ROCKETMQ header a
-    /// code or version outside i16, a key over `i16::MAX` bytes).
+    /// [`MAX_HEADER_BYTES`], a frame over [`crate::DEFAULT_MAX_FRAME_BYTES`]
+    /// with its length field, which clients refuse; in a ROCKETMQ header a code
+    /// or version outside i16, a key over `i16::MAX` bytes).
     pub fn encode(&self) -> Result<Vec<u8>, RemotingError> {
         let header = match self.serialize_type {
             SerializeType::Json => self.json_header()?,
@@ -227,8 +381,11 @@ impl RemotingCommand {
         if header.len() > MAX_HEADER_BYTES {
             return Err(RemotingError::TooLarge("a header over 16 MiB"));
         }
-        let length = i32::try_from(4 + header.len() + self.body.len())
-            .map_err(|_| RemotingError::TooLarge("a frame over 2 GiB"))?;
+        let total = 8 + header.len() + self.body.len();
+        if total > crate::DEFAULT_MAX_FRAME_BYTES {
+            return Err(RemotingError::TooLarge("a frame over 16 MiB"));
+        }
+        let length = (total - 4) as i32;
         let mut out = Vec::with_capacity(8 + header.len() + self.body.len());
         out.extend_from_slice(&length.to_be_bytes());
         let word = (u32::from(self.serialize_type.code()) << 24) | header.len() as u32;
@@ -239,20 +396,15 @@ impl RemotingCommand {
     }
 
     fn json_header(&self) -> Result<Vec<u8>, RemotingError> {
-        let h = JsonHeader {
+        let h = JsonHeaderOut {
             code: self.code,
-            language: Some(self.language.name().into()),
+            language: self.language.name(),
             version: self.version,
             opaque: self.opaque,
             flag: self.flag,
-            remark: self.remark.clone(),
-            ext_fields: Some(
-                self.ext_fields
-                    .iter()
-                    .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-                    .collect(),
-            ),
-            serialize_type_current_rpc: Some(self.serialize_type.name().into()),
+            remark: self.remark.as_deref(),
+            ext_fields: &self.ext_fields,
+            serialize_type_current_rpc: self.serialize_type.name(),
         };
         serde_json::to_vec(&h).map_err(|e| RemotingError::Json(e.to_string()))
     }
@@ -291,36 +443,22 @@ fn len_i32(n: usize) -> Result<i32, RemotingError> {
 }
 
 fn decode_json(header: &[u8], body: Vec<u8>) -> Result<RemotingCommand, RemotingError> {
-    let h: JsonHeader =
-        serde_json::from_slice(header).map_err(|e| RemotingError::Json(e.to_string()))?;
-    let mut ext_fields = BTreeMap::new();
-    for (k, v) in h.ext_fields.unwrap_or_default() {
-        // Values are strings; a client that writes a number or a boolean is
-        // read as its text, a null as absent (fastjson skips null fields).
-        let v = match v {
-            serde_json::Value::String(s) => s,
-            serde_json::Value::Null => continue,
-            serde_json::Value::Number(n) => n.to_string(),
-            serde_json::Value::Bool(b) => b.to_string(),
-            _ => {
-                return Err(RemotingError::Json(format!(
-                    "extFields value of {k:?} is not a string"
-                )))
-            }
-        };
-        ext_fields.insert(k, v);
+    // serde would also read a struct from an array; fastjson reads an object.
+    if header.trim_ascii_start().first() != Some(&b'{') {
+        return Err(RemotingError::Json(
+            "the header is not a JSON object".into(),
+        ));
     }
+    let h: JsonHeaderIn =
+        serde_json::from_slice(header).map_err(|e| RemotingError::Json(e.to_string()))?;
     Ok(RemotingCommand {
         code: h.code,
-        language: h
-            .language
-            .as_deref()
-            .map_or(LanguageCode::Other, LanguageCode::from_name),
-        version: h.version,
-        opaque: h.opaque,
-        flag: h.flag,
+        language: h.language.map_or(LanguageCode::Other, |l| l.0),
+        version: h.version.unwrap_or(0),
+        opaque: h.opaque.unwrap_or(0),
+        flag: h.flag.unwrap_or(0),
         remark: h.remark,
-        ext_fields,
+        ext_fields: h.ext_fields.map(|e| e.0).unwrap_or_default(),
         body,
         serialize_type: SerializeType::Json,
     })
@@ -345,14 +483,16 @@ impl<'a> Reader<'a> {
         Ok(self.take(N)?.try_into().expect("N bytes"))
     }
 
-    /// A length field, which must not be negative.
+    /// A length field; a negative one reads as 0 (Java reads a length of at
+    /// most 0 as an absent field).
     fn len_i32(&mut self) -> Result<usize, RemotingError> {
-        usize::try_from(i32::from_be_bytes(self.array()?))
-            .map_err(|_| RemotingError::Binary("a negative length"))
+        Ok(usize::try_from(i32::from_be_bytes(self.array()?)).unwrap_or(0))
     }
 
+    /// `n` bytes as a string, with replacement characters where they are not
+    /// UTF-8 (as Java's decoder reads them).
     fn string(&mut self, n: usize) -> Result<String, RemotingError> {
-        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| RemotingError::Utf8)
+        Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
 }
 
@@ -380,6 +520,9 @@ fn decode_binary(header: &[u8], body: Vec<u8>) -> Result<RemotingCommand, Remoti
         let key = ext.string(klen)?;
         let vlen = ext.len_i32()?;
         ext_fields.insert(key, ext.string(vlen)?);
+        if ext_fields.len() > MAX_EXT_FIELDS {
+            return Err(RemotingError::Binary("more than 1,024 ext fields"));
+        }
     }
     Ok(RemotingCommand {
         code,

@@ -32,9 +32,6 @@ pub enum RemotingError {
     /// A ROCKETMQ binary header cut short, or whose lengths overrun it.
     #[error("ROCKETMQ header: {0}")]
     Binary(&'static str),
-    /// A string in a binary header that is not UTF-8.
-    #[error("ROCKETMQ header: a string that is not UTF-8")]
-    Utf8,
     /// A command too large to encode (a header over 16 MiB, a field over its
     /// length field's range).
     #[error("too large to encode: {0}")]

@@ -11,9 +11,10 @@ pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 << 20;
 /// whole frame, else the frame's bytes after the length field (what
 /// [`crate::RemotingCommand::decode`] reads) and how many bytes of `buf` it
 /// took. Checks the length field before anything is buffered for it, so a
-/// reader never holds more than `max_frame_bytes` (plus 4) for one frame.
-/// Error: `FrameLength` (over `max_frame_bytes`, or under 4: no room for the
-/// header length); the connection cannot be resynchronised after it.
+/// reader never holds more than `max_frame_bytes` for one frame. Error:
+/// `FrameLength` (a frame over `max_frame_bytes` with its length field, as
+/// Netty's decoder counts it, or a length under 4: no room for the header
+/// length); the connection cannot be resynchronised after it.
 pub fn split_frame(
     buf: &[u8],
     max_frame_bytes: usize,
@@ -22,7 +23,7 @@ pub fn split_frame(
         return Ok(None);
     };
     let length = i32::from_be_bytes(len.try_into().expect("4 bytes"));
-    if length < 4 || length as usize > max_frame_bytes {
+    if length < 4 || length as usize + 4 > max_frame_bytes {
         return Err(RemotingError::FrameLength {
             length_bytes: length.into(),
             max_bytes: max_frame_bytes,
@@ -47,7 +48,10 @@ mod tests {
         assert_eq!(split_frame(&buf[..2], 64), Ok(None));
         let (frame, used) = split_frame(&buf, 64).unwrap().unwrap();
         assert_eq!((frame, used), (&buf[4..10], 10));
-        for bad in [3i32, -1, i32::MIN, 65] {
+        // 60 bytes after the length field make a 64-byte frame: the limit.
+        assert_eq!(split_frame(&60i32.to_be_bytes(), 64), Ok(None));
+        assert_eq!(split_frame(&4i32.to_be_bytes(), 64), Ok(None));
+        for bad in [3i32, -1, i32::MIN, 61] {
             assert!(matches!(
                 split_frame(&bad.to_be_bytes(), 64),
                 Err(RemotingError::FrameLength { .. })

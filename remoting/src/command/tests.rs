@@ -125,19 +125,128 @@ fn bad_frames_and_headers_are_errors() {
         RemotingCommand::decode(&frame_of((1 << 24) | huge_ext.len() as u32, &huge_ext)),
         Err(RemotingError::Binary("a length overruns the header"))
     );
+    // As Java reads them: a negative length is an absent field, bytes that
+    // are not UTF-8 are replacement characters.
     let mut negative = good[..13].to_vec();
     negative.extend_from_slice(&(-5i32).to_be_bytes());
-    assert_eq!(
-        RemotingCommand::decode(&frame_of((1 << 24) | negative.len() as u32, &negative)),
-        Err(RemotingError::Binary("a negative length"))
-    );
+    negative.extend_from_slice(&(-1i32).to_be_bytes());
+    let c =
+        RemotingCommand::decode(&frame_of((1 << 24) | negative.len() as u32, &negative)).unwrap();
+    assert_eq!((c.remark, c.ext_fields.len()), (None, 0));
     let mut not_utf8 = good[..13].to_vec();
     not_utf8.extend_from_slice(&2i32.to_be_bytes());
     not_utf8.extend_from_slice(&[0xff, 0xfe]);
     not_utf8.extend_from_slice(&0i32.to_be_bytes());
+    let c =
+        RemotingCommand::decode(&frame_of((1 << 24) | not_utf8.len() as u32, &not_utf8)).unwrap();
+    assert_eq!(c.remark.as_deref(), Some("\u{fffd}\u{fffd}"));
+}
+
+#[test]
+fn huge_or_nested_ext_fields_are_refused_before_they_are_built() {
+    // An array value is refused as it begins (not built, then refused).
+    let mut array = br#"{"code":0,"extFields":{"a":["#.to_vec();
+    array.extend(std::iter::repeat_n(&b"0,"[..], 100_000).flatten());
+    array.extend_from_slice(b"0]}}");
+    assert!(matches!(
+        RemotingCommand::decode(&frame_of(array.len() as u32, &array)),
+        Err(RemotingError::Json(e)) if e.contains("a string, number, boolean or null")
+    ));
+    // More than MAX_EXT_FIELDS fields, in JSON and in a binary header.
+    let fields: Vec<String> = (0..=MAX_EXT_FIELDS)
+        .map(|i| format!("\"k{i}\":\"v\""))
+        .collect();
+    let json = format!("{{\"code\":0,\"extFields\":{{{}}}}}", fields.join(","));
+    assert!(matches!(
+        RemotingCommand::decode(&frame_of(json.len() as u32, json.as_bytes())),
+        Err(RemotingError::Json(e)) if e.contains("more than 1024 ext fields")
+    ));
+    let mut c = sample(SerializeType::RocketMq);
+    c.ext_fields = (0..=MAX_EXT_FIELDS)
+        .map(|i| (format!("k{i}"), "v".into()))
+        .collect();
+    let bytes = c.encode().unwrap();
     assert_eq!(
-        RemotingCommand::decode(&frame_of((1 << 24) | not_utf8.len() as u32, &not_utf8)),
-        Err(RemotingError::Utf8)
+        RemotingCommand::decode(&bytes[4..]),
+        Err(RemotingError::Binary("more than 1,024 ext fields"))
+    );
+    c.ext_fields.pop_first();
+    assert_eq!(round_trip(&c).ext_fields.len(), MAX_EXT_FIELDS);
+}
+
+#[test]
+fn json_headers_are_read_as_leniently_as_fastjson_reads_them() {
+    let header = br#"{"code":11,"language":3,"version":null,"flag":null,"serializeTypeCurrentRPC":0,"extFields":null}"#;
+    let c = RemotingCommand::decode(&frame_of(header.len() as u32, header)).unwrap();
+    assert_eq!((c.code, c.version, c.opaque, c.flag), (11, 0, 0, 0));
+    assert_eq!(c.language, LanguageCode::Python);
+    assert!(c.ext_fields.is_empty());
+    let header = br#"{"code":11,"language":{"x":[1,2]}}"#;
+    let c = RemotingCommand::decode(&frame_of(header.len() as u32, header)).unwrap();
+    assert_eq!(c.language, LanguageCode::Other);
+}
+
+#[test]
+fn a_json_response_carries_string_fields_as_clients_read_them() {
+    let request = sample(SerializeType::Json);
+    let mut r = RemotingCommand::response_to(&request, 0, None);
+    r.ext_fields.insert("queueId".into(), "3".into());
+    r.ext_fields.insert("queueOffset".into(), "17".into());
+    let bytes = r.encode().unwrap();
+    assert_eq!(&bytes[4..8], &((bytes.len() - 8) as u32).to_be_bytes());
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..]).unwrap();
+    assert_eq!(
+        header,
+        serde_json::json!({
+            "code": 0, "language": "JAVA", "version": 479, "opaque": 42, "flag": 1,
+            "extFields": {"queueId": "3", "queueOffset": "17"},
+            "serializeTypeCurrentRPC": "JSON"
+        })
+    );
+}
+
+#[test]
+fn a_binary_header_has_rocketmq_serializables_layout() {
+    let mut c =
+        RemotingCommand::response_to(&sample(SerializeType::RocketMq), 17, Some("no".into()));
+    c.ext_fields.insert("k".into(), "vv".into());
+    let bytes = c.encode().unwrap();
+    let expected_header: Vec<u8> = [
+        &[0x00, 0x11][..], // code 17
+        &[0x00],           // JAVA
+        &[0x01, 0xdf],     // version 479
+        &[0, 0, 0, 42],    // opaque
+        &[0, 0, 0, 1],     // flag: response
+        &[0, 0, 0, 2],
+        b"no",         // remark
+        &[0, 0, 0, 9], // ext length
+        &[0, 1],
+        b"k",
+        &[0, 0, 0, 2],
+        b"vv",
+    ]
+    .concat();
+    assert_eq!(&bytes[4..8], &[1, 0, 0, expected_header.len() as u8]);
+    assert_eq!(&bytes[8..], &expected_header[..]);
+    assert_eq!(
+        &bytes[..4],
+        &((4 + expected_header.len()) as u32).to_be_bytes()
+    );
+}
+
+#[test]
+fn frames_over_the_clients_limit_and_long_keys_are_not_encoded() {
+    let mut c = sample(SerializeType::Json);
+    c.body = vec![0; DEFAULT_MAX_FRAME_BYTES];
+    assert_eq!(
+        c.encode(),
+        Err(RemotingError::TooLarge("a frame over 16 MiB"))
+    );
+    let mut c = sample(SerializeType::RocketMq);
+    c.ext_fields.insert("k".repeat(40_000), "v".into());
+    assert_eq!(
+        c.encode(),
+        Err(RemotingError::TooLarge("a key over 32 KiB"))
     );
 }
 
