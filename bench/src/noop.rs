@@ -188,6 +188,7 @@ mod tests {
             warmup: Duration::ZERO,
             drain: Duration::from_secs(1),
             progress: false,
+            run_id: None,
         };
         let s = run(Arc::new(driver), spec).await;
         assert_eq!((s.sent, s.acked), (200, 200), "errors: {:?}", s.errors);

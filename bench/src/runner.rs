@@ -49,6 +49,10 @@ pub struct LoadSpec {
     pub drain: Duration,
     /// Print a progress line every second.
     pub progress: bool,
+    /// The run id stamped in every body, and the one consumers count (`None`:
+    /// random, so messages of earlier runs are told apart). A consumer-only
+    /// run given another run's id measures what that run sends.
+    pub run_id: Option<u64>,
 }
 
 /// A system under test: how producers send and how consumers consume.
@@ -76,9 +80,10 @@ pub struct Ctx {
 impl Ctx {
     fn new(spec: LoadSpec) -> Self {
         let tickets = spec.count.unwrap_or(u64::MAX);
+        let stats = Stats::new(spec.run_id.unwrap_or_else(rand::random));
         Self {
             spec,
-            stats: Stats::new(rand::random()),
+            stats,
             stop_send: AtomicBool::new(false),
             stop_recv: AtomicBool::new(false),
             tickets: AtomicU64::new(tickets),
@@ -443,6 +448,7 @@ mod tests {
             warmup: Duration::from_secs(5),
             drain: Duration::from_secs(5),
             progress: false,
+            run_id: None,
         };
         let s = run(fake.clone(), spec).await;
         assert_eq!((s.sent, s.acked, s.received_total), (500, 500, 500));
@@ -498,6 +504,7 @@ mod tests {
             warmup: Duration::ZERO,
             drain: Duration::from_secs(5),
             progress: false,
+            run_id: None,
         }
     }
 

@@ -105,6 +105,7 @@ async fn main() -> Result<()> {
         warmup: Duration::from_secs(args.warmup_secs),
         drain: Duration::from_secs(args.drain_secs),
         progress: !args.quiet,
+        run_id: None,
     };
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&base)?;

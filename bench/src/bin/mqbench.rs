@@ -95,6 +95,13 @@ struct Args {
     /// Deadline of one call, ms.
     #[arg(long, default_value_t = 10_000)]
     timeout_ms: u64,
+    /// Stamp bodies with this run id and count only received messages that
+    /// carry it (default: a random one). A consumer-only run (`--producers 0`)
+    /// given the id of a producer run started after it measures that run's
+    /// messages (e.g. how late delay messages sent with `--deliver-at-ms`
+    /// arrive, past the 3 s a drain waits for the next message).
+    #[arg(long)]
+    run_id: Option<u64>,
     /// Also write the summary as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -155,6 +162,7 @@ async fn main() -> Result<()> {
         warmup: Duration::from_secs(args.warmup_secs),
         drain: Duration::from_secs(args.drain_secs),
         progress: true,
+        run_id: args.run_id,
     };
     let summary = run(Arc::new(driver), spec).await;
     print!("{}", summary.render());
