@@ -57,6 +57,7 @@ impl SerializeType {
 /// informs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(missing_docs)]
+#[repr(u8)]
 pub enum LanguageCode {
     Java,
     Cpp,
@@ -99,7 +100,8 @@ impl LanguageCode {
 
     /// The byte code of the binary header.
     pub fn code(self) -> u8 {
-        Self::ALL.iter().position(|&l| l == self).expect("listed") as u8
+        // The variants are declared in byte code order.
+        self as u8
     }
 
     /// The name of the JSON header.
@@ -287,9 +289,6 @@ impl<'de> Deserialize<'de> for Scalar {
             }
             fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
                 Ok(Scalar(Some(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Scalar, E> {
-                Ok(Scalar(Some(v)))
             }
             fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
                 Ok(Scalar(Some(v.to_string())))

@@ -44,7 +44,7 @@ pub const DELIVERED: u32 = 0x5444_4c56;
 /// `next` at the end of a chain.
 const END: u64 = u64::MAX;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Entry {
     deliver_ms: i64,
     physical_offset: u64,
@@ -83,6 +83,7 @@ fn second_of(deliver_ms: i64) -> i64 {
 }
 
 struct Segment {
+    /// Shared with a flush that msyncs it without the wheel's lock.
     file: Arc<MappedFile>,
     /// Pending entries in it.
     live: u64,
@@ -91,6 +92,25 @@ struct Segment {
     first_pending: u64,
     /// Written since the last flush.
     dirty: bool,
+}
+
+impl Segment {
+    /// A file starting at queue offset `start`, before its entries are counted.
+    fn new(file: MappedFile, start: u64) -> Self {
+        Self {
+            file: Arc::new(file),
+            live: 0,
+            first_pending: start,
+            dirty: false,
+        }
+    }
+
+    /// Unmaps and deletes the file (the caller fsyncs the directory).
+    fn delete(self) -> Result<()> {
+        let path = self.file.path().to_owned();
+        drop(self);
+        std::fs::remove_file(&path).at(&path)
+    }
 }
 
 /// One second of the wheel: its chain's first entry that may still be pending,
@@ -159,20 +179,8 @@ impl Log {
     fn segment_for(&mut self, q: u64) -> Result<&mut Segment> {
         let start = self.start_of(q);
         if !self.segments.contains_key(&start) {
-            let file = Arc::new(MappedFile::create(
-                &self.dir,
-                start,
-                self.entries_per_file * ENTRY_BYTES,
-            )?);
-            self.segments.insert(
-                start,
-                Segment {
-                    file,
-                    live: 0,
-                    first_pending: start,
-                    dirty: false,
-                },
-            );
+            let file = MappedFile::create(&self.dir, start, self.entries_per_file * ENTRY_BYTES)?;
+            self.segments.insert(start, Segment::new(file, start));
         }
         Ok(self.segments.get_mut(&start).expect("just made"))
     }
@@ -228,20 +236,8 @@ impl TimerWheel {
                 removed = true;
                 continue;
             }
-            let file = Arc::new(MappedFile::open(
-                &path,
-                start,
-                entries_per_file * ENTRY_BYTES,
-            )?);
-            log.segments.insert(
-                start,
-                Segment {
-                    file,
-                    live: 0,
-                    first_pending: start,
-                    dirty: false,
-                },
-            );
+            let file = MappedFile::open(&path, start, entries_per_file * ENTRY_BYTES)?;
+            log.segments.insert(start, Segment::new(file, start));
         }
         if removed {
             fsync_dir(dir)?;
@@ -258,12 +254,11 @@ impl TimerWheel {
         let starts: Vec<u64> = wheel.log.segments.keys().copied().collect();
         for start in starts {
             for q in start..start + entries_per_file {
-                let Some(mut e) = wheel.log.get(q) else { break };
+                let Some(e) = wheel.log.get(q) else { break };
                 if q >= end {
                     wiped += u64::from(e.state == PENDING);
-                    if e != Entry::decode(&[0; ENTRY_BYTES as usize]) {
-                        e = Entry::decode(&[0; ENTRY_BYTES as usize]);
-                        wheel.log.put(q, &e);
+                    if e != Entry::default() {
+                        wheel.log.put(q, &Entry::default());
                     }
                     continue;
                 }
@@ -562,10 +557,7 @@ impl TimerWheel {
             .map(|(&start, _)| start)
             .collect();
         for start in &done {
-            let seg = self.log.segments.remove(start).expect("listed");
-            let path = seg.file.path().to_owned();
-            drop(seg);
-            std::fs::remove_file(&path).at(&path)?;
+            self.log.segments.remove(start).expect("listed").delete()?;
         }
         if let Some(&first) = self.log.segments.keys().next() {
             self.floor = self.floor.max(first);
@@ -595,9 +587,7 @@ impl TimerWheel {
     pub fn clear(&mut self) -> Result<()> {
         let segments = std::mem::take(&mut self.log.segments);
         for (_, seg) in segments {
-            let path = seg.file.path().to_owned();
-            drop(seg);
-            std::fs::remove_file(&path).at(&path)?;
+            seg.delete()?;
         }
         fsync_dir(&self.log.dir)?;
         self.slots.clear();

@@ -181,9 +181,17 @@ fn json_headers_are_read_as_leniently_as_fastjson_reads_them() {
     assert_eq!((c.code, c.version, c.opaque, c.flag), (11, 0, 0, 0));
     assert_eq!(c.language, LanguageCode::Python);
     assert!(c.ext_fields.is_empty());
-    let header = br#"{"code":11,"language":{"x":[1,2]}}"#;
+    for header in [
+        &br#"{"code":11,"language":{"x":[1,2]}}"#[..],
+        br#"{"code":11,"language":["JAVA",[2]]}"#,
+    ] {
+        let c = RemotingCommand::decode(&frame_of(header.len() as u32, header)).unwrap();
+        assert_eq!(c.language, LanguageCode::Other);
+    }
+    // A string with escapes, which the JSON reader hands over as an owned copy.
+    let header = br#"{"code":11,"extFields":{"k":"a\"b"}}"#;
     let c = RemotingCommand::decode(&frame_of(header.len() as u32, header)).unwrap();
-    assert_eq!(c.language, LanguageCode::Other);
+    assert_eq!(c.ext_fields["k"], "a\"b");
 }
 
 #[test]
