@@ -113,6 +113,7 @@ impl LedgerMq {
                     fifo: self.fifo,
                     broadcast: false,
                     max_delivery_attempts: 0,
+                    retry_policy: String::new(),
                 })
                 .await;
             match (topic, group) {

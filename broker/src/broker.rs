@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_meta::{Command, GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
+use ledgermq_meta::{Command, GroupConfig, RetryPolicy, TopicConfig, TopicMessageType, TopicPerm};
 use ledgermq_raft::RaftNode;
 use tonic::transport::{Channel, Endpoint};
 
@@ -210,6 +210,20 @@ impl Broker {
             .groups
             .get(name)
             .cloned()
+    }
+
+    /// The consumer group's configuration and its retry policy (None: the
+    /// group has none, or none was given it), read together.
+    pub fn group_config_and_retry_policy(
+        &self,
+        name: &str,
+    ) -> (Option<GroupConfig>, Option<RetryPolicy>) {
+        let meta = self.node.shared_meta();
+        let meta = meta.read().unwrap();
+        (
+            meta.groups.get(name).cloned(),
+            meta.retry_policies.get(name).cloned(),
+        )
     }
 
     /// The topic's configuration, creating it when auto-creation is on. Error:

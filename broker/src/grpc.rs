@@ -12,6 +12,8 @@
 //!   ForwardMessageToDeadLetterQueue.
 //! - [`message`]: 5.x messages to the broker's and back.
 //! - [`status`]: a failure's 5.x status code.
+//! - [`settings`]: the Settings a client is sent over Telemetry (a group's
+//!   retry policy as its consumers' backoff).
 //! - [`admin`]: the admin service (`ledgermq.admin`) `mqadmin` calls;
 //!   [`audit`]: the replica audit's digests; [`progress`]: consumer progress;
 //!   [`reset`]: rewinding a consumer group to a time; [`query`]: messages by
@@ -30,6 +32,7 @@ pub mod route;
 pub mod send;
 pub mod server;
 pub mod service;
+pub mod settings;
 pub mod status;
 pub mod transaction;
 

@@ -28,6 +28,9 @@ use crate::report::{self, Shade};
 use crate::workload::{in_namespace, Recorder, SendingEnd, WorkloadOptions};
 use crate::JepsenError;
 
+/// The retry policy `JGroup` is given (RocketMQ's groupRetryPolicy JSON).
+const JGROUP_RETRY_POLICY: &str = r#"{"type":"EXPONENTIAL","exponentialRetryPolicy":{"initial":1000,"max":60000,"multiplier":2}}"#;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -92,7 +95,9 @@ fn prepare(c: &Cluster, net: &Network) -> Result<(), JepsenError> {
     for args in [
         &["updateTopic", "-t", "JNormal", "-q", "4"][..],
         &["updateTopic", "-t", "JFifo", "-q", "4", "--fifo"],
-        &["updateSubGroup", "-g", "JGroup"],
+        // A retry policy, so the replica audit compares one through every
+        // fault (snapshots carry it in their format 2).
+        &["updateSubGroup", "-g", "JGroup", "-p", JGROUP_RETRY_POLICY],
         &["updateSubGroup", "-g", "JFifoGroup", "--fifo"],
     ] {
         let mut tries = 0;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::command::{Command, FifoLease, TimedFifoLease};
 use crate::config::{GroupConfig, TopicConfig};
+use crate::retry::RetryPolicy;
 use crate::state::{GroupMeta, LeaseDeadline, QueueKey};
 
 /// What a command did to the metadata.
@@ -44,6 +45,10 @@ pub enum RowChange {
     Group(GroupConfig),
     /// A consumer group removed.
     RemoveGroup(String),
+    /// A consumer group's retry policy (group name, policy).
+    RetryPolicy(String, RetryPolicy),
+    /// A consumer group's retry policy removed.
+    RemoveRetryPolicy(String),
     /// The group's retention point (a Raft log index).
     PurgePoint(u64),
 }
@@ -154,8 +159,20 @@ pub fn apply(
             rows.push(RowChange::RemoveTopic(name));
         }
         Command::UpdateGroup(g) => {
+            // The whole config is replaced: a policy given before goes.
+            remove_retry_policy(meta, &g.name, &mut rows);
             meta.groups.insert(g.name.clone(), g.clone());
             rows.push(RowChange::Group(g));
+        }
+        Command::UpdateGroupWithRetryPolicy {
+            group,
+            retry_policy,
+        } => {
+            meta.groups.insert(group.name.clone(), group.clone());
+            meta.retry_policies
+                .insert(group.name.clone(), retry_policy.clone());
+            rows.push(RowChange::RetryPolicy(group.name.clone(), retry_policy));
+            rows.push(RowChange::Group(group));
         }
         Command::DeleteGroup(name) => {
             // The group's own keys and its broadcasting consumers' (`group@client`).
@@ -177,6 +194,7 @@ pub fn apply(
                 meta.lease_deadlines.0.remove(&k);
                 rows.push(RowChange::RemoveLease(k));
             }
+            remove_retry_policy(meta, &name, &mut rows);
             meta.groups.remove(&name);
             rows.push(RowChange::RemoveGroup(name));
         }
@@ -204,6 +222,12 @@ pub fn apply(
     Applied {
         outcome: Outcome::Applied,
         rows,
+    }
+}
+
+fn remove_retry_policy(meta: &mut GroupMeta, group: &str, rows: &mut Vec<RowChange>) {
+    if meta.retry_policies.remove(group).is_some() {
+        rows.push(RowChange::RemoveRetryPolicy(group.to_owned()));
     }
 }
 

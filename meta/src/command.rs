@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{GroupConfig, TopicConfig, TopicMessageType};
+use crate::retry::RetryPolicy;
 
 /// Metadata changes: committed through Raft and applied by [`crate::apply::apply`]
 /// on every replica. Stored in the CommitLog as postcard (a `SystemPayload` of the
@@ -77,18 +78,31 @@ pub enum Command {
     /// it decided before the reset lands after it. Log command set 4: a leader
     /// writes it only when every member decodes that set.
     ResetOffsets(Vec<OffsetCommit>),
+    /// Create or replace a consumer group's configuration together with its
+    /// retry policy (`mqadmin updateSubGroup -p`); [`Command::UpdateGroup`]
+    /// replaces a group's config and drops its policy, as RocketMQ's
+    /// updateSubGroup replaces the whole `SubscriptionGroupConfig`. Log command
+    /// set 6: a leader writes it only when every member decodes that set.
+    UpdateGroupWithRetryPolicy {
+        /// The group's configuration.
+        group: GroupConfig,
+        /// Its retry policy.
+        retry_policy: RetryPolicy,
+    },
 }
 
 impl Command {
     /// The log command set that brings this command's encoding (the Raft layer's
     /// `format::LOG_COMMANDS`): 2 for [`Command::FifoLeasesTimed`], 3 for a topic
     /// config of type [`TopicMessageType::Mixed`] (`UpdateTopic`, `EnsureTopic`),
-    /// 4 for [`Command::ResetOffsets`], 1 for everything else. A leader writes it only once every member decodes
+    /// 4 for [`Command::ResetOffsets`], 6 for
+    /// [`Command::UpdateGroupWithRetryPolicy`], 1 for everything else. A leader writes it only once every member decodes
     /// that set. No I/O.
     pub fn log_command_set(&self) -> u8 {
         match self {
             Command::FifoLeasesTimed { .. } => 2,
             Command::ResetOffsets(_) => 4,
+            Command::UpdateGroupWithRetryPolicy { .. } => 6,
             Command::UpdateTopic(t) | Command::EnsureTopic(t)
                 if t.message_type == TopicMessageType::Mixed =>
             {

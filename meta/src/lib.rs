@@ -5,8 +5,10 @@
 //! - [`command`]: what a leader commits through Raft to change the metadata.
 //! - [`config`]: topic and consumer group configurations.
 //! - [`state`]: [`GroupMeta`], the metadata every replica holds in memory.
+//! - [`retry`]: a consumer group's retry policy (RocketMQ 5's `GroupRetryPolicy`).
 //! - [`apply`]: the state machine's rules, `apply(state, command)` with no I/O;
 //!   it lists the rows a command changed, which the Raft layer stores.
+//! - [`error`]: [`MetaError`], what reading operator input can refuse.
 //!
 //! Formats (the Raft layer's `format` module, whose golden-byte tests pin them):
 //! a [`Command`] is stored in a CommitLog entry as plain postcard, versioned by
@@ -20,9 +22,13 @@
 pub mod apply;
 pub mod command;
 pub mod config;
+pub mod error;
+pub mod retry;
 pub mod state;
 
 pub use apply::{Applied, AppliedAt, Canaries, Outcome, RowChange};
 pub use command::{Command, FifoLease, OffsetCommit, TimedFifoLease};
 pub use config::{GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
+pub use error::MetaError;
+pub use retry::RetryPolicy;
 pub use state::{GroupMeta, LeaseDeadline, LeaseDeadlines, QueueKey};

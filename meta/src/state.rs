@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::FifoLease;
 use crate::config::{GroupConfig, TopicConfig};
+use crate::retry::RetryPolicy;
 
 /// (consumer group or offset key, topic, message queue id).
 pub type QueueKey = (String, String, i32);
@@ -42,6 +43,13 @@ pub struct GroupMeta {
     /// change): a member that installs one starts its log there anyway.
     #[serde(skip)]
     pub purge_point: Option<u64>,
+    /// Consumer group name → its retry policy, for groups given one
+    /// ([`crate::Command::UpdateGroupWithRetryPolicy`]). Kept in its own sled
+    /// tree and carried by a snapshot of format 2 after the version-1 layout
+    /// (the Raft layer's `state_machine` snapshot encoding), so skipped here:
+    /// a snapshot without policies keeps the bytes earlier releases read.
+    #[serde(skip)]
+    pub retry_policies: BTreeMap<String, RetryPolicy>,
 }
 
 /// This member's own deadlines of the FIFO leases it applied with their time

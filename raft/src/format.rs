@@ -19,9 +19,13 @@
 //! them, on the enveloped `last_purged` and `last_applied`.
 //!
 //! **Versions.** Version 1 is the layout of the types as they are now. A type
-//! that changes (a field added to `TopicConfig`, say) gets version 2: values are
-//! then written as 2, and the decoder reads 1 by converting. A version above
-//! [`CURRENT`] (written by a later release) is refused with
+//! that changes (a field added to `TopicConfig`, say) gets a new version: values
+//! are then written in it, and the decoder reads 1 by converting. Version 2
+//! ([`V2_TAIL`]) is version 1's bytes followed by more: a snapshot holding
+//! consumer groups' retry policies carries them there ([`encode_with_tail`]);
+//! a snapshot without any is still written as 1, which earlier releases read.
+//! A version above the highest this release reads for the value ([`CURRENT`]
+//! for a value with a tail, [`V1`] for any other) is refused with
 //! [`RaftNodeError::FormatTooNew`], so a node never misreads it.
 //!
 //! **The log.** Commands travel in Raft entries, which are never rewritten. Their
@@ -42,14 +46,15 @@ use crate::error::RaftNodeError;
 /// variant through `PurgeThrough` (what releases before it decode), 2 adds
 /// `FifoLeasesTimed`, 3 adds the MIXED topic message type (in `UpdateTopic` and
 /// `EnsureTopic`), 4 adds `ResetOffsets`, 5 transactional messages (no command:
-/// [`SET_TRANSACTIONS`]); `Command::log_command_set` names a
+/// [`SET_TRANSACTIONS`]), 6 `UpdateGroupWithRetryPolicy`
+/// ([`SET_GROUP_RETRY_POLICIES`]); `Command::log_command_set` names a
 /// command's set. A member tells its leader in every AppendEntries answer
 /// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from an earlier release,
 /// counted as set 1, though one from before `PurgeThrough` decodes less),
 /// and a leader writes a command of a set only when every member decodes it
 /// (`crate::peer_formats`), so a group upgraded one member at a time never
 /// replicates an entry a member cannot read.
-pub const LOG_COMMANDS: u8 = 5;
+pub const LOG_COMMANDS: u8 = 6;
 /// The log command set that brings `Command::FifoLeasesTimed`.
 pub const SET_TIMED_FIFO_LEASES: u8 = 2;
 /// The log command set that brings topics of type `TopicMessageType::Mixed`.
@@ -64,6 +69,11 @@ pub const SET_RESET_OFFSETS: u8 = 4;
 /// only an earlier set (`crate::writer`, `PeerFormats::no_member_says_below`: a
 /// member that is down does not stop them).
 pub const SET_TRANSACTIONS: u8 = 5;
+/// The log command set that brings `Command::UpdateGroupWithRetryPolicy` (a
+/// consumer group's retry policy). A member of an earlier set has no policies,
+/// so a snapshot holds some (format [`V2_TAIL`]) only once every member
+/// decodes this set.
+pub const SET_GROUP_RETRY_POLICIES: u8 = 6;
 /// What log command set `set` brings, for messages.
 pub fn set_brings(set: u8) -> &'static str {
     match set {
@@ -72,6 +82,7 @@ pub fn set_brings(set: u8) -> &'static str {
         SET_MIXED_TOPICS => "topics of message.type MIXED",
         SET_RESET_OFFSETS => "consumer offset resets",
         SET_TRANSACTIONS => "transactional messages",
+        SET_GROUP_RETRY_POLICIES => "consumer group retry policies",
         _ => "unknown to this release",
     }
 }
@@ -81,8 +92,13 @@ pub const LOG_COMMANDS_HEADER: &str = "ledgermq-log-commands";
 
 /// The bytes that begin every enveloped value: no postcard varint or tag.
 pub const MAGIC: [u8; 10] = [0xff; 10];
-/// The format version this release writes.
-pub const CURRENT: u8 = 1;
+/// The format version of every value whose layout has not changed: what
+/// [`encode`] writes.
+pub const V1: u8 = 1;
+/// Version 1's bytes followed by a tail ([`encode_with_tail`]).
+pub const V2_TAIL: u8 = 2;
+/// The highest format version this release reads.
+pub const CURRENT: u8 = V2_TAIL;
 
 /// A stored value's version and its bytes in that version's layout.
 fn open_envelope(bytes: &[u8]) -> (u8, &[u8]) {
@@ -93,48 +109,79 @@ fn open_envelope(bytes: &[u8]) -> (u8, &[u8]) {
     }
 }
 
-fn check_version(what: &str, version: u8) -> Result<(), RaftNodeError> {
+/// Refuses version 0 (`MetadataDamaged`) and versions above `supported`
+/// (`FormatTooNew`), the highest this release reads for the value.
+fn check_version(what: &str, version: u8, supported: u8) -> Result<(), RaftNodeError> {
     if version == 0 {
         return Err(RaftNodeError::MetadataDamaged(format!(
             "{what} has format version 0, which no release writes"
         )));
     }
-    if version > CURRENT {
+    if version > supported {
         return Err(RaftNodeError::FormatTooNew {
             what: what.to_owned(),
             version,
-            supported: CURRENT,
+            supported,
         });
     }
     Ok(())
 }
 
-fn envelope(capacity: usize) -> Vec<u8> {
+fn envelope(version: u8, capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAGIC.len() + 1 + capacity);
     out.extend_from_slice(&MAGIC);
-    out.push(CURRENT);
+    out.push(version);
     out
 }
 
-/// `value` in the current format: the envelope, then its postcard encoding.
+/// `value` in format [`V1`]: the envelope, then its postcard encoding.
 /// Errors: `Codec` if postcard cannot encode it.
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, RaftNodeError> {
-    Ok(postcard::to_extend(value, envelope(64))?)
+    Ok(postcard::to_extend(value, envelope(V1, 64))?)
 }
 
-/// Decodes a stored value of any version this release reads; `what` names it in
-/// errors. Errors: `FormatTooNew` for a version above [`CURRENT`],
-/// `MetadataDamaged` for version 0, `Codec` when the bytes do not decode.
+/// `value` with `tail` after it, in format [`V2_TAIL`]: the envelope, `value`'s
+/// postcard encoding (version 1's layout), then `tail`'s. Errors: `Codec`.
+pub fn encode_with_tail<T: Serialize, U: Serialize>(
+    value: &T,
+    tail: &U,
+) -> Result<Vec<u8>, RaftNodeError> {
+    let out = postcard::to_extend(value, envelope(V2_TAIL, 64))?;
+    Ok(postcard::to_extend(tail, out)?)
+}
+
+/// Decodes a value [`encode`] or [`encode_with_tail`] wrote (or an earlier
+/// release's, without the envelope): the value and, for format [`V2_TAIL`], its
+/// tail; `what` names it in errors. Errors: as [`decode`]; `Codec` also when a
+/// version 2 value's tail does not decode.
+pub fn decode_with_tail<T: DeserializeOwned, U: DeserializeOwned>(
+    what: &str,
+    bytes: &[u8],
+) -> Result<(T, Option<U>), RaftNodeError> {
+    let (version, body) = open_envelope(bytes);
+    check_version(what, version, V2_TAIL)?;
+    if version < V2_TAIL {
+        return Ok((postcard::from_bytes(body)?, None));
+    }
+    let (value, rest) = postcard::take_from_bytes(body)?;
+    Ok((value, Some(postcard::from_bytes(rest)?)))
+}
+
+/// Decodes a stored value [`encode`] wrote (or an earlier release's, without
+/// the envelope); `what` names it in errors. Errors: `FormatTooNew` for a
+/// version above [`V1`] (a later format, or a value with a tail, which only
+/// [`decode_with_tail`] reads), `MetadataDamaged` for version 0, `Codec` when
+/// the bytes do not decode.
 pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, RaftNodeError> {
     let (version, body) = open_envelope(bytes);
-    check_version(what, version)?;
+    check_version(what, version, V1)?;
     Ok(postcard::from_bytes(body)?)
 }
 
 /// A consumer offset in the current format (19 bytes: the envelope, then the
 /// offset big-endian).
 pub fn encode_offset(offset: u64) -> Vec<u8> {
-    let mut out = envelope(8);
+    let mut out = envelope(V1, 8);
     out.extend_from_slice(&offset.to_be_bytes());
     out
 }
@@ -147,7 +194,7 @@ pub fn decode_offset(bytes: &[u8]) -> Result<u64, RaftNodeError> {
         8 => (1, bytes),
         _ => open_envelope(bytes),
     };
-    check_version("consumer offset", version)?;
+    check_version("consumer offset", version, V1)?;
     <[u8; 8]>::try_from(body)
         .map(u64::from_be_bytes)
         .map_err(|_| {

@@ -30,6 +30,9 @@ pub struct MetaDb {
     pub groups: sled::Tree,
     /// Offset key (as `offsets`) → the queue's current `FifoLease`.
     pub fifo_leases: sled::Tree,
+    /// Group name → its `RetryPolicy` (groups given one; a tree earlier
+    /// releases never open).
+    pub retry_policies: sled::Tree,
     /// Log index (u64 big-endian) → snapshot taken at that segment boundary
     /// (`crate::boundary`).
     pub boundaries: sled::Tree,
@@ -73,6 +76,7 @@ impl MetaDb {
             topics: db.open_tree("topics").map_err(damage_of)?,
             groups: db.open_tree("groups").map_err(damage_of)?,
             fifo_leases: db.open_tree("fifo_leases").map_err(damage_of)?,
+            retry_policies: db.open_tree("retry_policies").map_err(damage_of)?,
             boundaries: db.open_tree("boundary_snapshots").map_err(damage_of)?,
             db,
         })

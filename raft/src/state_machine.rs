@@ -55,11 +55,40 @@ impl MetaView {
     }
 }
 
-/// What a snapshot holds.
+/// What a snapshot holds. Stored in format 1 (`format::encode`) while no
+/// consumer group has a retry policy; else in format 2, with the policies
+/// ([`GroupMeta::retry_policies`], skipped by `GroupMeta`'s serde) as the tail
+/// (`format::encode_with_tail`). A policy exists only once every member
+/// decodes log command set 6, so a member of an earlier release is never sent
+/// a snapshot it refuses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SnapshotData {
     pub(crate) meta: GroupMeta,
     pub(crate) queues: Vec<QueuePosition>,
+}
+
+/// Format 2's tail of a snapshot.
+type RetryPolicies = std::collections::BTreeMap<String, ledgermq_meta::RetryPolicy>;
+
+impl SnapshotData {
+    /// The stored snapshot: format 1, or 2 when it holds retry policies.
+    /// Errors: `Codec`.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, RaftNodeError> {
+        if self.meta.retry_policies.is_empty() {
+            format::encode(self)
+        } else {
+            format::encode_with_tail(self, &self.meta.retry_policies)
+        }
+    }
+
+    /// Reads what [`SnapshotData::encode`] (or an earlier release) wrote.
+    /// Errors: `FormatTooNew`, `MetadataDamaged`, `Codec` (`format::decode`).
+    pub(crate) fn decode(bytes: &[u8]) -> Result<SnapshotData, RaftNodeError> {
+        let (mut data, policies): (SnapshotData, Option<RetryPolicies>) =
+            format::decode_with_tail("snapshot", bytes)?;
+        data.meta.retry_policies = policies.unwrap_or_default();
+        Ok(data)
+    }
 }
 
 use crate::error::any_err as io_err;
@@ -149,6 +178,14 @@ impl StateMachine {
             meta.fifo_leases
                 .insert((l.group.clone(), l.topic.clone(), l.queue_id), l);
         }
+        for kv in db.retry_policies.iter() {
+            let (k, v) = kv?;
+            let group = String::from_utf8(k.to_vec()).map_err(|_| {
+                RaftNodeError::MetadataDamaged("a retry policy row's key is not UTF-8".into())
+            })?;
+            meta.retry_policies
+                .insert(group, format::decode("retry policy", &v)?);
+        }
         if let Some(applied) = last_applied {
             let log = store.commit_log();
             if store.dispatched_next_log_index() < log.first_log_index() {
@@ -157,7 +194,7 @@ impl StateMachine {
                 let snap_meta: Option<SnapshotMeta<NodeId, openraft::BasicNode>> =
                     MetaDb::get(&db.sm, "snapshot_meta")?;
                 if let (Some(m), Some(bytes)) = (snap_meta, db.sm.get("snapshot")?) {
-                    let data: SnapshotData = format::decode("snapshot", &bytes)?;
+                    let data = SnapshotData::decode(&bytes)?;
                     store
                         .skip_dispatch_to(m.last_log_id.map_or(0, |l| l.index + 1), &data.queues)?;
                 }
@@ -242,7 +279,7 @@ impl StateMachine {
                         last_membership: self.membership.clone(),
                         snapshot_id: format!("{}-{}-segment", prev.leader_id.term, prev.index),
                     },
-                    data: format::encode(&self.snapshot_data())?,
+                    data: self.snapshot_data().encode()?,
                 };
                 crate::boundary::save(&self.db, &snapshot)?;
             }
@@ -425,7 +462,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let fail = |e: RaftNodeError| {
             StorageError::from(StorageIOError::read_snapshot(sig.clone(), io_err(e)))
         };
-        let data: SnapshotData = format::decode("snapshot", &bytes).map_err(fail)?;
+        let data = SnapshotData::decode(&bytes).map_err(fail)?;
         let next = meta.last_log_id.map_or(0, |l| l.index + 1);
         self.store
             .skip_dispatch_to(next, &data.queues)
@@ -443,6 +480,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.topics.clear()?;
             self.db.groups.clear()?;
             self.db.fifo_leases.clear()?;
+            self.db.retry_policies.clear()?;
+            for (group, policy) in &data.meta.retry_policies {
+                MetaDb::put(&self.db.retry_policies, group, policy)?;
+            }
             for l in data.meta.fifo_leases.values() {
                 self.db.fifo_leases.insert(
                     offset_key(&l.group, &l.topic, l.queue_id),

@@ -1,12 +1,16 @@
 //! A follower that catches up by snapshot holds every message the leader still
 //! holds (issue 13, item 2): a failover to it never makes a retained message
-//! disappear.
+//! disappear. It also holds the metadata only the snapshot carried to it (a
+//! consumer group's retry policy, snapshot format 2), across its restart.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{message, Cluster};
+use ledgermq_meta::RetryPolicy;
+use ledgermq_raft::format::SET_GROUP_RETRY_POLICIES;
+use ledgermq_raft::{Command, GroupConfig};
 use ledgermq_store::FlushMode;
 
 const T: Duration = Duration::from_secs(20);
@@ -16,7 +20,27 @@ async fn a_follower_down_across_retention_serves_every_retained_message_after_fa
     let mut c = Cluster::start(3, FlushMode::Sync).await;
     let leader = c.wait_leader(T).await;
     let lagging = (leader + 1) % 3;
+    c.wait_members_decode(leader, SET_GROUP_RETRY_POLICIES, T)
+        .await;
     c.crash(lagging).await;
+    // A retry policy the follower will learn from the snapshot alone.
+    let policy = RetryPolicy::Exponential {
+        initial_ms: 2_000,
+        max_ms: 30_000,
+        multiplier: 3,
+    };
+    c.node(leader)
+        .write_command(Command::UpdateGroupWithRetryPolicy {
+            group: GroupConfig {
+                name: "G".into(),
+                fifo: false,
+                broadcast: false,
+                max_delivery_attempts: 4,
+            },
+            retry_policy: policy.clone(),
+        })
+        .await
+        .unwrap();
     // About eight 64 KiB segments of messages while the follower is down.
     for i in 0..1000 {
         let body = format!("{i:04}-{}", "r".repeat(400));
@@ -55,6 +79,18 @@ async fn a_follower_down_across_retention_serves_every_retained_message_after_fa
     c.restart(lagging).await;
     c.wait_converged(T).await;
     c.audit();
+    let policy_of = |c: &Cluster| {
+        let meta = c.node(lagging).shared_meta();
+        let meta = meta.read().unwrap();
+        meta.retry_policies.get("G").cloned()
+    };
+    assert_eq!(policy_of(&c), Some(policy.clone()), "after the snapshot");
+    // Stored with the snapshot: kept across a restart (the log after the
+    // snapshot does not hold the command).
+    c.crash(lagging).await;
+    c.restart(lagging).await;
+    c.wait_converged(T).await;
+    assert_eq!(policy_of(&c), Some(policy), "after a restart");
     // The leader is killed; the rejoined follower leads.
     c.crash(leader).await;
     let now = c.wait_leader(T).await;

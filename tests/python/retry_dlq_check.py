@@ -11,6 +11,11 @@ and then forwarded with ForwardMessageToDeadLetterQueue. SimpleConsumers read
 %DLQ%PyRetryGroup and %DLQ%PyRetryFifoGroup (which must exist: the Rust test
 makes them with mqadmin, as RocketMQ operators do for readers of a DLQ).
 
+With --max-retry-gap-s S, a failed normal message must come back within S
+seconds each time: the Rust test then gives PyRetryGroup a retry policy
+(`mqadmin updateSubGroup -p`) whose delays are shorter than the default 10 s,
+so the client's backoff shows the policy reached it through Settings.
+
 With --kill-pid, SIGKILLs that process (the group's leader) right after the
 first failed delivery of a normal message, so retries, nacks and dead-lettering
 go on under the next leader.
@@ -48,6 +53,7 @@ class Listener:
     def __init__(self, kill_pid=0):
         self.lock = threading.Lock()
         self.attempts = {}  # body -> [delivery attempts seen]
+        self.times = {}  # body -> [time.monotonic() of each delivery]
         self.kill_pid = kill_pid
         self.killed_at = None
 
@@ -55,6 +61,7 @@ class Listener:
         body = message.body.decode()
         with self.lock:
             self.attempts.setdefault(body, []).append(message.delivery_attempt)
+            self.times.setdefault(body, []).append(time.monotonic())
             if "bad" in body and self.kill_pid and self.killed_at is None:
                 os.kill(self.kill_pid, signal.SIGKILL)
                 self.killed_at = time.time()
@@ -79,6 +86,9 @@ def main():
     ap.add_argument("--messages", type=int, default=3)
     ap.add_argument("--max-attempts", type=int, default=2)
     ap.add_argument("--kill-pid", type=int, default=0)
+    ap.add_argument("--max-retry-gap-s", type=float, default=0,
+                    help="if set: a failed normal message comes back within "
+                         "this long (the group's retry policy reached the client)")
     args = ap.parse_args()
     cfg = ClientConfiguration(args.access, Credentials())
     errors = []
@@ -178,10 +188,20 @@ def main():
 
     if args.kill_pid and listener.killed_at is None:
         errors.append("the leader was never killed: no normal message failed")
+    # Seconds between a failed normal message's deliveries: the backoff the
+    # client took from the group's retry policy (plus the broker's redelivery).
+    with listener.lock:
+        gaps = {b: [round(t2 - t1, 2) for t1, t2 in zip(ts, ts[1:])]
+                for b, ts in listener.times.items() if b.startswith("bad-")}
+    if args.max_retry_gap_s:
+        slow = {b: g for b, g in gaps.items() if any(x > args.max_retry_gap_s for x in g)}
+        if slow or not any(gaps.values()):
+            errors.append(f"retries not within {args.max_retry_gap_s} s: {gaps}")
     print(json.dumps({
         "sent": len(sent),
         "dead_lettered": {t: len(d) for t, d in dead.items()},
         "attempts": {**listener.attempts, **fifo_listener.attempts},
+        "retry_gaps_s": gaps,
         "leader_killed": listener.killed_at is not None,
         "errors": errors,
     }), flush=True)

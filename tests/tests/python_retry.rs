@@ -2,7 +2,10 @@
 //! PushConsumer (`tests/python/retry_dlq_check.py`): groups made with
 //! `mqadmin updateSubGroup -r 2`; a message the listener fails is nacked with
 //! the backoff the broker's Settings give, delivered again with the next
-//! attempt and, after the second, copied to `%DLQ%<group>` by the broker; a
+//! attempt and, after the second, copied to `%DLQ%<group>` by the broker
+//! (without the kill, the group has a 2 s retry policy, `updateSubGroup -p`,
+//! and each redelivery must come within 6 s, where the default's first is
+//! 10 s); a
 //! FIFO message the listener fails is retried by the client and forwarded with
 //! ForwardMessageToDeadLetterQueue. Messages consumed OK never reach a
 //! dead-letter queue. The same again with the leader killed (SIGKILL) right
@@ -22,6 +25,9 @@ async fn failed_messages_are_retried_then_dead_lettered_through_a_leader_kill() 
     retried_then_dead_lettered(true).await;
 }
 
+/// PyRetryGroup's retry policy without the kill: every redelivery after 2 s.
+const RETRY_POLICY_2S: &str = r#"{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[2000]}}"#;
+
 async fn retried_then_dead_lettered(kill_leader: bool) {
     let dir = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
@@ -33,7 +39,19 @@ async fn retried_then_dead_lettered(kill_leader: bool) {
             &[
                 &["updateTopic", "-t", "PyRetry", "-q", "2"],
                 &["updateTopic", "-t", "PyRetryFifo", "-q", "2", "--fifo"],
-                &["updateSubGroup", "-g", "PyRetryGroup", "-r", "2"],
+                if kill_leader {
+                    &["updateSubGroup", "-g", "PyRetryGroup", "-r", "2"]
+                } else {
+                    &[
+                        "updateSubGroup",
+                        "-g",
+                        "PyRetryGroup",
+                        "-r",
+                        "2",
+                        "-p",
+                        RETRY_POLICY_2S,
+                    ]
+                },
                 &[
                     "updateSubGroup",
                     "-g",
@@ -56,6 +74,8 @@ async fn retried_then_dead_lettered(kill_leader: bool) {
     let mut args = vec!["--access", &access, "--max-attempts", "2"];
     if kill_leader {
         args.extend(["--kill-pid", &pid]);
+    } else {
+        args.extend(["--max-retry-gap-s", "6"]);
     }
     let summary = ledgermq_tests::python::run_check(
         "retry_dlq_check.py",

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ledgermq_meta::{Command, GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
+use ledgermq_meta::{Command, GroupConfig, RetryPolicy, TopicConfig, TopicMessageType, TopicPerm};
 use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
@@ -141,7 +141,7 @@ impl BrokerAdmin for Admin {
                 error: e.to_string(),
             }));
         }
-        let g = GroupConfig {
+        let group = GroupConfig {
             name: r.name,
             fifo: r.fifo,
             broadcast: r.broadcast,
@@ -151,7 +151,22 @@ impl BrokerAdmin for Admin {
                 r.max_delivery_attempts
             },
         };
-        Ok(Response::new(self.commit(Command::UpdateGroup(g)).await))
+        let command = if r.retry_policy.is_empty() {
+            Command::UpdateGroup(group)
+        } else {
+            match RetryPolicy::from_rocketmq_json(&r.retry_policy) {
+                Ok(retry_policy) => Command::UpdateGroupWithRetryPolicy {
+                    group,
+                    retry_policy,
+                },
+                Err(e) => {
+                    return Ok(Response::new(AdminResponse {
+                        error: e.to_string(),
+                    }))
+                }
+            }
+        };
+        Ok(Response::new(self.commit(command).await))
     }
 
     async fn log_digest(

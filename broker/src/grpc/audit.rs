@@ -4,7 +4,7 @@
 //! its replicated metadata at the applied index it belongs to. QueueDigest: a CRC32
 //! over one ConsumeQueue's entries in a range of queue offsets.
 
-use ledgermq_meta::TopicMessageType;
+use ledgermq_meta::{RetryPolicy, TopicMessageType};
 use ledgermq_raft::state_machine::GroupMeta;
 use ledgermq_store::record::record_crc;
 use ledgermq_store::MessageStore;
@@ -168,6 +168,31 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
             .str(name)
             .bytes(&[g.fifo as u8, g.broadcast as u8])
             .bytes(&g.max_delivery_attempts.to_be_bytes());
+        // The group's retry policy, if it has one: 0 none, 1 exponential, 2
+        // customized, then its values.
+        match meta.retry_policies.get(name) {
+            None => {
+                groups.bytes(&[0]);
+            }
+            Some(RetryPolicy::Exponential {
+                initial_ms,
+                max_ms,
+                multiplier,
+            }) => {
+                groups.bytes(&[1]);
+                for v in [initial_ms, max_ms, multiplier] {
+                    groups.bytes(&v.to_be_bytes());
+                }
+            }
+            Some(RetryPolicy::Customized { next_ms }) => {
+                groups
+                    .bytes(&[2])
+                    .bytes(&(next_ms.len() as u64).to_be_bytes());
+                for ms in next_ms {
+                    groups.bytes(&ms.to_be_bytes());
+                }
+            }
+        }
     }
     StateDigest {
         applied_index: meta.applied_index,
@@ -415,8 +440,25 @@ mod tests {
         let mut c = b.clone();
         c.topics.values_mut().for_each(|t| t.perm = TopicPerm::READ);
         assert_ne!(state_digest(&c).topics_crc32, da.topics_crc32);
-        let mut c = b;
+        let mut c = b.clone();
         c.groups.values_mut().for_each(|g| g.broadcast = true);
         assert_ne!(state_digest(&c).groups_crc32, da.groups_crc32);
+        // A group's retry policy is part of its digest: given, and changed.
+        let mut c = b;
+        c.retry_policies.insert(
+            "G0".into(),
+            RetryPolicy::Customized {
+                next_ms: vec![1_000],
+            },
+        );
+        let with = state_digest(&c).groups_crc32;
+        assert_ne!(with, da.groups_crc32);
+        c.retry_policies.insert(
+            "G0".into(),
+            RetryPolicy::Customized {
+                next_ms: vec![2_000],
+            },
+        );
+        assert_ne!(state_digest(&c).groups_crc32, with);
     }
 }

@@ -19,6 +19,7 @@ use crate::grpc::message::duration;
 use crate::grpc::relay::{Answer, Attempt, Next, Relay};
 use crate::grpc::route::{self, EndpointStyle};
 use crate::grpc::send;
+use crate::grpc::settings::merged_settings;
 use crate::grpc::transaction;
 use crate::grpc::ToStatus;
 use crate::pb::messaging_service_client::MessagingServiceClient;
@@ -470,50 +471,4 @@ async fn drain(mut s: Streaming<pb::ReceiveMessageResponse>) -> Vec<pb::ReceiveM
 
 fn status_only(kind: ErrorKind, message: &str) -> pb::ReceiveMessageResponse {
     consume::status_item(refuse(kind, message).to_status())
-}
-
-/// RocketMQ's retry delays for a consumer group's redeliveries (delay levels 3+).
-const RETRY_DELAYS_S: [i64; 16] = [
-    10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
-];
-
-/// The client's settings with the broker's values: the max body size for
-/// producers; for consumers the group's FIFO flag, batch size, long-polling time and
-/// retry policy.
-pub fn merged_settings(b: &Broker, mut s: pb::Settings) -> pb::Settings {
-    match &mut s.pub_sub {
-        Some(pb::settings::PubSub::Publishing(p)) => {
-            p.max_body_size = b.settings.max_body_bytes as i32;
-        }
-        Some(pb::settings::PubSub::Subscription(sub)) => {
-            let group = sub
-                .group
-                .as_ref()
-                .map(|g| g.name.clone())
-                .unwrap_or_default();
-            let cfg = b.group_config(&group);
-            sub.fifo = Some(cfg.as_ref().is_some_and(|g| g.fifo));
-            sub.receive_batch_size = Some(b.settings.max_receive_batch as i32);
-            if sub.long_polling_timeout.is_none() {
-                sub.long_polling_timeout = Some(duration(b.settings.max_long_polling_ms));
-            }
-            let attempts = cfg.map_or(16, |g| g.max_delivery_attempts) as i32;
-            s.backoff_policy = Some(pb::RetryPolicy {
-                max_attempts: attempts,
-                strategy: Some(pb::retry_policy::Strategy::CustomizedBackoff(
-                    pb::CustomizedBackoff {
-                        next: RETRY_DELAYS_S
-                            .iter()
-                            .map(|&secs| prost_types::Duration {
-                                seconds: secs,
-                                nanos: 0,
-                            })
-                            .collect(),
-                    },
-                )),
-            });
-        }
-        None => {}
-    }
-    s
 }

@@ -4,6 +4,7 @@
 use super::*;
 use crate::command::OffsetCommit;
 use crate::config::{TopicMessageType, TopicPerm};
+use crate::retry::RetryPolicy;
 
 const TERM: u64 = 7;
 
@@ -420,4 +421,59 @@ fn a_reset_sets_offsets_back_exactly_and_voids_the_queues_fifo_delivery() {
     run(&mut m, commit("g", 0, 3));
     assert_eq!(m.offsets[&key("g", 0)], 3);
     assert_eq!(Command::ResetOffsets(vec![]).log_command_set(), 4);
+}
+
+#[test]
+fn a_retry_policy_comes_with_its_group_and_goes_with_a_plain_update_or_a_delete() {
+    let mut m = GroupMeta::default();
+    let policy = RetryPolicy::Customized {
+        next_ms: vec![1_000, 2_000],
+    };
+    let a = run(
+        &mut m,
+        Command::UpdateGroupWithRetryPolicy {
+            group: group("g"),
+            retry_policy: policy.clone(),
+        },
+    );
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::RetryPolicy("g".into(), policy.clone()),
+            RowChange::Group(group("g"))
+        ]
+    );
+    assert_eq!(m.retry_policies["g"], policy);
+    assert_eq!(m.groups["g"], group("g"));
+    // Auto-creation keeps it.
+    assert!(run(&mut m, Command::EnsureGroup(group("g")))
+        .rows
+        .is_empty());
+    assert_eq!(m.retry_policies["g"], policy);
+    // A plain update replaces the whole config: the policy goes.
+    let a = run(&mut m, Command::UpdateGroup(group("g")));
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::RemoveRetryPolicy("g".into()),
+            RowChange::Group(group("g"))
+        ]
+    );
+    assert!(m.retry_policies.is_empty());
+    // Without a policy, nothing to remove.
+    let a = run(&mut m, Command::UpdateGroup(group("g")));
+    assert_eq!(a.rows, vec![RowChange::Group(group("g"))]);
+    // A deleted group's policy goes; another group's stays.
+    for name in ["g", "h"] {
+        run(
+            &mut m,
+            Command::UpdateGroupWithRetryPolicy {
+                group: group(name),
+                retry_policy: policy.clone(),
+            },
+        );
+    }
+    let a = run(&mut m, Command::DeleteGroup("g".into()));
+    assert!(a.rows.contains(&RowChange::RemoveRetryPolicy("g".into())));
+    assert_eq!(m.retry_policies.keys().collect::<Vec<_>>(), ["h"]);
 }

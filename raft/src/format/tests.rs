@@ -19,6 +19,7 @@ use crate::types::{
     Command, FifoLease, GroupConfig, LogId, NodeId, OffsetCommit, Request, TopicConfig,
     TopicMessageType, TopicPerm,
 };
+use ledgermq_meta::RetryPolicy;
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
@@ -45,7 +46,7 @@ fn stored<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: T, legacy_
     assert_eq!(decode::<T>("v", &legacy).unwrap(), value);
     let now = encode(&value).unwrap();
     assert_eq!(now[..MAGIC.len()], MAGIC);
-    assert_eq!(now[MAGIC.len()], CURRENT);
+    assert_eq!(now[MAGIC.len()], V1);
     assert_eq!(now[MAGIC.len() + 1..], legacy[..]);
     assert_eq!(decode::<T>("v", &now).unwrap(), value);
     // An earlier release (plain postcard) refuses the envelope, never misreads it.
@@ -110,6 +111,7 @@ fn group_meta() -> GroupMeta {
         lease_deadlines: Default::default(),
         applied_index: None,
         purge_point: None,
+        retry_policies: BTreeMap::new(),
     }
 }
 
@@ -178,9 +180,18 @@ fn consumer_offsets_of_the_previous_release_decode() {
 
 #[test]
 fn a_later_version_is_refused_not_misread() {
+    // A topic config has only version 1; a snapshot reads 2 as well.
     let mut later = encode(&topic()).unwrap();
-    later[MAGIC.len()] = CURRENT + 1;
+    later[MAGIC.len()] = V1 + 1;
     match decode::<TopicConfig>("topic config", &later) {
+        Err(RaftNodeError::FormatTooNew {
+            version, supported, ..
+        }) => assert_eq!((version, supported), (V1 + 1, V1)),
+        other => panic!("{other:?}"),
+    }
+    let mut snapshot = encode_with_tail(&topic(), &1u8).unwrap();
+    snapshot[MAGIC.len()] = CURRENT + 1;
+    match decode_with_tail::<TopicConfig, u8>("snapshot", &snapshot) {
         Err(RaftNodeError::FormatTooNew {
             version, supported, ..
         }) => assert_eq!((version, supported), (CURRENT + 1, CURRENT)),
@@ -304,22 +315,99 @@ fn log_payloads_of_command_set_4_keep_their_layout() {
         queue_id: 1,
         offset: 5,
     }]));
-    let golden = "02010b0101670154 0205";
+    keeps_its_layout(
+        &payload,
+        "02010b0101670154 0205",
+        crate::format::SET_RESET_OFFSETS,
+    );
+}
+
+/// `payload` is written as `golden` (hex, spaces ignored), `golden` reads back
+/// as `payload`, and it belongs to log command set `set`.
+fn keeps_its_layout(payload: &SystemPayload, golden: &str, set: u8) {
     assert_eq!(
-        hex(&postcard::to_stdvec(&payload).unwrap()),
+        hex(&postcard::to_stdvec(payload).unwrap()),
         golden.replace(' ', "")
     );
     assert_eq!(
-        postcard::from_bytes::<SystemPayload>(&unhex(golden)).unwrap(),
+        &postcard::from_bytes::<SystemPayload>(&unhex(golden)).unwrap(),
         payload
     );
-    assert_eq!(payload_set(&payload), crate::format::SET_RESET_OFFSETS);
+    assert_eq!(payload_set(payload), set);
+}
+
+/// Log command set 6: `UpdateGroupWithRetryPolicy` (variant 12), both policy
+/// kinds, as this release writes them.
+#[test]
+fn log_payloads_of_command_set_6_keep_their_layout() {
+    let group = GroupConfig {
+        name: "g".into(),
+        fifo: false,
+        broadcast: false,
+        max_delivery_attempts: 16,
+    };
+    for (retry_policy, golden) in [
+        (
+            RetryPolicy::Customized {
+                next_ms: vec![1_000, 2_000],
+            },
+            "02010c 0167 00 00 10 01 02 e807 d00f",
+        ),
+        (
+            RetryPolicy::Exponential {
+                initial_ms: 1_000,
+                max_ms: 8_000,
+                multiplier: 2,
+            },
+            "02010c 0167 00 00 10 00 e807 c03e 02",
+        ),
+    ] {
+        let payload = cmd(Command::UpdateGroupWithRetryPolicy {
+            group: group.clone(),
+            retry_policy,
+        });
+        keeps_its_layout(&payload, golden, crate::format::SET_GROUP_RETRY_POLICIES);
+    }
 }
 
 #[test]
-fn this_release_decodes_log_command_sets_through_transactions() {
-    assert_eq!(crate::format::LOG_COMMANDS, crate::format::SET_TRANSACTIONS);
-    assert_eq!(crate::format::LOG_COMMANDS, 5);
+fn this_release_decodes_log_command_sets_through_group_retry_policies() {
+    assert_eq!(
+        crate::format::LOG_COMMANDS,
+        crate::format::SET_GROUP_RETRY_POLICIES
+    );
+    assert_eq!(crate::format::LOG_COMMANDS, 6);
+}
+
+/// A snapshot without retry policies keeps format 1's bytes (what earlier
+/// releases read); one with them is format 2, the policies after those bytes,
+/// which an earlier release refuses rather than misreads.
+#[test]
+fn a_snapshot_carries_retry_policies_in_format_2_only() {
+    let mut data = SnapshotData {
+        meta: group_meta(),
+        queues: vec![],
+    };
+    let v1 = data.encode().unwrap();
+    assert_eq!(v1, encode(&data).unwrap());
+    assert_eq!(SnapshotData::decode(&v1).unwrap(), data);
+    data.meta.retry_policies.insert(
+        "G".into(),
+        RetryPolicy::Customized {
+            next_ms: vec![3_000],
+        },
+    );
+    let v2 = data.encode().unwrap();
+    assert_eq!(v2[MAGIC.len()], V2_TAIL);
+    assert_eq!(v2[MAGIC.len() + 1..v1.len()], v1[MAGIC.len() + 1..]);
+    assert_eq!(SnapshotData::decode(&v2).unwrap(), data);
+    // What this release's `decode` (and so an earlier release) makes of it.
+    assert!(matches!(
+        decode::<SnapshotData>("snapshot", &v2),
+        Err(RaftNodeError::FormatTooNew { version: 2, .. })
+    ));
+    // A damaged tail is an error, not an empty map.
+    assert!(SnapshotData::decode(&v2[..v2.len() - 1]).is_err());
 }
 
 fn payload_set(p: &SystemPayload) -> u8 {

@@ -73,6 +73,12 @@ impl StateMachine {
                 RowChange::RemoveGroup(name) => {
                     db.groups.remove(name)?;
                 }
+                RowChange::RetryPolicy(group, policy) => {
+                    MetaDb::put(&db.retry_policies, group, policy)?;
+                }
+                RowChange::RemoveRetryPolicy(group) => {
+                    db.retry_policies.remove(group)?;
+                }
                 RowChange::PurgePoint(index) => {
                     MetaDb::put(&db.sm, "purge_point", index)?;
                     self.purge_point_moved.notify_one();

@@ -11,7 +11,9 @@
 //!   DELAY|TRANSACTION|MIXED` sets the type, `-message.type` puts back NORMAL; an
 //!   update naming no type keeps the topic's (`--fifo` is `+message.type=FIFO`).
 //! - `updateSubGroup -n NAMESRV -g GROUP [--fifo] [--broadcast] [-r MAX_ATTEMPTS]
-//!   [-c CLUSTER] [-b GROUP]`: the same for a consumer group.
+//!   [-p RETRY_POLICY_JSON] [-c CLUSTER] [-b GROUP]`: the same for a consumer
+//!   group; `-p` takes RocketMQ 5's groupRetryPolicy JSON (its consumers'
+//!   backoff), and an update without it gives the group the broker's default.
 //! - `consumerProgress -n NAMESRV -g GROUP [-t TOPIC]`: each queue's end, the
 //!   group's offset and the difference.
 //! - `resetOffsetByTime -n NAMESRV -g GROUP -t TOPIC -s TIME [-c CLUSTER]
@@ -37,6 +39,7 @@ use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{ConsumerProgressRequest, UpdateGroupRequest, UpdateTopicRequest};
+use ledgermq_meta::RetryPolicy;
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{ListClusterRequest, QueryRouteRequest, Role};
 
@@ -102,6 +105,13 @@ enum Cmd {
         /// Deliveries before the dead-letter queue.
         #[arg(short = 'r', long = "retryMaxTimes", default_value_t = 16)]
         max_attempts: u32,
+        /// RocketMQ's groupRetryPolicy JSON, ms, e.g.
+        /// '{"type":"EXPONENTIAL","exponentialRetryPolicy":{"initial":5000,"max":7200000,"multiplier":2}}'
+        /// or '{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[1000,5000,10000]}}'.
+        /// Without it the group gets the broker's default (an update replaces
+        /// the whole group config, a policy given before included).
+        #[arg(short = 'p', long = "groupRetryPolicy")]
+        retry_policy: Option<String>,
         #[command(flatten)]
         scope: Scope,
     },
@@ -391,15 +401,25 @@ async fn main() -> Result<()> {
             fifo,
             broadcast,
             max_attempts,
+            retry_policy,
             scope,
         } => {
+            // Checked here first: a bad policy changes no broker group.
+            let policy = match &retry_policy {
+                Some(json) => Some(RetryPolicy::from_rocketmq_json(json)?),
+                None => None,
+            };
             let req = UpdateGroupRequest {
                 name: group.clone(),
                 fifo,
                 broadcast,
                 max_delivery_attempts: max_attempts,
+                retry_policy: retry_policy.unwrap_or_default(),
             };
-            let what = format!("updateSubGroup {group} (fifo {fifo}, broadcast {broadcast})");
+            let what = format!(
+                "updateSubGroup {group} (fifo {fifo}, broadcast {broadcast}, retry policy {})",
+                policy.map_or("the broker's default".to_owned(), |p| format!("{p:?}"))
+            );
             apply(&namesrv, &scope, &what, AdminReq::Group(req)).await?;
         }
         Cmd::ConsumerProgress {
