@@ -5,14 +5,17 @@
 //! applied an entry of its own term (so every consumer offset committed by earlier
 //! leaders is in the metadata), and dropped when the term changes. Offsets of
 //! clustering groups are committed through Raft by a background task every
-//! `commit_interval`; FIFO groups commit each ack before answering it.
+//! `commit_interval`; FIFO groups commit each ack before answering it. Every
+//! delivery is recorded through Raft before the receive is answered: a FIFO
+//! group's as its lease, another group's as its attempt
+//! (`Command::DeliveryAttempts`), from which the next leader counts on.
 //!
 //! Invisible deadlines are judged on this node's monotonic clock. A FIFO lease
 //! carries its time left when every member decodes that
 //! (`Command::FifoLeasesTimed`): each member counts it from its own apply, and a
 //! new leader adopts that deadline. Otherwise (a member on an earlier release, or
 //! a lease restored since at a restart or from a snapshot) an adopted lease's
-//! time left is read off the wall clock once ([`deadline_from_wall`], whose doc
+//! time left is read off the wall clock once ([`crate::pop::deadline_from_wall`], whose doc
 //! names the gap that leaves).
 
 use std::collections::HashMap;
@@ -20,7 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_meta::{Command, FifoLease, OffsetCommit, TimedFifoLease};
+use ledgermq_meta::{Command, DeliveryAttempt, FifoLease, OffsetCommit, TimedFifoLease};
+use ledgermq_raft::format::SET_DELIVERY_ATTEMPTS;
 use ledgermq_raft::RaftNode;
 use ledgermq_store::record::PROPERTY_TAGS;
 use ledgermq_store::store::now_ms;
@@ -31,14 +35,15 @@ use crate::error::ErrorKind;
 use crate::error::{refuse, BrokerError};
 use crate::filter::TagFilter;
 use crate::message::{Delivery, DeliveryFields};
-use crate::pop::{deadline_from_wall, AckOutcome, Inflight, QueueState};
+use crate::pop::{AckOutcome, QueueState};
 use crate::receipt::ReceiptHandle;
 
+mod adopt;
+mod attempts;
 mod committer;
 mod leases;
 mod reset;
 pub use committer::OffsetCommitter;
-use leases::lease;
 pub use reset::QueueReset;
 
 /// Entries read past per queue and call at most (filtered-out messages included).
@@ -99,6 +104,12 @@ pub struct PopResult {
     pub dead: Vec<DeadLetter>,
     /// FIFO deliveries to record through Raft before answering.
     leases: Vec<TimedFifoLease>,
+    /// Other groups' deliveries to record through Raft before answering (when
+    /// every member decodes them).
+    attempts: Vec<DeliveryAttempt>,
+    /// Every delivery recorded in `leases` or `attempts`: (queue id, queue
+    /// offset, delivery id), made visible again if the record fails.
+    recorded: Vec<(i32, u64, u64)>,
 }
 
 #[derive(Default)]
@@ -163,40 +174,9 @@ impl Consumers {
             std::cmp::Ordering::Equal => {}
         }
         let q = t.queues.entry(key.clone()).or_insert_with(|| {
-            let store = self.node.store();
-            let (min, max) = store.queue_offsets(&key.topic, key.queue_id);
+            let (min, max) = self.node.store().queue_offsets(&key.topic, key.queue_id);
             let meta = self.node.shared_meta().read().unwrap();
-            let k = (key.consumer.clone(), key.topic.clone(), key.queue_id);
-            let committed = meta.offsets.get(&k).copied().unwrap_or(min).clamp(min, max);
-            let mut st = QueueState::new(committed);
-            if let Some(l) = meta
-                .fifo_leases
-                .get(&k)
-                .filter(|l| fifo && l.queue_offset == committed)
-            {
-                if st.next_new() == Some(committed) && committed < max {
-                    // The time left as this node counted it from its apply, or
-                    // else as the wall clocks say.
-                    let visible_at = meta
-                        .lease_deadlines
-                        .0
-                        .get(&k)
-                        .filter(|d| d.delivery_id == l.delivery_id)
-                        .map(|d| d.visible_at)
-                        .unwrap_or_else(|| {
-                            deadline_from_wall(l.visible_at_ms, now_ms(), Instant::now())
-                        });
-                    st.adopt(
-                        committed,
-                        Inflight {
-                            delivery_id: l.delivery_id,
-                            visible_at,
-                            attempt: l.attempt,
-                        },
-                    );
-                }
-            }
-            Arc::new(Mutex::new(st))
+            Arc::new(Mutex::new(adopt::initial_state(&meta, key, fifo, min, max)))
         });
         Ok(q.clone())
     }
@@ -268,6 +248,8 @@ impl Consumers {
         let _gate = self.gate.read().await;
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         let mut out = PopResult::default();
+        // Recorded while a member is down too (the time a failover may follow).
+        let record_attempts = !req.fifo && self.node.no_member_says_below(SET_DELIVERY_ATTEMPTS);
         for &queue_id in &req.queue_ids {
             if out.messages.len() >= req.max_messages {
                 break;
@@ -279,33 +261,27 @@ impl Consumers {
             };
             let q = self.queue(&key, term, req.fifo)?;
             let mut st = q.lock().await;
-            if let Err(e) = self.pop_queue(req, term, queue_id, &mut st, &mut out) {
+            if let Err(e) = self.pop_queue(req, term, queue_id, record_attempts, &mut st, &mut out)
+            {
                 if out.messages.is_empty() && out.dead.is_empty() {
                     return Err(e);
                 }
                 tracing::warn!(topic = %req.topic, queue_id, error = %e, "skipping a queue this time");
             }
         }
-        if !out.leases.is_empty() {
-            let leases = std::mem::take(&mut out.leases);
-            if let Err(e) = self.commit_leases(term, leases.clone()).await {
-                // Not returned: make them deliverable again at once.
-                for TimedFifoLease { lease: l, .. } in leases {
-                    let key = QueueKey {
-                        consumer: l.group.clone(),
-                        topic: l.topic.clone(),
-                        queue_id: l.queue_id,
-                    };
-                    if let Ok(q) = self.queue(&key, term, true) {
-                        q.lock().await.change_invisible(
-                            l.queue_offset,
-                            l.delivery_id,
-                            Instant::now(),
-                        );
-                    }
-                }
-                return Err(e);
-            }
+        let leases = std::mem::take(&mut out.leases);
+        let attempts = std::mem::take(&mut out.attempts);
+        let recorded = if !leases.is_empty() {
+            self.commit_leases(term, leases).await
+        } else if !attempts.is_empty() {
+            self.commit_attempts(attempts).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = recorded {
+            // Not returned: make them deliverable again at once.
+            self.release(req, term, &out.recorded).await;
+            return Err(e);
         }
         Ok(out)
     }
@@ -315,6 +291,7 @@ impl Consumers {
         req: &PopRequest,
         term: u64,
         queue_id: i32,
+        record_attempts: bool,
         st: &mut QueueState,
         out: &mut PopResult,
     ) -> Result<(), BrokerError> {
@@ -361,9 +338,7 @@ impl Consumers {
                 }
                 continue;
             }
-            if req.fifo {
-                out.leases.push(lease(req, &handle, attempt, lease_at_ms));
-            }
+            attempts::record(req, record_attempts, &handle, attempt, lease_at_ms, out);
             out.messages
                 .push(delivered(&stored.view(), handle, req, attempt));
         }
@@ -399,10 +374,18 @@ impl Consumers {
                 continue;
             }
             let handle = self.new_handle(term, &req.topic, queue_id, offset);
+            let used_up = st.prior_attempts(offset) >= req.max_delivery_attempts;
             let attempt = st.deliver(offset, handle.delivery_id, visible_at);
-            if req.fifo {
-                out.leases.push(lease(req, &handle, attempt, lease_at_ms));
+            if used_up {
+                // Earlier leaders made its last attempt: in flight until the
+                // caller has copied it to the dead-letter queue and acked it.
+                out.dead.push(DeadLetter {
+                    handle,
+                    record: view.to_record(),
+                });
+                continue;
             }
+            attempts::record(req, record_attempts, &handle, attempt, lease_at_ms, out);
             out.messages.push(delivered(&view, handle, req, attempt));
         }
         Ok(())

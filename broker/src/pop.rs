@@ -7,7 +7,11 @@
 //! delivered, invisible until its deadline, waiting for an ack. When the deadline
 //! passes without an ack the message is delivered again with the next attempt
 //! number. A new leader starts from the committed offset with nothing in flight, so
-//! messages in flight at a failover are delivered again (at-least-once).
+//! messages in flight at a failover are delivered again (at-least-once), each
+//! with the attempt after the last one an earlier leader recorded through Raft
+//! before answering (`Command::DeliveryAttempts`, [`QueueState::with_prior_attempts`]):
+//! attempt counts are exact across failover, and a message whose last attempt
+//! was made goes to the dead-letter queue.
 //!
 //! FIFO consumer groups take one message at a time per queue: the next message is
 //! not delivered before the previous one is acked or its invisible time ends (the
@@ -86,6 +90,9 @@ pub struct QueueState {
     acked: BTreeSet<u64>,
     inflight: BTreeMap<u64, Inflight>,
     committed: Option<u64>,
+    /// Attempts earlier leaders made of offsets at or above `base` that this
+    /// leader has not delivered yet (replicated delivery attempts).
+    prior: BTreeMap<u64, u32>,
 }
 
 impl QueueState {
@@ -98,7 +105,22 @@ impl QueueState {
             acked: BTreeSet::new(),
             inflight: BTreeMap::new(),
             committed: Some(committed),
+            prior: BTreeMap::new(),
         }
+    }
+
+    /// This state, knowing that earlier leaders delivered the messages at
+    /// `prior`'s offsets that many times (offsets below the committed one are
+    /// ignored): a first delivery here counts on from there.
+    pub fn with_prior_attempts(mut self, mut prior: BTreeMap<u64, u32>) -> Self {
+        self.prior = prior.split_off(&self.base);
+        self
+    }
+
+    /// How many times earlier leaders delivered `offset`, if this leader has not
+    /// delivered it yet (0 if never).
+    pub fn prior_attempts(&self, offset: u64) -> u32 {
+        self.prior.get(&offset).copied().unwrap_or(0)
     }
 
     /// The lowest offset not acked: what the consumer offset should say.
@@ -124,6 +146,7 @@ impl QueueState {
         }
         self.inflight = self.inflight.split_off(&min);
         self.acked = self.acked.split_off(&min);
+        self.prior = self.prior.split_off(&min);
         self.base = min;
         self.next = self.next.max(min);
         self.advance();
@@ -168,16 +191,19 @@ impl QueueState {
         self.next = offset + 1;
     }
 
-    /// Records a delivery of `offset`: either the first (`offset == next_new()`) or
-    /// again (it is in flight and expired), invisible until `visible_at`
-    /// (monotonic). Returns the attempt number.
+    /// Records a delivery of `offset`: either the first by this leader
+    /// (`offset == next_new()`; its attempt counts on from the attempts earlier
+    /// leaders made, from 1 if none) or again (it is in flight and expired),
+    /// invisible until `visible_at` (monotonic). Returns the attempt number.
     pub fn deliver(&mut self, offset: u64, delivery_id: u64, visible_at: Instant) -> u32 {
         let attempt = match self.inflight.get(&offset) {
             Some(i) => i.attempt + 1,
             None => {
                 assert_eq!(offset, self.next, "first deliveries go in order");
                 self.next = offset + 1;
-                1
+                self.prior
+                    .remove(&offset)
+                    .map_or(1, |a| a.saturating_add(1))
             }
         };
         self.inflight.insert(
@@ -195,6 +221,7 @@ impl QueueState {
     /// match the subscription's filter.
     pub fn skip(&mut self, offset: u64) {
         assert_eq!(offset, self.next, "offsets are skipped in queue order");
+        self.prior.remove(&offset);
         self.acked.insert(offset);
         self.next = offset + 1;
         self.advance();
@@ -207,6 +234,7 @@ impl QueueState {
         let outcome = self.peek_ack(offset, delivery_id);
         if outcome == AckOutcome::Acked {
             self.inflight.remove(&offset);
+            self.prior.remove(&offset);
             self.acked.insert(offset);
             self.advance();
         }
@@ -270,6 +298,13 @@ impl QueueState {
         while self.acked.remove(&self.base) {
             self.base += 1;
         }
+        while self
+            .prior
+            .first_key_value()
+            .is_some_and(|(&o, _)| o < self.base)
+        {
+            self.prior.pop_first();
+        }
         if self.next < self.base {
             self.next = self.base;
         }
@@ -311,6 +346,29 @@ mod tests {
         assert_eq!(s.take_commit(), None);
         s.commit_failed();
         assert_eq!(s.take_commit(), Some(13));
+    }
+
+    #[test]
+    fn attempts_of_earlier_leaders_count_on_until_delivered_skipped_acked_or_consumed() {
+        let s = QueueState::new(10).with_prior_attempts([(8, 5), (10, 2), (11, 1), (12, 3)].into());
+        // Below the committed offset: consumed, ignored.
+        assert_eq!(s.prior_attempts(8), 0);
+        let mut s = s;
+        assert_eq!(s.next_new(), Some(10));
+        assert_eq!(s.deliver(10, 1, at(100)), 3);
+        assert_eq!(s.prior_attempts(10), 0);
+        // Again after its invisible time: this leader's count goes on.
+        assert_eq!(s.deliver(10, 2, at(200)), 4);
+        // Skipped by a filter, or acked through an earlier leader's handle.
+        s.next_new();
+        s.skip(11);
+        assert_eq!(s.prior_attempts(11), 0);
+        assert_eq!(s.ack(12, None), AckOutcome::Acked);
+        assert_eq!(s.prior_attempts(12), 0);
+        // Retention past them.
+        let mut t = QueueState::new(0).with_prior_attempts([(1, 2), (5, 1)].into());
+        t.clamp_to_min(3);
+        assert_eq!((t.prior_attempts(1), t.prior_attempts(5)), (0, 1));
     }
 
     #[test]

@@ -64,6 +64,59 @@ async fn client(cfg: &BrokerConfig) -> MessagingServiceClient<Channel> {
         .unwrap()
 }
 
+/// A ReceiveMessage of up to `batch_size` messages of any queue of `topic` for
+/// `group` (tags `*`), invisible for `invisible_s`, long-polling 1 s.
+fn receive_request(
+    topic: &str,
+    group: &str,
+    batch_size: i32,
+    invisible_s: i64,
+) -> ReceiveMessageRequest {
+    ReceiveMessageRequest {
+        group: res(group),
+        message_queue: Some(MessageQueue {
+            topic: res(topic),
+            id: -1,
+            ..Default::default()
+        }),
+        filter_expression: Some(FilterExpression {
+            r#type: FilterType::Tag as i32,
+            expression: "*".into(),
+        }),
+        batch_size,
+        invisible_duration: Some(prost_types::Duration {
+            seconds: invisible_s,
+            nanos: 0,
+        }),
+        auto_renew: false,
+        long_polling_timeout: Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+    }
+}
+
+/// Sends one message with message id `id` to `topic`.
+async fn send_one(c: &mut MessagingServiceClient<Channel>, topic: &str, id: &str) {
+    let r = c
+        .send_message(from_client(SendMessageRequest {
+            messages: vec![Message {
+                topic: res(topic),
+                user_properties: Default::default(),
+                system_properties: Some(SystemProperties {
+                    message_id: id.into(),
+                    message_type: MessageType::Normal as i32,
+                    ..Default::default()
+                }),
+                body: b"x".to_vec(),
+            }],
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status.unwrap().code, Code::Ok as i32);
+}
+
 /// Sends `n` messages to `topic`, receives and acks them all as group `group`.
 async fn send_receive_ack(
     c: &mut MessagingServiceClient<Channel>,
@@ -74,23 +127,7 @@ async fn send_receive_ack(
     static NEXT_ID: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..n {
         let i = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let r = c
-            .send_message(from_client(SendMessageRequest {
-                messages: vec![Message {
-                    topic: res(topic),
-                    user_properties: Default::default(),
-                    system_properties: Some(SystemProperties {
-                        message_id: format!("node-test-{i}"),
-                        message_type: MessageType::Normal as i32,
-                        ..Default::default()
-                    }),
-                    body: b"x".to_vec(),
-                }],
-            }))
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(r.status.unwrap().code, Code::Ok as i32);
+        send_one(c, topic, &format!("node-test-{i}")).await;
     }
     let mut acked = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -100,28 +137,7 @@ async fn send_receive_ack(
             "{acked} of {n} received"
         );
         let mut stream = c
-            .receive_message(from_client(ReceiveMessageRequest {
-                group: res(group),
-                message_queue: Some(MessageQueue {
-                    topic: res(topic),
-                    id: -1,
-                    ..Default::default()
-                }),
-                filter_expression: Some(FilterExpression {
-                    r#type: FilterType::Tag as i32,
-                    expression: "*".into(),
-                }),
-                batch_size: 32,
-                invisible_duration: Some(prost_types::Duration {
-                    seconds: 30,
-                    nanos: 0,
-                }),
-                auto_renew: false,
-                long_polling_timeout: Some(prost_types::Duration {
-                    seconds: 1,
-                    nanos: 0,
-                }),
-            }))
+            .receive_message(from_client(receive_request(topic, group, 32, 30)))
             .await
             .unwrap()
             .into_inner();
@@ -177,6 +193,19 @@ async fn wait_committed(nodes: &[Option<BrokerNode>], group: &str, topic: &str, 
     }
 }
 
+/// Starts a node of each config.
+async fn start_all(cfgs: &[BrokerConfig]) -> Vec<Option<BrokerNode>> {
+    let mut nodes = Vec::new();
+    for cfg in cfgs {
+        nodes.push(Some(
+            BrokerNode::start(cfg, StartOptions::default(), NodeTimings::default())
+                .await
+                .unwrap(),
+        ));
+    }
+    nodes
+}
+
 /// Waits until exactly one live node is a ready leader whose leader-term services
 /// run for its term, and the others run none; returns its index and term.
 async fn serving_leader(nodes: &[Option<BrokerNode>]) -> (usize, u64) {
@@ -221,14 +250,7 @@ async fn serving_leader(nodes: &[Option<BrokerNode>]) -> (usize, u64) {
 async fn leader_term_services_follow_the_leader_through_a_hand_over_and_a_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let cfgs = configs(dir.path());
-    let mut nodes = Vec::new();
-    for cfg in &cfgs {
-        nodes.push(Some(
-            BrokerNode::start(cfg, StartOptions::default(), NodeTimings::default())
-                .await
-                .unwrap(),
-        ));
-    }
+    let mut nodes = start_all(&cfgs).await;
     let (first, term) = serving_leader(&nodes).await;
     // Acks of a clustering group reach every replica through the leader's
     // offset committer.
@@ -255,6 +277,120 @@ async fn leader_term_services_follow_the_leader_through_a_hand_over_and_a_shutdo
     let (third, last_term) = serving_leader(&nodes).await;
     assert_ne!(third, second);
     assert!(last_term > next_term, "{last_term} after {next_term}");
+    for n in nodes.into_iter().flatten() {
+        n.shutdown().await.unwrap();
+    }
+}
+
+/// Receives from `c` as `group` on `topic` (each delivery invisible for 1 s)
+/// until a message arrives or `wait` passes: (message id, delivery attempt).
+async fn receive_one(
+    c: &mut MessagingServiceClient<Channel>,
+    topic: &str,
+    group: &str,
+    wait: Duration,
+) -> Option<(String, i32)> {
+    let deadline = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < deadline {
+        let r = c
+            .receive_message(from_client(receive_request(topic, group, 1, 1)))
+            .await;
+        // A node that just lost or gained leadership may refuse: ask again.
+        let Ok(r) = r else { continue };
+        let mut stream = r.into_inner();
+        while let Ok(Some(item)) = stream.message().await {
+            if let Some(Content::Message(m)) = item.content {
+                let p = m.system_properties.unwrap();
+                return Some((p.message_id, p.delivery_attempt.unwrap_or(0)));
+            }
+        }
+    }
+    None
+}
+
+/// Hands leadership from the serving leader `from` to another node; returns the
+/// new serving leader.
+async fn hand_over(nodes: &[Option<BrokerNode>], from: usize) -> usize {
+    nodes[from]
+        .as_ref()
+        .unwrap()
+        .raft_node()
+        .transfer_leadership(None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (to, _) = serving_leader(nodes).await;
+    assert_ne!(to, from);
+    to
+}
+
+/// A clustering group's delivery attempts are replicated, also while a member
+/// is down: a message delivered and not acked is delivered by the next leader
+/// with the next attempt, not with 1 again, and a message that used up its
+/// attempts under earlier leaders goes to the dead-letter queue instead of
+/// being delivered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_attempts_count_on_across_leader_changes() {
+    use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
+    use ledgermq_broker::admin_pb::UpdateGroupRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let cfgs = configs(dir.path());
+    let mut nodes = start_all(&cfgs).await;
+    let (mut leader, _) = serving_leader(&nodes).await;
+    let mut admin = BrokerAdminClient::connect(format!("http://{}", cfgs[leader].client_addr))
+        .await
+        .unwrap();
+    let r = admin
+        .update_group(UpdateGroupRequest {
+            name: "AttemptG".into(),
+            max_delivery_attempts: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.error.is_empty(), "{}", r.error);
+    let mut c = client(&cfgs[leader]).await;
+    // Sent (the topic is created), received and acked once, so the group
+    // exists on the topic; then the message under test.
+    send_receive_ack(&mut c, "AttemptT", "AttemptG", 1).await;
+    wait_committed(&nodes, "AttemptG", "AttemptT", 1).await;
+    send_one(&mut c, "AttemptT", "attempt-m").await;
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let mut c = client(&cfgs[leader]).await;
+        let (id, attempt) = receive_one(&mut c, "AttemptT", "AttemptG", Duration::from_secs(10))
+            .await
+            .expect("the message is delivered again");
+        assert_eq!(id, "attempt-m");
+        seen.push(attempt);
+        if round == 0 {
+            // The first leader stops: the next ones record with a member down.
+            nodes[leader].take().unwrap().shutdown().await.unwrap();
+            leader = serving_leader(&nodes).await.0;
+        } else {
+            leader = hand_over(&nodes, leader).await;
+        }
+    }
+    assert_eq!(
+        seen,
+        [1, 2, 3],
+        "delivery attempts under three leaders, the last two with a member down"
+    );
+    // Its attempts are used up: the fourth leader dead-letters it.
+    let mut c = client(&cfgs[leader]).await;
+    let again = receive_one(&mut c, "AttemptT", "AttemptG", Duration::from_secs(4)).await;
+    assert_eq!(again, None, "delivered after its last attempt");
+    let dead = receive_one(
+        &mut c,
+        "%DLQ%AttemptG",
+        "AttemptDlqReader",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        dead.as_ref().is_some_and(|(id, _)| id == "attempt-m"),
+        "not in %DLQ%AttemptG: {dead:?}"
+    );
     for n in nodes.into_iter().flatten() {
         n.shutdown().await.unwrap();
     }

@@ -519,7 +519,7 @@ fn compare_queues(views: &[NodeView], r: &mut ReplicaAudit) {
 /// The metadata digests' parts: (name, crc, entries).
 /// The retention point counts as a part whose "crc" is the point's low 32 bits
 /// and whose entry count is the point plus one (0: none committed).
-fn state_parts(s: &StateDigest) -> [(&'static str, u32, u64); 5] {
+fn state_parts(s: &StateDigest) -> [(&'static str, u32, u64); 6] {
     let point = s.purge_point.map_or(0, |p| p.saturating_add(1));
     [
         (
@@ -530,6 +530,11 @@ fn state_parts(s: &StateDigest) -> [(&'static str, u32, u64); 5] {
         ("FIFO leases", s.fifo_leases_crc32, s.fifo_leases),
         ("topic configs", s.topics_crc32, s.topics),
         ("group configs", s.groups_crc32, s.groups),
+        (
+            "delivery attempts",
+            s.delivery_attempts_crc32,
+            s.delivery_attempts,
+        ),
         ("retention point", point as u32, point),
     ]
 }

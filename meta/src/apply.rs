@@ -49,6 +49,12 @@ pub enum RowChange {
     RetryPolicy(String, RetryPolicy),
     /// A consumer group's retry policy removed.
     RemoveRetryPolicy(String),
+    /// The highest delivery attempt recorded for a message (its queue, queue
+    /// offset, attempt).
+    DeliveryAttempt(QueueKey, u64, u32),
+    /// A queue's delivery attempts below a queue offset removed (`u64::MAX`:
+    /// all of them).
+    PruneDeliveryAttempts(QueueKey, u64),
     /// The group's retention point (a Raft log index).
     PurgePoint(u64),
 }
@@ -114,7 +120,23 @@ pub fn apply(
                     .get(&key)
                     .map_or(c.offset, |&cur| c.offset.max(cur));
                 meta.offsets.insert(key.clone(), offset);
-                rows.push(RowChange::Offset(key, offset));
+                rows.push(RowChange::Offset(key.clone(), offset));
+                prune_attempts(meta, key, offset, &mut rows);
+            }
+        }
+        Command::DeliveryAttempts(attempts) => {
+            for a in attempts {
+                let key = (a.group, a.topic, a.queue_id);
+                // A message the group's offset has passed is consumed.
+                if meta.offsets.get(&key).is_some_and(|&o| a.queue_offset < o) {
+                    continue;
+                }
+                let queue = meta.delivery_attempts.entry(key.clone()).or_default();
+                let attempt = queue.entry(a.queue_offset).or_insert(0);
+                if a.attempt > *attempt {
+                    *attempt = a.attempt;
+                    rows.push(RowChange::DeliveryAttempt(key, a.queue_offset, a.attempt));
+                }
             }
         }
         // Auto-creation never overrides an admin's config committed just before.
@@ -194,6 +216,15 @@ pub fn apply(
                 meta.lease_deadlines.0.remove(&k);
                 rows.push(RowChange::RemoveLease(k));
             }
+            let attempted: Vec<QueueKey> = meta
+                .delivery_attempts
+                .keys()
+                .filter(|k| owned(k))
+                .cloned()
+                .collect();
+            for k in attempted {
+                prune_attempts(meta, k, u64::MAX, &mut rows);
+            }
             remove_retry_policy(meta, &name, &mut rows);
             meta.groups.remove(&name);
             rows.push(RowChange::RemoveGroup(name));
@@ -203,6 +234,8 @@ pub fn apply(
                 let key = (r.group, r.topic, r.queue_id);
                 meta.offsets.insert(key.clone(), r.offset);
                 rows.push(RowChange::Offset(key.clone(), r.offset));
+                // Messages consumed again count their deliveries from 1.
+                prune_attempts(meta, key.clone(), u64::MAX, &mut rows);
                 // The queue's FIFO delivery in flight is void: a new leader must
                 // not adopt it (nor its offset, which `store_lease` raised to).
                 if meta.fifo_leases.remove(&key).is_some() {
@@ -223,6 +256,25 @@ pub fn apply(
         outcome: Outcome::Applied,
         rows,
     }
+}
+
+/// Drops `key`'s delivery attempts below queue offset `below` (`u64::MAX`: all).
+fn prune_attempts(meta: &mut GroupMeta, key: QueueKey, below: u64, rows: &mut Vec<RowChange>) {
+    let Some(queue) = meta.delivery_attempts.get_mut(&key) else {
+        return;
+    };
+    if queue.first_key_value().is_none_or(|(&o, _)| o >= below) {
+        return;
+    }
+    if below == u64::MAX {
+        queue.clear();
+    } else {
+        *queue = queue.split_off(&below);
+    }
+    if queue.is_empty() {
+        meta.delivery_attempts.remove(&key);
+    }
+    rows.push(RowChange::PruneDeliveryAttempts(key, below));
 }
 
 fn remove_retry_policy(meta: &mut GroupMeta, group: &str, rows: &mut Vec<RowChange>) {

@@ -89,6 +89,30 @@ pub enum Command {
         /// Its retry policy.
         retry_policy: RetryPolicy,
     },
+    /// Deliveries of a clustering or broadcasting (not FIFO) group's messages,
+    /// recorded by the leader before it answers the receive that made them, so
+    /// a later leader counts a message's next delivery from the attempts made
+    /// (exact across failover; FIFO groups' attempts travel in their leases).
+    /// Each attempt is kept as the highest recorded for its message until the
+    /// group's committed offset passes it. Log command set 7: a leader writes it
+    /// only when every member decodes that set.
+    DeliveryAttempts(Vec<DeliveryAttempt>),
+}
+
+/// One delivery of a message to a consumer group ([`Command::DeliveryAttempts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryAttempt {
+    /// Offset key of the consumer (the group, or `group@client-id` for a
+    /// broadcasting consumer).
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// The message's queue offset.
+    pub queue_offset: u64,
+    /// The delivery's attempt number, from 1.
+    pub attempt: u32,
 }
 
 impl Command {
@@ -96,13 +120,15 @@ impl Command {
     /// `format::LOG_COMMANDS`): 2 for [`Command::FifoLeasesTimed`], 3 for a topic
     /// config of type [`TopicMessageType::Mixed`] (`UpdateTopic`, `EnsureTopic`),
     /// 4 for [`Command::ResetOffsets`], 6 for
-    /// [`Command::UpdateGroupWithRetryPolicy`], 1 for everything else. A leader writes it only once every member decodes
+    /// [`Command::UpdateGroupWithRetryPolicy`], 7 for
+    /// [`Command::DeliveryAttempts`], 1 for everything else. A leader writes it only once every member decodes
     /// that set. No I/O.
     pub fn log_command_set(&self) -> u8 {
         match self {
             Command::FifoLeasesTimed { .. } => 2,
             Command::ResetOffsets(_) => 4,
             Command::UpdateGroupWithRetryPolicy { .. } => 6,
+            Command::DeliveryAttempts(_) => 7,
             Command::UpdateTopic(t) | Command::EnsureTopic(t)
                 if t.message_type == TopicMessageType::Mixed =>
             {
@@ -110,6 +136,17 @@ impl Command {
             }
             _ => 1,
         }
+    }
+
+    /// True for a command a leader writes once no member has said it decodes
+    /// only an earlier log command set, without waiting to hear every member
+    /// in its term (the Raft layer's weaker rule, as for transactional
+    /// messages): [`Command::DeliveryAttempts`], which must be recorded while a
+    /// member is down, the very time a failover may follow. A member still on
+    /// an earlier release that was down all along would stop at such an entry
+    /// when it comes back (upgrade a member before it returns). No I/O.
+    pub fn written_past_silent_members(&self) -> bool {
+        matches!(self, Command::DeliveryAttempts(_))
     }
 
     /// The command that records FIFO deliveries decided by the leader of `term`:

@@ -15,8 +15,11 @@
 //! variant (variants are append-only, a variant's fields never change, and a new
 //! variant belongs to a new log command set); configs, leases, consumer offsets
 //! and [`GroupMeta`]'s replicated maps are stored in sled rows and snapshots
-//! inside versioned envelopes. The rest ([`Outcome`], [`RowChange`], the lease
-//! deadlines, `GroupMeta`'s `#[serde(skip)]` fields) is never stored.
+//! inside versioned envelopes; `GroupMeta`'s retry policies and delivery
+//! attempts (`#[serde(skip)]`, so snapshots of groups without them keep their
+//! earlier bytes) in their own rows and in a snapshot's format-2 tail. The rest
+//! ([`Outcome`], [`RowChange`], the lease deadlines, the applied index and the
+//! retention point, kept elsewhere) is never stored with them.
 #![deny(missing_docs)]
 
 pub mod apply;
@@ -27,7 +30,7 @@ pub mod retry;
 pub mod state;
 
 pub use apply::{Applied, AppliedAt, Canaries, Outcome, RowChange};
-pub use command::{Command, FifoLease, OffsetCommit, TimedFifoLease};
+pub use command::{Command, DeliveryAttempt, FifoLease, OffsetCommit, TimedFifoLease};
 pub use config::{GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
 pub use error::MetaError;
 pub use retry::RetryPolicy;

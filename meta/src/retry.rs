@@ -2,7 +2,9 @@
 //! invisible before each redelivery (RocketMQ 5's `GroupRetryPolicy`, set with
 //! `mqadmin updateSubGroup -p JSON` and sent to 5.x push consumers as the
 //! `backoff_policy` of their Settings). A group without one gets the broker's
-//! default (RocketMQ's delay levels 3 and up).
+//! default, RocketMQ 4.x's delay levels from level 3 (10 s, 30 s, 1 min, ...),
+//! which this broker has always sent; RocketMQ 5's proxy sends its CUSTOMIZED
+//! default instead (1 s, 5 s, 10 s, ...), which `-p '{}'` gives here.
 //!
 //! The JSON is RocketMQ's (`remoting/.../subscription/GroupRetryPolicy.java`,
 //! `ExponentialRetryPolicy.java`, `CustomizedRetryPolicy.java`):
@@ -137,29 +139,6 @@ impl RetryPolicy {
         }
         Ok(())
     }
-
-    /// The delay before the redelivery that follows `reconsume_times` failed
-    /// deliveries' retries, ms, as RocketMQ's broker computes it
-    /// (`RetryPolicy.nextDelayDuration`): exponential `min(max, initial ×
-    /// multiplier^n)` with n capped at 32; customized `next[min(n + 2, len -
-    /// 1)]` (index + 2 keeps RocketMQ 4.x's delay levels: the first retry waits
-    /// level 3). For the 4.x protocol's send-back.
-    pub fn next_delay_ms(&self, reconsume_times: u32) -> u64 {
-        match self {
-            RetryPolicy::Exponential {
-                initial_ms,
-                max_ms,
-                multiplier,
-            } => {
-                let factor = multiplier.saturating_pow(reconsume_times.min(32));
-                initial_ms.saturating_mul(factor).min(*max_ms)
-            }
-            RetryPolicy::Customized { next_ms } => {
-                let i = (reconsume_times as usize).saturating_add(2);
-                next_ms[i.min(next_ms.len() - 1)]
-            }
-        }
-    }
 }
 
 /// RocketMQ's `GroupRetryPolicy` as fastjson writes it.
@@ -286,34 +265,5 @@ mod tests {
                 "{json}"
             );
         }
-    }
-
-    #[test]
-    fn next_delays_follow_rocketmq_broker_rules() {
-        let e = RetryPolicy::Exponential {
-            initial_ms: 1_000,
-            max_ms: 10_000,
-            multiplier: 2,
-        };
-        let delays: Vec<u64> = (0..6).map(|n| e.next_delay_ms(n)).collect();
-        assert_eq!(delays, [1_000, 2_000, 4_000, 8_000, 10_000, 10_000]);
-        // No overflow for a large count or multiplier.
-        let big = RetryPolicy::Exponential {
-            initial_ms: 1_000,
-            max_ms: 43_200_000,
-            multiplier: 1_000,
-        };
-        assert_eq!(big.next_delay_ms(u32::MAX), 43_200_000);
-        // Customized: index reconsume_times + 2, the last repeating.
-        let c = RetryPolicy::Customized {
-            next_ms: ROCKETMQ_DELAY_LEVELS_MS.to_vec(),
-        };
-        assert_eq!(c.next_delay_ms(0), 10_000);
-        assert_eq!(c.next_delay_ms(15), 7_200_000);
-        assert_eq!(c.next_delay_ms(100), 7_200_000);
-        let one = RetryPolicy::Customized {
-            next_ms: vec![3_000],
-        };
-        assert_eq!(one.next_delay_ms(0), 3_000);
     }
 }

@@ -50,6 +50,12 @@ pub struct GroupMeta {
     /// a snapshot without policies keeps the bytes earlier releases read.
     #[serde(skip)]
     pub retry_policies: BTreeMap<String, RetryPolicy>,
+    /// (group, topic, queue id) → queue offset → the highest delivery attempt
+    /// recorded for that message ([`crate::Command::DeliveryAttempts`]), for
+    /// messages at or above the group's committed offset. Kept in its own sled
+    /// tree and carried by a snapshot of format 2 (as `retry_policies`).
+    #[serde(skip)]
+    pub delivery_attempts: BTreeMap<QueueKey, BTreeMap<u64, u32>>,
 }
 
 /// This member's own deadlines of the FIFO leases it applied with their time

@@ -22,8 +22,11 @@
 //! that changes (a field added to `TopicConfig`, say) gets a new version: values
 //! are then written in it, and the decoder reads 1 by converting. Version 2
 //! ([`V2_TAIL`]) is version 1's bytes followed by more: a snapshot holding
-//! consumer groups' retry policies carries them there ([`encode_with_tail`]);
+//! consumer groups' retry policies or delivery attempts carries them there
+//! ([`encode_with_tail`]);
 //! a snapshot without any is still written as 1, which earlier releases read.
+//! Version numbers are shared by every stored type: 2 is taken, so the next
+//! type whose layout changes gets 3.
 //! A version above the highest this release reads for the value ([`CURRENT`]
 //! for a value with a tail, [`V1`] for any other) is refused with
 //! [`RaftNodeError::FormatTooNew`], so a node never misreads it.
@@ -47,14 +50,15 @@ use crate::error::RaftNodeError;
 /// `FifoLeasesTimed`, 3 adds the MIXED topic message type (in `UpdateTopic` and
 /// `EnsureTopic`), 4 adds `ResetOffsets`, 5 transactional messages (no command:
 /// [`SET_TRANSACTIONS`]), 6 `UpdateGroupWithRetryPolicy`
-/// ([`SET_GROUP_RETRY_POLICIES`]); `Command::log_command_set` names a
+/// ([`SET_GROUP_RETRY_POLICIES`]), 7 `DeliveryAttempts`
+/// ([`SET_DELIVERY_ATTEMPTS`]); `Command::log_command_set` names a
 /// command's set. A member tells its leader in every AppendEntries answer
 /// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from an earlier release,
 /// counted as set 1, though one from before `PurgeThrough` decodes less),
 /// and a leader writes a command of a set only when every member decodes it
 /// (`crate::peer_formats`), so a group upgraded one member at a time never
 /// replicates an entry a member cannot read.
-pub const LOG_COMMANDS: u8 = 6;
+pub const LOG_COMMANDS: u8 = 7;
 /// The log command set that brings `Command::FifoLeasesTimed`.
 pub const SET_TIMED_FIFO_LEASES: u8 = 2;
 /// The log command set that brings topics of type `TopicMessageType::Mixed`.
@@ -74,6 +78,10 @@ pub const SET_TRANSACTIONS: u8 = 5;
 /// so a snapshot holds some (format [`V2_TAIL`]) only once every member
 /// decodes this set.
 pub const SET_GROUP_RETRY_POLICIES: u8 = 6;
+/// The log command set that brings `Command::DeliveryAttempts` (a clustering
+/// group's delivery attempts, replicated). Like retry policies, they reach a
+/// snapshot (format [`V2_TAIL`]) only once every member decodes this set.
+pub const SET_DELIVERY_ATTEMPTS: u8 = 7;
 /// What log command set `set` brings, for messages.
 pub fn set_brings(set: u8) -> &'static str {
     match set {
@@ -83,6 +91,7 @@ pub fn set_brings(set: u8) -> &'static str {
         SET_RESET_OFFSETS => "consumer offset resets",
         SET_TRANSACTIONS => "transactional messages",
         SET_GROUP_RETRY_POLICIES => "consumer group retry policies",
+        SET_DELIVERY_ATTEMPTS => "delivery attempts",
         _ => "unknown to this release",
     }
 }

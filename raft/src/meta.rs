@@ -33,6 +33,9 @@ pub struct MetaDb {
     /// Group name → its `RetryPolicy` (groups given one; a tree earlier
     /// releases never open).
     pub retry_policies: sled::Tree,
+    /// [`attempt_key`] → the highest delivery attempt recorded for that message
+    /// (u32; a tree earlier releases never open).
+    pub delivery_attempts: sled::Tree,
     /// Log index (u64 big-endian) → snapshot taken at that segment boundary
     /// (`crate::boundary`).
     pub boundaries: sled::Tree,
@@ -77,6 +80,7 @@ impl MetaDb {
             groups: db.open_tree("groups").map_err(damage_of)?,
             fifo_leases: db.open_tree("fifo_leases").map_err(damage_of)?,
             retry_policies: db.open_tree("retry_policies").map_err(damage_of)?,
+            delivery_attempts: db.open_tree("delivery_attempts").map_err(damage_of)?,
             boundaries: db.open_tree("boundary_snapshots").map_err(damage_of)?,
             db,
         })
@@ -144,6 +148,23 @@ pub fn offset_key(group: &str, topic: &str, queue_id: i32) -> Vec<u8> {
     k
 }
 
+/// Key of a message's delivery attempt row: its queue's [`offset_key`], then the
+/// queue offset (u64 big-endian), so one queue's rows sort by offset.
+pub fn attempt_key(group: &str, topic: &str, queue_id: i32, queue_offset: u64) -> Vec<u8> {
+    let mut k = offset_key(group, topic, queue_id);
+    k.extend_from_slice(&queue_offset.to_be_bytes());
+    k
+}
+
+/// Splits a delivery attempt key back into ((group, topic, queue id), queue offset).
+pub fn parse_attempt_key(k: &[u8]) -> Option<((String, String, i32), u64)> {
+    let (queue, offset) = k.split_at_checked(k.len().checked_sub(8)?)?;
+    Some((
+        parse_offset_key(queue)?,
+        u64::from_be_bytes(offset.try_into().ok()?),
+    ))
+}
+
 /// Splits an offset key back into (group, topic, queue id).
 pub fn parse_offset_key(k: &[u8]) -> Option<(String, String, i32)> {
     let mut parts = k.splitn(3, |&b| b == 0);
@@ -156,6 +177,18 @@ pub fn parse_offset_key(k: &[u8]) -> Option<(String, String, i32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempt_keys_round_trip_and_sort_by_offset() {
+        let k = attempt_key("g1", "TopicA", 7, 300);
+        assert_eq!(
+            parse_attempt_key(&k),
+            Some((("g1".into(), "TopicA".into(), 7), 300))
+        );
+        assert!(attempt_key("g1", "TopicA", 7, 299) < k);
+        assert!(k < attempt_key("g1", "TopicA", 7, 256 * 256));
+        assert_eq!(parse_attempt_key(b"short"), None);
+    }
 
     #[test]
     fn offset_keys_round_trip() {

@@ -459,6 +459,15 @@ impl RaftNode {
         self.formats.members_decode_now(&self.raft, self.id, set)
     }
 
+    /// True unless a member of the group (learners included) last said that it
+    /// decodes only a log command set below `set` (`PeerFormats`' weaker rule:
+    /// a member that is down, or not heard from yet in this term, does not
+    /// count); false for a set this release does not know.
+    pub fn no_member_says_below(&self, set: u8) -> bool {
+        self.formats
+            .no_member_says_below_now(&self.raft, self.id, set)
+    }
+
     /// True if this node currently leads.
     pub fn is_leader(&self) -> bool {
         let m = self.raft.metrics().borrow().clone();

@@ -103,6 +103,27 @@ impl PeerFormats {
         members_decode(&self.0.lock().unwrap(), members, self_id, set, term)
     }
 
+    /// [`no_member_says_below`] over `raft`'s current membership (learners
+    /// included), for the node `self_id`; false for a set this release does not
+    /// know ([`crate::format::LOG_COMMANDS`]).
+    pub fn no_member_says_below_now(
+        &self,
+        raft: &crate::types::Raft,
+        self_id: NodeId,
+        set: u8,
+    ) -> bool {
+        if set > crate::format::LOG_COMMANDS {
+            return false;
+        }
+        let members: Vec<NodeId> = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            let nodes = m.membership_config.membership().nodes();
+            nodes.map(|(&id, _)| id).collect()
+        };
+        self.no_member_says_below(members, self_id, set)
+    }
+
     /// [`members_decode`] over `raft`'s current membership (learners included)
     /// and term, for the node `self_id`; false for a set this release does not
     /// know ([`crate::format::LOG_COMMANDS`]).

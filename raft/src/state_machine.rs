@@ -11,20 +11,22 @@ use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use ledgermq_store::{DispatchedMessage, MessageStore, QueuePosition};
+use ledgermq_store::{DispatchedMessage, MessageStore};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, OptionalSend, SnapshotMeta, StorageIOError, StoredMembership};
-use serde::{Deserialize, Serialize};
 
 use crate::error::RaftNodeError;
 use crate::format;
-use crate::meta::{offset_key, parse_offset_key, MetaDb};
+use crate::meta::{attempt_key, offset_key, parse_attempt_key, parse_offset_key, MetaDb};
 use crate::types::{
     Entry, FifoLease, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
     TopicConfig, TypeConfig,
 };
 
 mod commands;
+mod snapshot;
+
+pub(crate) use snapshot::SnapshotData;
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
@@ -52,42 +54,6 @@ impl MetaView {
     /// while a command was applied).
     pub fn read(&self) -> std::sync::LockResult<std::sync::RwLockReadGuard<'_, GroupMeta>> {
         self.0.read()
-    }
-}
-
-/// What a snapshot holds. Stored in format 1 (`format::encode`) while no
-/// consumer group has a retry policy; else in format 2, with the policies
-/// ([`GroupMeta::retry_policies`], skipped by `GroupMeta`'s serde) as the tail
-/// (`format::encode_with_tail`). A policy exists only once every member
-/// decodes log command set 6, so a member of an earlier release is never sent
-/// a snapshot it refuses.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SnapshotData {
-    pub(crate) meta: GroupMeta,
-    pub(crate) queues: Vec<QueuePosition>,
-}
-
-/// Format 2's tail of a snapshot.
-type RetryPolicies = std::collections::BTreeMap<String, ledgermq_meta::RetryPolicy>;
-
-impl SnapshotData {
-    /// The stored snapshot: format 1, or 2 when it holds retry policies.
-    /// Errors: `Codec`.
-    pub(crate) fn encode(&self) -> Result<Vec<u8>, RaftNodeError> {
-        if self.meta.retry_policies.is_empty() {
-            format::encode(self)
-        } else {
-            format::encode_with_tail(self, &self.meta.retry_policies)
-        }
-    }
-
-    /// Reads what [`SnapshotData::encode`] (or an earlier release) wrote.
-    /// Errors: `FormatTooNew`, `MetadataDamaged`, `Codec` (`format::decode`).
-    pub(crate) fn decode(bytes: &[u8]) -> Result<SnapshotData, RaftNodeError> {
-        let (mut data, policies): (SnapshotData, Option<RetryPolicies>) =
-            format::decode_with_tail("snapshot", bytes)?;
-        data.meta.retry_policies = policies.unwrap_or_default();
-        Ok(data)
     }
 }
 
@@ -177,6 +143,17 @@ impl StateMachine {
             let l: FifoLease = format::decode("FIFO lease", &v)?;
             meta.fifo_leases
                 .insert((l.group.clone(), l.topic.clone(), l.queue_id), l);
+        }
+        for kv in db.delivery_attempts.iter() {
+            let (k, v) = kv?;
+            let (key, offset) = parse_attempt_key(&k).ok_or_else(|| {
+                RaftNodeError::MetadataDamaged("a delivery attempt row's key is malformed".into())
+            })?;
+            let attempt: u32 = format::decode("delivery attempt", &v)?;
+            meta.delivery_attempts
+                .entry(key)
+                .or_default()
+                .insert(offset, attempt);
         }
         for kv in db.retry_policies.iter() {
             let (k, v) = kv?;
@@ -481,6 +458,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.groups.clear()?;
             self.db.fifo_leases.clear()?;
             self.db.retry_policies.clear()?;
+            self.db.delivery_attempts.clear()?;
+            for ((g, t, q), attempts) in &data.meta.delivery_attempts {
+                for (offset, attempt) in attempts {
+                    self.db
+                        .delivery_attempts
+                        .insert(attempt_key(g, t, *q, *offset), format::encode(attempt)?)?;
+                }
+            }
             for (group, policy) in &data.meta.retry_policies {
                 MetaDb::put(&self.db.retry_policies, group, policy)?;
             }

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ledgermq_store::{MessageRecord, MessageStore};
 use openraft::error::{ClientWriteError, RaftError};
@@ -15,6 +16,12 @@ use tokio::time::Instant;
 use crate::error::RaftNodeError;
 use crate::peer_formats::PeerFormats;
 use crate::types::{NodeId, Placed, Raft, Request, Response};
+
+/// How long a command of a later log command set waits for every member to
+/// say, in the leader's current term, that it decodes the set (right after an
+/// election the followers' first answers may not have come yet) before it is
+/// refused with `MembersCannotDecode`.
+pub const MEMBERS_ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 /// Batching limits.
 #[derive(Debug, Clone)]
@@ -202,24 +209,51 @@ impl Writer {
                 .await
                 .map(Response::Messages),
             _ if deadline.is_some_and(|d| Instant::now() >= d) => Err(RaftNodeError::Expired),
-            Request::Command(c)
-                if !self.formats.members_decode_now(
-                    &self.raft,
-                    self.node_id,
-                    c.log_command_set(),
-                ) =>
-            {
-                // A member that cannot decode the entry would stop applying there.
-                Err(RaftNodeError::MembersCannotDecode {
-                    set: c.log_command_set(),
-                })
+            Request::Command(c) => {
+                if !self.may_write_soon(&c, deadline).await {
+                    // A member that cannot decode the entry would stop applying there.
+                    return Err(RaftNodeError::MembersCannotDecode {
+                        set: c.log_command_set(),
+                    });
+                }
+                self.raft
+                    .client_write(Request::Command(c))
+                    .await
+                    .map(|r| r.data)
+                    .map_err(map_write_error)
             }
-            command => self
-                .raft
-                .client_write(command)
-                .await
-                .map(|r| r.data)
-                .map_err(map_write_error),
+        }
+    }
+
+    /// [`Self::may_write`], waiting up to [`MEMBERS_ANSWER_WAIT`] (and not past
+    /// `deadline`) for the members to answer: right after an election a member
+    /// may not have said yet, in this term, what it decodes.
+    async fn may_write_soon(&self, c: &crate::types::Command, deadline: Option<Instant>) -> bool {
+        let until = Instant::now() + MEMBERS_ANSWER_WAIT;
+        let until = deadline.map_or(until, |d| d.min(until));
+        loop {
+            if self.may_write(c) {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// True if every member may be sent `c` now: every member said, in this term,
+    /// that it decodes its log command set, or, for a command written past
+    /// silent members (`Command::written_past_silent_members`), none said it
+    /// decodes only an earlier one.
+    fn may_write(&self, c: &crate::types::Command) -> bool {
+        let set = c.log_command_set();
+        if c.written_past_silent_members() {
+            self.formats
+                .no_member_says_below_now(&self.raft, self.node_id, set)
+        } else {
+            self.formats
+                .members_decode_now(&self.raft, self.node_id, set)
         }
     }
 
@@ -244,15 +278,8 @@ impl Writer {
         if messages
             .iter()
             .any(|m| m.topic == ledgermq_store::half_index::HALF_TOPIC)
-            && !self.formats.no_member_says_below(
-                self.raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .nodes()
-                    .map(|(&id, _)| id)
-                    .collect::<Vec<_>>(),
+            && !self.formats.no_member_says_below_now(
+                &self.raft,
                 self.node_id,
                 crate::format::SET_TRANSACTIONS,
             )

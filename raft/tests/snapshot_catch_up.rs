@@ -1,14 +1,15 @@
 //! A follower that catches up by snapshot holds every message the leader still
 //! holds (issue 13, item 2): a failover to it never makes a retained message
 //! disappear. It also holds the metadata only the snapshot carried to it (a
-//! consumer group's retry policy, snapshot format 2), across its restart.
+//! consumer group's retry policy and a delivery attempt, snapshot format 2),
+//! across its restart.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{message, Cluster};
-use ledgermq_meta::RetryPolicy;
+use ledgermq_meta::{DeliveryAttempt, RetryPolicy};
 use ledgermq_raft::format::SET_GROUP_RETRY_POLICIES;
 use ledgermq_raft::{Command, GroupConfig};
 use ledgermq_store::FlushMode;
@@ -39,6 +40,17 @@ async fn a_follower_down_across_retention_serves_every_retained_message_after_fa
             },
             retry_policy: policy.clone(),
         })
+        .await
+        .unwrap();
+    // And a delivery attempt of a message of group G.
+    c.node(leader)
+        .write_command(Command::DeliveryAttempts(vec![DeliveryAttempt {
+            group: "G".into(),
+            topic: "TopicR".into(),
+            queue_id: 0,
+            queue_offset: 5,
+            attempt: 2,
+        }]))
         .await
         .unwrap();
     // About eight 64 KiB segments of messages while the follower is down.
@@ -82,15 +94,23 @@ async fn a_follower_down_across_retention_serves_every_retained_message_after_fa
     let policy_of = |c: &Cluster| {
         let meta = c.node(lagging).shared_meta();
         let meta = meta.read().unwrap();
-        meta.retry_policies.get("G").cloned()
+        let attempt = meta
+            .delivery_attempts
+            .get(&("G".to_owned(), "TopicR".to_owned(), 0))
+            .and_then(|q| q.get(&5).copied());
+        (meta.retry_policies.get("G").cloned(), attempt)
     };
-    assert_eq!(policy_of(&c), Some(policy.clone()), "after the snapshot");
+    assert_eq!(
+        policy_of(&c),
+        (Some(policy.clone()), Some(2)),
+        "after the snapshot"
+    );
     // Stored with the snapshot: kept across a restart (the log after the
     // snapshot does not hold the command).
     c.crash(lagging).await;
     c.restart(lagging).await;
     c.wait_converged(T).await;
-    assert_eq!(policy_of(&c), Some(policy), "after a restart");
+    assert_eq!(policy_of(&c), (Some(policy), Some(2)), "after a restart");
     // The leader is killed; the rejoined follower leads.
     c.crash(leader).await;
     let now = c.wait_leader(T).await;

@@ -2,11 +2,13 @@
 //! `mqadmin updateSubGroup -p JSON`), against real `mqbroker` processes: every
 //! node sends it to the group's consumers as the backoff of their Settings
 //! (Telemetry), as RocketMQ's proxy does; it is kept when every node restarts;
-//! a bad policy is refused before any group changes; an update without `-p`
-//! puts back the broker's default.
+//! a bad policy is refused (by mqadmin before any group changes, and by the
+//! broker); an update without `-p` puts back the broker's default.
 
 use std::time::{Duration, Instant};
 
+use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_broker::admin_pb::UpdateGroupRequest;
 use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
 use ledgermq_broker::pb::{
     retry_policy::Strategy, settings, telemetry_command, ClientType, Resource, RetryPolicy,
@@ -111,8 +113,37 @@ async fn a_groups_retry_policy_reaches_its_consumers_from_every_node_and_survive
     every_node_sends(&cluster, "Custom", (16, "[1000, 2500]")).await;
     every_node_sends(&cluster, "Plain", (3, DEFAULT_BACKOFF)).await;
 
-    // Refused before any group changes: not JSON, an unknown type, a delay
-    // out of bounds.
+    // The broker refuses a bad policy itself (mqadmin checks it first).
+    let mut admin = BrokerAdminClient::connect(format!("http://{}", cluster.nodes[0].client_addr))
+        .await
+        .unwrap();
+    let r = admin
+        .update_group(UpdateGroupRequest {
+            name: "Exp".into(),
+            retry_policy: r#"{"type":"LINEAR"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        r.error.contains("retry policy") && !r.retry_policy_set,
+        "{r:?}"
+    );
+    // A good one is answered as set.
+    let r = admin
+        .update_group(UpdateGroupRequest {
+            name: "Exp".into(),
+            max_delivery_attempts: 5,
+            retry_policy: EXPONENTIAL.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.error.is_empty() && r.retry_policy_set, "{r:?}");
+    // Refused by mqadmin before any group changes: not JSON, an unknown type,
+    // a delay out of bounds.
     for bad in [
         "{",
         r#"{"type":"LINEAR"}"#,

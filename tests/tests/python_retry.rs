@@ -10,8 +10,9 @@
 //! ForwardMessageToDeadLetterQueue. Messages consumed OK never reach a
 //! dead-letter queue. The same again with the leader killed (SIGKILL) right
 //! after the first failed delivery: every failed message still reaches its
-//! dead-letter queue and no message consumed OK does (a normal message's
-//! attempt count may start again from 1 once: it lives in the leader's memory).
+//! dead-letter queue and no message consumed OK does, and a normal message's
+//! attempts only go up across the kill (the next leader counts on from the
+//! replicated DeliveryAttempts record, never from 1 again).
 
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
 

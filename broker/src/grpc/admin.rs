@@ -106,6 +106,7 @@ impl Admin {
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_default(),
+            ..Default::default()
         }
     }
 }
@@ -126,6 +127,7 @@ impl BrokerAdmin for Admin {
                 Ok(t) => self.commit(Command::UpdateTopic(t)).await,
                 Err(e) => AdminResponse {
                     error: e.to_string(),
+                    ..Default::default()
                 },
             },
         ))
@@ -139,6 +141,7 @@ impl BrokerAdmin for Admin {
         if let Err(e) = check_group(&r.name) {
             return Ok(Response::new(AdminResponse {
                 error: e.to_string(),
+                ..Default::default()
             }));
         }
         let group = GroupConfig {
@@ -151,22 +154,26 @@ impl BrokerAdmin for Admin {
                 r.max_delivery_attempts
             },
         };
-        let command = if r.retry_policy.is_empty() {
-            Command::UpdateGroup(group)
-        } else {
-            match RetryPolicy::from_rocketmq_json(&r.retry_policy) {
-                Ok(retry_policy) => Command::UpdateGroupWithRetryPolicy {
+        if r.retry_policy.is_empty() {
+            return Ok(Response::new(
+                self.commit(Command::UpdateGroup(group)).await,
+            ));
+        }
+        let mut answer = match RetryPolicy::from_rocketmq_json(&r.retry_policy) {
+            Ok(retry_policy) => {
+                self.commit(Command::UpdateGroupWithRetryPolicy {
                     group,
                     retry_policy,
-                },
-                Err(e) => {
-                    return Ok(Response::new(AdminResponse {
-                        error: e.to_string(),
-                    }))
-                }
+                })
+                .await
             }
+            Err(e) => AdminResponse {
+                error: e.to_string(),
+                ..Default::default()
+            },
         };
-        Ok(Response::new(self.commit(command).await))
+        answer.retry_policy_set = answer.error.is_empty();
+        Ok(Response::new(answer))
     }
 
     async fn log_digest(

@@ -124,7 +124,8 @@ impl Canon {
     }
 }
 
-/// Digests of `meta` (consumer offsets, FIFO leases, topic and group configs), each
+/// Digests of `meta` (consumer offsets, FIFO leases, topic and group configs,
+/// delivery attempts), each
 /// over its entries in key order (the maps are BTreeMaps), the retention point, and
 /// the applied index they belong to. Call with the metadata's lock held, so the two agree.
 pub fn state_digest(meta: &GroupMeta) -> StateDigest {
@@ -168,12 +169,11 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
             .str(name)
             .bytes(&[g.fifo as u8, g.broadcast as u8])
             .bytes(&g.max_delivery_attempts.to_be_bytes());
-        // The group's retry policy, if it has one: 0 none, 1 exponential, 2
-        // customized, then its values.
+        // The group's retry policy, if it has one (nothing if none, so a group
+        // without one digests as before): 1 exponential, 2 customized, then
+        // its values.
         match meta.retry_policies.get(name) {
-            None => {
-                groups.bytes(&[0]);
-            }
+            None => {}
             Some(RetryPolicy::Exponential {
                 initial_ms,
                 max_ms,
@@ -194,8 +194,23 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
             }
         }
     }
+    let mut attempts = Canon::new();
+    let mut attempt_count = 0u64;
+    for ((group, topic, queue_id), queue) in &meta.delivery_attempts {
+        for (offset, attempt) in queue {
+            attempts
+                .str(group)
+                .str(topic)
+                .bytes(&queue_id.to_be_bytes())
+                .bytes(&offset.to_be_bytes())
+                .bytes(&attempt.to_be_bytes());
+            attempt_count += 1;
+        }
+    }
     StateDigest {
         applied_index: meta.applied_index,
+        delivery_attempts_crc32: attempts.done(),
+        delivery_attempts: attempt_count,
         consumer_offsets_crc32: offsets.done(),
         consumer_offsets: meta.offsets.len() as u64,
         fifo_leases_crc32: leases.done(),
@@ -460,5 +475,20 @@ mod tests {
             },
         );
         assert_ne!(state_digest(&c).groups_crc32, with);
+        // Delivery attempts are a part of their own.
+        let mut d = GroupMeta {
+            applied_index: Some(9),
+            ..Default::default()
+        };
+        d.delivery_attempts
+            .insert(("G0".into(), "T".into(), 0), [(4, 2)].into());
+        let dd = state_digest(&d);
+        assert_eq!(dd.delivery_attempts, 1);
+        d.delivery_attempts
+            .insert(("G0".into(), "T".into(), 0), [(4, 3)].into());
+        assert_ne!(
+            state_digest(&d).delivery_attempts_crc32,
+            dd.delivery_attempts_crc32
+        );
     }
 }

@@ -4,44 +4,34 @@
 //! consumers the group's FIFO flag, batch size, long-polling time and retry
 //! policy.
 
+use ledgermq_meta::retry::ROCKETMQ_DELAY_LEVELS_MS;
 use ledgermq_meta::RetryPolicy;
 
 use crate::broker::Broker;
 use crate::grpc::message::duration;
 use crate::pb;
 
-/// RocketMQ's retry delays for a consumer group's redeliveries (delay levels
-/// 3+): the backoff of a group given no retry policy.
-const RETRY_DELAYS_S: [i64; 16] = [
-    10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
-];
-
-fn ms_duration(ms: u64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: (ms / 1000) as i64,
-        nanos: ((ms % 1000) * 1_000_000) as i32,
-    }
-}
+/// The backoff of a group given no retry policy: RocketMQ 4.x's delay levels
+/// from level 3 (10 s, 30 s, 1 min, ... 2 h), its first retry's level.
+const DEFAULT_RETRY_DELAYS_MS: &[u64] = ROCKETMQ_DELAY_LEVELS_MS.split_at(2).1;
 
 /// The `backoff_policy` a consumer of a group is sent: at most
 /// `max_delivery_attempts` deliveries, and the group's retry policy as RocketMQ's
 /// proxy sends it (`GrpcClientSettingsManager.mergeSubscriptionData`: EXPONENTIAL
 /// as ExponentialBackoff, CUSTOMIZED as CustomizedBackoff with its delays as
-/// they are), or [`RETRY_DELAYS_S`] for a group without one. No I/O.
+/// they are), or [`DEFAULT_RETRY_DELAYS_MS`] for a group without one (where
+/// the proxy sends RocketMQ 5's CUSTOMIZED default, from 1 s). No I/O.
 pub fn backoff_policy(max_delivery_attempts: u32, policy: Option<&RetryPolicy>) -> pb::RetryPolicy {
     let strategy = match policy {
         None => pb::retry_policy::Strategy::CustomizedBackoff(pb::CustomizedBackoff {
-            next: RETRY_DELAYS_S
+            next: DEFAULT_RETRY_DELAYS_MS
                 .iter()
-                .map(|&secs| prost_types::Duration {
-                    seconds: secs,
-                    nanos: 0,
-                })
+                .map(|&ms| duration(ms))
                 .collect(),
         }),
         Some(RetryPolicy::Customized { next_ms }) => {
             pb::retry_policy::Strategy::CustomizedBackoff(pb::CustomizedBackoff {
-                next: next_ms.iter().map(|&ms| ms_duration(ms)).collect(),
+                next: next_ms.iter().map(|&ms| duration(ms)).collect(),
             })
         }
         Some(RetryPolicy::Exponential {
@@ -49,8 +39,8 @@ pub fn backoff_policy(max_delivery_attempts: u32, policy: Option<&RetryPolicy>) 
             max_ms,
             multiplier,
         }) => pb::retry_policy::Strategy::ExponentialBackoff(pb::ExponentialBackoff {
-            initial: Some(ms_duration(*initial_ms)),
-            max: Some(ms_duration(*max_ms)),
+            initial: Some(duration(*initial_ms)),
+            max: Some(duration(*max_ms)),
             multiplier: *multiplier as f32,
         }),
     };

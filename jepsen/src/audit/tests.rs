@@ -33,6 +33,8 @@ fn view(id: u64, applied: u64, entries: &[(u64, u64, u32)], queue: (u64, u64)) -
                 groups_crc32: 14,
                 groups: 2,
                 purge_point: None,
+                delivery_attempts_crc32: 15,
+                delivery_attempts: 4,
             }),
             ..Default::default()
         },
@@ -107,7 +109,7 @@ fn identical_replicas_pass() {
             r.pairs[0].state_applied_index,
             r.pairs[0].state_entries_compared
         ),
-        (Some(2), 8)
+        (Some(2), 12)
     );
     assert!(r
         .summary()
@@ -247,13 +249,14 @@ fn queue_contents_that_differ_are_found() {
 #[test]
 fn replicated_state_that_differs_at_the_same_applied_index_is_found() {
     let a = view(0, 2, &E, (3, 900));
-    for part in 0..4 {
+    for part in 0..5 {
         let mut b = view(1, 2, &E, (3, 900));
         let s = b.state.state.as_mut().unwrap();
         match part {
             0 => s.consumer_offsets_crc32 ^= 1,
             1 => s.fifo_leases = 2,
             2 => s.topics_crc32 ^= 1,
+            3 => s.delivery_attempts_crc32 ^= 1,
             _ => s.groups_crc32 ^= 1,
         }
         let r = check(&[a.clone(), b]);

@@ -2,7 +2,7 @@
 //! it asks to store.
 
 use super::*;
-use crate::command::OffsetCommit;
+use crate::command::{DeliveryAttempt, OffsetCommit};
 use crate::config::{TopicMessageType, TopicPerm};
 use crate::retry::RetryPolicy;
 
@@ -476,4 +476,88 @@ fn a_retry_policy_comes_with_its_group_and_goes_with_a_plain_update_or_a_delete(
     let a = run(&mut m, Command::DeleteGroup("g".into()));
     assert!(a.rows.contains(&RowChange::RemoveRetryPolicy("g".into())));
     assert_eq!(m.retry_policies.keys().collect::<Vec<_>>(), ["h"]);
+}
+
+fn attempts(entries: &[(&str, i32, u64, u32)]) -> Command {
+    Command::DeliveryAttempts(
+        entries
+            .iter()
+            .map(
+                |&(group, queue_id, queue_offset, attempt)| DeliveryAttempt {
+                    group: group.into(),
+                    topic: "T".into(),
+                    queue_id,
+                    queue_offset,
+                    attempt,
+                },
+            )
+            .collect(),
+    )
+}
+
+#[test]
+fn delivery_attempts_keep_the_highest_until_the_offset_passes_them() {
+    let mut m = GroupMeta::default();
+    let a = run(
+        &mut m,
+        attempts(&[("g", 0, 5, 1), ("g", 0, 6, 2), ("g", 1, 0, 1)]),
+    );
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::DeliveryAttempt(key("g", 0), 5, 1),
+            RowChange::DeliveryAttempt(key("g", 0), 6, 2),
+            RowChange::DeliveryAttempt(key("g", 1), 0, 1),
+        ]
+    );
+    // A lower attempt (a late record) keeps the higher; a higher replaces it.
+    let a = run(&mut m, attempts(&[("g", 0, 6, 1), ("g", 0, 5, 3)]));
+    assert_eq!(a.rows, vec![RowChange::DeliveryAttempt(key("g", 0), 5, 3)]);
+    assert_eq!(m.delivery_attempts[&key("g", 0)], [(5, 3), (6, 2)].into());
+    // The committed offset passes offset 5: its record goes; 6 stays.
+    let a = run(&mut m, commit("g", 0, 6));
+    assert_eq!(
+        a.rows,
+        vec![
+            RowChange::Offset(key("g", 0), 6),
+            RowChange::PruneDeliveryAttempts(key("g", 0), 6)
+        ]
+    );
+    assert_eq!(m.delivery_attempts[&key("g", 0)], [(6, 2)].into());
+    // A record below the committed offset is of a consumed message.
+    assert!(run(&mut m, attempts(&[("g", 0, 4, 9)])).rows.is_empty());
+    // A commit that prunes nothing stores no prune row.
+    assert_eq!(run(&mut m, commit("g", 0, 6)).rows.len(), 1);
+    run(&mut m, commit("g", 0, 7));
+    assert!(!m.delivery_attempts.contains_key(&key("g", 0)));
+    assert!(m.delivery_attempts.contains_key(&key("g", 1)));
+}
+
+#[test]
+fn a_reset_or_a_deleted_group_drops_its_delivery_attempts() {
+    let mut m = GroupMeta::default();
+    run(
+        &mut m,
+        attempts(&[("g", 0, 5, 2), ("g@c1", 0, 5, 1), ("h", 0, 5, 1)]),
+    );
+    let a = run(
+        &mut m,
+        Command::ResetOffsets(vec![OffsetCommit {
+            group: "h".into(),
+            topic: "T".into(),
+            queue_id: 0,
+            offset: 0,
+        }]),
+    );
+    assert!(a
+        .rows
+        .contains(&RowChange::PruneDeliveryAttempts(key("h", 0), u64::MAX)));
+    let a = run(&mut m, Command::DeleteGroup("g".into()));
+    assert!(a
+        .rows
+        .contains(&RowChange::PruneDeliveryAttempts(key("g", 0), u64::MAX)));
+    assert!(a
+        .rows
+        .contains(&RowChange::PruneDeliveryAttempts(key("g@c1", 0), u64::MAX)));
+    assert!(m.delivery_attempts.is_empty());
 }

@@ -19,7 +19,7 @@ use crate::types::{
     Command, FifoLease, GroupConfig, LogId, NodeId, OffsetCommit, Request, TopicConfig,
     TopicMessageType, TopicPerm,
 };
-use ledgermq_meta::RetryPolicy;
+use ledgermq_meta::{DeliveryAttempt, RetryPolicy};
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
@@ -112,6 +112,7 @@ fn group_meta() -> GroupMeta {
         applied_index: None,
         purge_point: None,
         retry_policies: BTreeMap::new(),
+        delivery_attempts: BTreeMap::new(),
     }
 }
 
@@ -198,7 +199,7 @@ fn a_later_version_is_refused_not_misread() {
         other => panic!("{other:?}"),
     }
     let mut offset = encode_offset(7);
-    offset[MAGIC.len()] = CURRENT + 1;
+    offset[MAGIC.len()] = V1 + 1;
     assert!(matches!(
         decode_offset(&offset),
         Err(RaftNodeError::FormatTooNew { .. })
@@ -370,18 +371,35 @@ fn log_payloads_of_command_set_6_keep_their_layout() {
     }
 }
 
+/// Log command set 7: `DeliveryAttempts` (variant 13), as this release writes it.
 #[test]
-fn this_release_decodes_log_command_sets_through_group_retry_policies() {
-    assert_eq!(
-        crate::format::LOG_COMMANDS,
-        crate::format::SET_GROUP_RETRY_POLICIES
+fn log_payloads_of_command_set_7_keep_their_layout() {
+    let payload = cmd(Command::DeliveryAttempts(vec![DeliveryAttempt {
+        group: "g".into(),
+        topic: "T".into(),
+        queue_id: 1,
+        queue_offset: 300,
+        attempt: 2,
+    }]));
+    keeps_its_layout(
+        &payload,
+        "02010d 01 0167 0154 02 ac02 02",
+        crate::format::SET_DELIVERY_ATTEMPTS,
     );
-    assert_eq!(crate::format::LOG_COMMANDS, 6);
 }
 
-/// A snapshot without retry policies keeps format 1's bytes (what earlier
-/// releases read); one with them is format 2, the policies after those bytes,
-/// which an earlier release refuses rather than misreads.
+#[test]
+fn this_release_decodes_log_command_sets_through_delivery_attempts() {
+    assert_eq!(
+        crate::format::LOG_COMMANDS,
+        crate::format::SET_DELIVERY_ATTEMPTS
+    );
+    assert_eq!(crate::format::LOG_COMMANDS, 7);
+}
+
+/// A snapshot without retry policies or delivery attempts keeps format 1's
+/// bytes (what earlier releases read); one with either is format 2, both after
+/// those bytes, which an earlier release refuses rather than misreads.
 #[test]
 fn a_snapshot_carries_retry_policies_in_format_2_only() {
     let mut data = SnapshotData {
@@ -401,6 +419,22 @@ fn a_snapshot_carries_retry_policies_in_format_2_only() {
     assert_eq!(v2[MAGIC.len()], V2_TAIL);
     assert_eq!(v2[MAGIC.len() + 1..v1.len()], v1[MAGIC.len() + 1..]);
     assert_eq!(SnapshotData::decode(&v2).unwrap(), data);
+    // The tail's layout: the policies, then the delivery attempts.
+    assert_eq!(hex(&v2[v1.len()..]), "0101470101b81700");
+    data.meta
+        .delivery_attempts
+        .insert(("G".into(), "T".into(), 2), [(7, 3)].into());
+    let with_attempts = data.encode().unwrap();
+    assert_eq!(
+        hex(&with_attempts[v1.len()..]),
+        "0101470101b817 01 0147 0154 04 01 07 03".replace(' ', "")
+    );
+    assert_eq!(SnapshotData::decode(&with_attempts).unwrap(), data);
+    // Attempts alone make a format 2 snapshot too.
+    data.meta.retry_policies.clear();
+    let attempts_only = data.encode().unwrap();
+    assert_eq!(attempts_only[MAGIC.len()], V2_TAIL);
+    assert_eq!(SnapshotData::decode(&attempts_only).unwrap(), data);
     // What this release's `decode` (and so an earlier release) makes of it.
     assert!(matches!(
         decode::<SnapshotData>("snapshot", &v2),

@@ -7,7 +7,7 @@ use ledgermq_meta::apply::{self, AppliedAt, Canaries, RowChange};
 use super::StateMachine;
 use crate::error::RaftNodeError;
 use crate::format;
-use crate::meta::{offset_key, MetaDb};
+use crate::meta::{attempt_key, offset_key, MetaDb};
 use crate::types::{Command, Response};
 
 impl StateMachine {
@@ -78,6 +78,19 @@ impl StateMachine {
                 }
                 RowChange::RemoveRetryPolicy(group) => {
                     db.retry_policies.remove(group)?;
+                }
+                RowChange::DeliveryAttempt((group, topic, queue_id), offset, attempt) => {
+                    db.delivery_attempts.insert(
+                        attempt_key(group, topic, *queue_id, *offset),
+                        format::encode(attempt)?,
+                    )?;
+                }
+                RowChange::PruneDeliveryAttempts((group, topic, queue_id), below) => {
+                    let from = attempt_key(group, topic, *queue_id, 0);
+                    let to = attempt_key(group, topic, *queue_id, *below);
+                    for kv in db.delivery_attempts.range(from..to) {
+                        db.delivery_attempts.remove(kv?.0)?;
+                    }
                 }
                 RowChange::PurgePoint(index) => {
                     MetaDb::put(&db.sm, "purge_point", index)?;

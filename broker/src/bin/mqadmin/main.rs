@@ -285,7 +285,18 @@ async fn apply(namesrv: &str, scope: &Scope, what: &str, req: AdminReq) -> Resul
                 AdminReq::Topic(r) => c.update_topic(r.clone()).await,
                 AdminReq::Group(r) => c.update_group(r.clone()).await,
             };
+            let policy_given = matches!(&req, AdminReq::Group(g) if !g.retry_policy.is_empty());
             result = match reply {
+                Ok(r)
+                    if r.get_ref().error.is_empty()
+                        && policy_given
+                        && !r.get_ref().retry_policy_set =>
+                {
+                    Err(anyhow::anyhow!(
+                        "{addr} runs a release that does not read retry policies: the group was \
+                         updated without its retry policy; upgrade every member and run this again"
+                    ))
+                }
                 Ok(r) if r.get_ref().error.is_empty() => Ok(()),
                 Ok(r) => Err(anyhow::anyhow!(r.into_inner().error)),
                 Err(s) => Err(anyhow::anyhow!("{addr}: {}", s.message())),

@@ -1,0 +1,71 @@
+//! A snapshot's contents and their stored formats (the `format` module's
+//! envelope): format 1 for what earlier releases read, format 2 with a tail.
+
+use std::collections::BTreeMap;
+
+use ledgermq_meta::{QueueKey, RetryPolicy};
+use ledgermq_store::QueuePosition;
+use serde::{Deserialize, Serialize};
+
+use super::GroupMeta;
+use crate::error::RaftNodeError;
+use crate::format;
+
+/// What a snapshot holds. Stored in format 1 (`format::encode`) while no
+/// consumer group has a retry policy or a recorded delivery attempt; else in
+/// format 2, with both ([`GroupMeta::retry_policies`],
+/// [`GroupMeta::delivery_attempts`], skipped by `GroupMeta`'s serde) as the
+/// tail (`format::encode_with_tail`). They exist only once every member decodes
+/// log command set 6 or 7, so a member of an earlier release is never sent a
+/// snapshot it refuses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SnapshotData {
+    pub(crate) meta: GroupMeta,
+    pub(crate) queues: Vec<QueuePosition>,
+}
+
+/// Format 2's tail of a snapshot: fields are never removed or reordered (a new
+/// one needs a format 3).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct SnapshotTail {
+    retry_policies: BTreeMap<String, RetryPolicy>,
+    delivery_attempts: BTreeMap<QueueKey, BTreeMap<u64, u32>>,
+}
+
+impl SnapshotData {
+    /// The stored snapshot: format 1, or 2 when it holds retry policies or
+    /// delivery attempts. Errors: `Codec`.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, RaftNodeError> {
+        let m = &self.meta;
+        if m.retry_policies.is_empty() && m.delivery_attempts.is_empty() {
+            return format::encode(self);
+        }
+        // Borrowed into the tail's layout without copying the maps.
+        #[derive(Serialize)]
+        struct TailRef<'a> {
+            retry_policies: &'a BTreeMap<String, RetryPolicy>,
+            delivery_attempts: &'a std::collections::BTreeMap<
+                ledgermq_meta::QueueKey,
+                std::collections::BTreeMap<u64, u32>,
+            >,
+        }
+        format::encode_with_tail(
+            self,
+            &TailRef {
+                retry_policies: &m.retry_policies,
+                delivery_attempts: &m.delivery_attempts,
+            },
+        )
+    }
+
+    /// Reads what [`SnapshotData::encode`] (or an earlier release) wrote.
+    /// Errors: `FormatTooNew`, `MetadataDamaged`, `Codec` (`format::decode`).
+    pub(crate) fn decode(bytes: &[u8]) -> Result<SnapshotData, RaftNodeError> {
+        let (mut data, tail): (SnapshotData, Option<SnapshotTail>) =
+            format::decode_with_tail("snapshot", bytes)?;
+        let tail = tail.unwrap_or_default();
+        data.meta.retry_policies = tail.retry_policies;
+        data.meta.delivery_attempts = tail.delivery_attempts;
+        Ok(data)
+    }
+}
