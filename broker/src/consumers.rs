@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_meta::{Command, DeliveryAttempt, FifoLease, OffsetCommit, TimedFifoLease};
+use ledgermq_meta::{Command, DeliveryAttempts, FifoLease, OffsetCommit, TimedFifoLease};
 use ledgermq_raft::format::SET_DELIVERY_ATTEMPTS;
-use ledgermq_raft::RaftNode;
+use ledgermq_raft::{RaftNode, RaftNodeError};
 use ledgermq_store::record::PROPERTY_TAGS;
 use ledgermq_store::store::now_ms;
 use ledgermq_store::{MessageRecord, RecordView, StoreError};
@@ -104,9 +104,9 @@ pub struct PopResult {
     pub dead: Vec<DeadLetter>,
     /// FIFO deliveries to record through Raft before answering.
     leases: Vec<TimedFifoLease>,
-    /// Other groups' deliveries to record through Raft before answering (when
-    /// every member decodes them).
-    attempts: Vec<DeliveryAttempt>,
+    /// Other groups' deliveries to record through Raft before answering, one
+    /// record per queue (unless a member said it decodes only an earlier set).
+    attempts: Vec<DeliveryAttempts>,
     /// Every delivery recorded in `leases` or `attempts`: (queue id, queue
     /// offset, delivery id), made visible again if the record fails.
     recorded: Vec<(i32, u64, u64)>,
@@ -239,8 +239,10 @@ impl Consumers {
         )
     }
 
-    /// Takes up to `req.max_messages` messages. A FIFO group's deliveries are
-    /// recorded through Raft (leases) before they are returned. Errors:
+    /// Takes up to `req.max_messages` messages. Their deliveries are recorded
+    /// through Raft before they are returned: a FIFO group's as leases, another
+    /// group's as delivery attempts (not while a member says it decodes only an
+    /// earlier log command set). Errors:
     /// `NoLeader` when this node is not a ready leader; a store failure when
     /// nothing could be taken (a queue that fails after others gave messages is
     /// skipped and logged).
@@ -274,13 +276,23 @@ impl Consumers {
         let recorded = if !leases.is_empty() {
             self.commit_leases(term, leases).await
         } else if !attempts.is_empty() {
-            self.commit_attempts(attempts).await
+            match self.commit_attempts(attempts).await {
+                Err(BrokerError::Raft(RaftNodeError::MembersCannotDecode { .. })) => {
+                    // A member said, since this pop began, that it decodes only
+                    // an earlier set: answered unrecorded, as with such a member.
+                    tracing::warn!(
+                        "delivery attempts not recorded: a member runs an earlier release"
+                    );
+                    Ok(())
+                }
+                r => r,
+            }
         } else {
             Ok(())
         };
         if let Err(e) = recorded {
             // Not returned: make them deliverable again at once.
-            self.release(req, term, &out.recorded).await;
+            self.release(req, term, &out).await;
             return Err(e);
         }
         Ok(out)

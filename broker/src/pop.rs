@@ -146,7 +146,6 @@ impl QueueState {
         }
         self.inflight = self.inflight.split_off(&min);
         self.acked = self.acked.split_off(&min);
-        self.prior = self.prior.split_off(&min);
         self.base = min;
         self.next = self.next.max(min);
         self.advance();

@@ -296,7 +296,10 @@ async fn receive_one(
             .receive_message(from_client(receive_request(topic, group, 1, 1)))
             .await;
         // A node that just lost or gained leadership may refuse: ask again.
-        let Ok(r) = r else { continue };
+        let Ok(r) = r else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
         let mut stream = r.into_inner();
         while let Ok(Some(item)) = stream.message().await {
             if let Some(Content::Message(m)) = item.content {

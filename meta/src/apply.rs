@@ -124,18 +124,21 @@ pub fn apply(
                 prune_attempts(meta, key, offset, &mut rows);
             }
         }
-        Command::DeliveryAttempts(attempts) => {
-            for a in attempts {
-                let key = (a.group, a.topic, a.queue_id);
-                // A message the group's offset has passed is consumed.
-                if meta.offsets.get(&key).is_some_and(|&o| a.queue_offset < o) {
-                    continue;
-                }
-                let queue = meta.delivery_attempts.entry(key.clone()).or_default();
-                let attempt = queue.entry(a.queue_offset).or_insert(0);
-                if a.attempt > *attempt {
-                    *attempt = a.attempt;
-                    rows.push(RowChange::DeliveryAttempt(key, a.queue_offset, a.attempt));
+        Command::DeliveryAttempts(queues) => {
+            for q in queues {
+                let key = (q.group, q.topic, q.queue_id);
+                // Messages the group's offset has passed are consumed.
+                let consumed = meta.offsets.get(&key).copied().unwrap_or(0);
+                for (offset, attempt) in q.attempts {
+                    if offset < consumed || attempt == 0 {
+                        continue;
+                    }
+                    let queue = meta.delivery_attempts.entry(key.clone()).or_default();
+                    let kept = queue.entry(offset).or_insert(attempt);
+                    if attempt >= *kept {
+                        *kept = attempt;
+                        rows.push(RowChange::DeliveryAttempt(key.clone(), offset, attempt));
+                    }
                 }
             }
         }

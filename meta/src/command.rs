@@ -94,14 +94,15 @@ pub enum Command {
     /// a later leader counts a message's next delivery from the attempts made
     /// (exact across failover; FIFO groups' attempts travel in their leases).
     /// Each attempt is kept as the highest recorded for its message until the
-    /// group's committed offset passes it. Log command set 7: a leader writes it
-    /// only when every member decodes that set.
-    DeliveryAttempts(Vec<DeliveryAttempt>),
+    /// group's committed offset passes it. Log command set 7, written by the
+    /// weaker rule ([`Command::written_past_silent_members`]).
+    DeliveryAttempts(Vec<DeliveryAttempts>),
 }
 
-/// One delivery of a message to a consumer group ([`Command::DeliveryAttempts`]).
+/// Deliveries of messages of one queue to one consumer
+/// ([`Command::DeliveryAttempts`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliveryAttempt {
+pub struct DeliveryAttempts {
     /// Offset key of the consumer (the group, or `group@client-id` for a
     /// broadcasting consumer).
     pub group: String,
@@ -109,10 +110,9 @@ pub struct DeliveryAttempt {
     pub topic: String,
     /// Message queue id.
     pub queue_id: i32,
-    /// The message's queue offset.
-    pub queue_offset: u64,
-    /// The delivery's attempt number, from 1.
-    pub attempt: u32,
+    /// (queue offset, the delivery's attempt number from 1) per message
+    /// delivered.
+    pub attempts: Vec<(u64, u32)>,
 }
 
 impl Command {
@@ -121,8 +121,10 @@ impl Command {
     /// config of type [`TopicMessageType::Mixed`] (`UpdateTopic`, `EnsureTopic`),
     /// 4 for [`Command::ResetOffsets`], 6 for
     /// [`Command::UpdateGroupWithRetryPolicy`], 7 for
-    /// [`Command::DeliveryAttempts`], 1 for everything else. A leader writes it only once every member decodes
-    /// that set. No I/O.
+    /// [`Command::DeliveryAttempts`], 1 for everything else. A leader writes it
+    /// only once every member decodes that set (for [`Command::DeliveryAttempts`]:
+    /// once no member says it does not, [`Command::written_past_silent_members`]).
+    /// No I/O.
     pub fn log_command_set(&self) -> u8 {
         match self {
             Command::FifoLeasesTimed { .. } => 2,

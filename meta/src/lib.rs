@@ -30,7 +30,7 @@ pub mod retry;
 pub mod state;
 
 pub use apply::{Applied, AppliedAt, Canaries, Outcome, RowChange};
-pub use command::{Command, DeliveryAttempt, FifoLease, OffsetCommit, TimedFifoLease};
+pub use command::{Command, DeliveryAttempts, FifoLease, OffsetCommit, TimedFifoLease};
 pub use config::{GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
 pub use error::MetaError;
 pub use retry::RetryPolicy;

@@ -57,7 +57,10 @@ use crate::error::RaftNodeError;
 /// counted as set 1, though one from before `PurgeThrough` decodes less),
 /// and a leader writes a command of a set only when every member decodes it
 /// (`crate::peer_formats`), so a group upgraded one member at a time never
-/// replicates an entry a member cannot read.
+/// replicates an entry a member cannot read; `DeliveryAttempts` alone is written
+/// past a member that is down (or silent for `writer::MEMBERS_ANSWER_WAIT` in
+/// the term): a member of an earlier release that comes back after it stops
+/// there, so upgrade a member before it rejoins.
 pub const LOG_COMMANDS: u8 = 7;
 /// The log command set that brings `Command::FifoLeasesTimed`.
 pub const SET_TIMED_FIFO_LEASES: u8 = 2;
@@ -79,8 +82,10 @@ pub const SET_TRANSACTIONS: u8 = 5;
 /// decodes this set.
 pub const SET_GROUP_RETRY_POLICIES: u8 = 6;
 /// The log command set that brings `Command::DeliveryAttempts` (a clustering
-/// group's delivery attempts, replicated). Like retry policies, they reach a
-/// snapshot (format [`V2_TAIL`]) only once every member decodes this set.
+/// group's delivery attempts, replicated). Written by the weaker rule (no
+/// member said it decodes less), so they may reach a snapshot (format
+/// [`V2_TAIL`]) while a member is down: a member of an earlier release refuses
+/// it (`FormatTooNew`) rather than misreading it.
 pub const SET_DELIVERY_ATTEMPTS: u8 = 7;
 /// What log command set `set` brings, for messages.
 pub fn set_brings(set: u8) -> &'static str {

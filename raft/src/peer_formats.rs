@@ -2,7 +2,9 @@
 //! its AppendEntries answers say, and the decision whether every member of the
 //! group decodes a set. A leader writes a command of a newer set only then, so a
 //! member still on an earlier release (upgraded last in a rolling upgrade) is
-//! never sent an entry it cannot read.
+//! never sent an entry it cannot read; the exception, `DeliveryAttempts`, is
+//! written by the weaker rule ([`no_member_says_below`]) past a member that is
+//! down.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,11 +44,13 @@ pub fn members_decode(
 }
 
 /// True unless a member in `members` other than `self_id` last said (in any
-/// term) that it decodes only a set below `set`: the weaker rule for message
+/// term) that it decodes only a set below `set`: the weaker rule, for message
 /// records a member of an earlier release would store but not apply as this
-/// one does (transactional messages), so that a member that is down, or not
-/// heard from yet in this term, does not stop them; a member still on an
-/// earlier release that answers does. No I/O.
+/// one does (transactional messages) and for the one command that must be
+/// written while a member is down (`Command::DeliveryAttempts`, after a wait
+/// for the members' answers: `crate::writer`), so that a member that is down,
+/// or not heard from yet in this term, does not stop them; a member still on
+/// an earlier release that answers does. No I/O.
 pub fn no_member_says_below(
     reported: &HashMap<NodeId, SetSaid>,
     members: impl IntoIterator<Item = NodeId>,
@@ -115,12 +119,7 @@ impl PeerFormats {
         if set > crate::format::LOG_COMMANDS {
             return false;
         }
-        let members: Vec<NodeId> = {
-            let m = raft.metrics();
-            let m = m.borrow();
-            let nodes = m.membership_config.membership().nodes();
-            nodes.map(|(&id, _)| id).collect()
-        };
+        let (members, _) = members_and_term(raft);
         self.no_member_says_below(members, self_id, set)
     }
 
@@ -135,14 +134,17 @@ impl PeerFormats {
         if set <= 1 {
             return true;
         }
-        let (members, term): (Vec<NodeId>, u64) = {
-            let m = raft.metrics();
-            let m = m.borrow();
-            let nodes = m.membership_config.membership().nodes();
-            (nodes.map(|(&id, _)| id).collect(), m.current_term)
-        };
+        let (members, term) = members_and_term(raft);
         self.members_decode(members, self_id, set, term)
     }
+}
+
+/// `raft`'s current members (learners included) and term.
+fn members_and_term(raft: &crate::types::Raft) -> (Vec<NodeId>, u64) {
+    let m = raft.metrics();
+    let m = m.borrow();
+    let nodes = m.membership_config.membership().nodes();
+    (nodes.map(|(&id, _)| id).collect(), m.current_term)
 }
 
 #[cfg(test)]

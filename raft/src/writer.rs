@@ -106,6 +106,10 @@ pub struct Writer {
     /// This node and what its peers said they decode (log command sets).
     node_id: NodeId,
     formats: PeerFormats,
+    /// The leader term in which this writer was first asked to write a command
+    /// whose set not every member has confirmed, and when: the weaker rule's
+    /// grace counts from there ([`Writer::may_write`]).
+    term_seen: std::sync::Mutex<(u64, Instant)>,
 }
 
 pub(crate) fn map_write_error(
@@ -156,6 +160,7 @@ impl Writer {
             max_pending_bytes,
             node_id,
             formats,
+            term_seen: std::sync::Mutex::new((0, Instant::now())),
         })
     }
 
@@ -211,6 +216,9 @@ impl Writer {
             _ if deadline.is_some_and(|d| Instant::now() >= d) => Err(RaftNodeError::Expired),
             Request::Command(c) => {
                 if !self.may_write_soon(&c, deadline).await {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(RaftNodeError::Expired);
+                    }
                     // A member that cannot decode the entry would stop applying there.
                     return Err(RaftNodeError::MembersCannotDecode {
                         set: c.log_command_set(),
@@ -229,7 +237,9 @@ impl Writer {
     /// `deadline`) for the members to answer: right after an election a member
     /// may not have said yet, in this term, what it decodes.
     async fn may_write_soon(&self, c: &crate::types::Command, deadline: Option<Instant>) -> bool {
-        let until = Instant::now() + MEMBERS_ANSWER_WAIT;
+        // A little past the wait, so the weaker rule's grace, which may have
+        // begun just now, has passed at the last check.
+        let until = Instant::now() + MEMBERS_ANSWER_WAIT + Duration::from_millis(50);
         let until = deadline.map_or(until, |d| d.min(until));
         loop {
             if self.may_write(c) {
@@ -242,19 +252,37 @@ impl Writer {
         }
     }
 
-    /// True if every member may be sent `c` now: every member said, in this term,
-    /// that it decodes its log command set, or, for a command written past
-    /// silent members (`Command::written_past_silent_members`), none said it
-    /// decodes only an earlier one.
+    /// True if every member may be sent `c` now: every member said, in this
+    /// term, that it decodes its log command set; or, for a command written
+    /// past silent members (`Command::written_past_silent_members`), none said
+    /// it decodes only an earlier one and this leader has waited
+    /// [`MEMBERS_ANSWER_WAIT`] in this term for the members' answers, so that a
+    /// live member of an earlier release has had time to say so (only one that
+    /// is down, or cut off that long, is passed over).
     fn may_write(&self, c: &crate::types::Command) -> bool {
         let set = c.log_command_set();
-        if c.written_past_silent_members() {
-            self.formats
-                .no_member_says_below_now(&self.raft, self.node_id, set)
-        } else {
-            self.formats
-                .members_decode_now(&self.raft, self.node_id, set)
+        if self
+            .formats
+            .members_decode_now(&self.raft, self.node_id, set)
+        {
+            return true;
         }
+        c.written_past_silent_members()
+            && self
+                .formats
+                .no_member_says_below_now(&self.raft, self.node_id, set)
+            && self.waited_for_answers()
+    }
+
+    /// True once [`MEMBERS_ANSWER_WAIT`] has passed since this writer first
+    /// asked in the current term.
+    fn waited_for_answers(&self) -> bool {
+        let term = self.raft.metrics().borrow().current_term;
+        let mut seen = self.term_seen.lock().unwrap();
+        if seen.0 != term {
+            *seen = (term, Instant::now());
+        }
+        seen.1.elapsed() >= MEMBERS_ANSWER_WAIT
     }
 
     async fn write_messages_until(

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{message, Cluster};
-use ledgermq_meta::{DeliveryAttempt, RetryPolicy};
+use ledgermq_meta::{DeliveryAttempts, RetryPolicy};
 use ledgermq_raft::format::SET_GROUP_RETRY_POLICIES;
 use ledgermq_raft::{Command, GroupConfig};
 use ledgermq_store::FlushMode;
@@ -44,12 +44,11 @@ async fn a_follower_down_across_retention_serves_every_retained_message_after_fa
         .unwrap();
     // And a delivery attempt of a message of group G.
     c.node(leader)
-        .write_command(Command::DeliveryAttempts(vec![DeliveryAttempt {
+        .write_command(Command::DeliveryAttempts(vec![DeliveryAttempts {
             group: "G".into(),
             topic: "TopicR".into(),
             queue_id: 0,
-            queue_offset: 5,
-            attempt: 2,
+            attempts: vec![(5, 2)],
         }]))
         .await
         .unwrap();

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use ledgermq_meta::{Command, DeliveryAttempt};
+use ledgermq_meta::{Command, DeliveryAttempts};
 
 use super::leases::lease;
 use super::{Consumers, PopRequest, PopResult, QueueKey};
@@ -19,7 +19,7 @@ impl Consumers {
     /// write's; the caller then answers none of them.
     pub(super) async fn commit_attempts(
         &self,
-        attempts: Vec<DeliveryAttempt>,
+        attempts: Vec<DeliveryAttempts>,
     ) -> Result<(), BrokerError> {
         self.node
             .write_command_as_leader(Command::DeliveryAttempts(attempts))
@@ -27,11 +27,18 @@ impl Consumers {
         Ok(())
     }
 
-    /// Makes the deliveries of `req` listed in `recorded` ((queue id, queue
-    /// offset, delivery id)), whose record failed, deliverable again at once.
-    /// Their attempt stays counted: the record may still have committed.
-    pub(super) async fn release(&self, req: &PopRequest, term: u64, recorded: &[(i32, u64, u64)]) {
-        for &(queue_id, offset, delivery_id) in recorded {
+    /// Makes what `out` took for `req`, the receive whose record failed,
+    /// deliverable again at once: its deliveries (their attempt stays counted:
+    /// the record may still have committed) and its dead letters.
+    pub(super) async fn release(&self, req: &PopRequest, term: u64, out: &PopResult) {
+        let dead = out.dead.iter().map(|d| {
+            (
+                d.handle.queue_id,
+                d.handle.queue_offset,
+                d.handle.delivery_id,
+            )
+        });
+        for (queue_id, offset, delivery_id) in out.recorded.iter().copied().chain(dead) {
             let key = QueueKey {
                 consumer: req.consumer.clone(),
                 topic: req.topic.clone(),
@@ -43,17 +50,6 @@ impl Consumers {
                     .change_invisible(offset, delivery_id, Instant::now());
             }
         }
-    }
-}
-
-/// The record of a delivery of `req` under `h` with `attempt`.
-fn attempt_record(req: &PopRequest, h: &ReceiptHandle, attempt: u32) -> DeliveryAttempt {
-    DeliveryAttempt {
-        group: req.consumer.clone(),
-        topic: h.topic.clone(),
-        queue_id: h.queue_id,
-        queue_offset: h.queue_offset,
-        attempt,
     }
 }
 
@@ -70,7 +66,17 @@ pub(super) fn record(
     if req.fifo {
         out.leases.push(lease(req, handle, attempt, lease_at_ms));
     } else if record_attempts {
-        out.attempts.push(attempt_record(req, handle, attempt));
+        // One record per queue: pop_queue takes a queue's messages together.
+        let offset_attempt = (handle.queue_offset, attempt);
+        match out.attempts.last_mut() {
+            Some(q) if q.queue_id == handle.queue_id => q.attempts.push(offset_attempt),
+            _ => out.attempts.push(DeliveryAttempts {
+                group: req.consumer.clone(),
+                topic: handle.topic.clone(),
+                queue_id: handle.queue_id,
+                attempts: vec![offset_attempt],
+            }),
+        }
     } else {
         return;
     }

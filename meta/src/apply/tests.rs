@@ -2,7 +2,7 @@
 //! it asks to store.
 
 use super::*;
-use crate::command::{DeliveryAttempt, OffsetCommit};
+use crate::command::{DeliveryAttempts, OffsetCommit};
 use crate::config::{TopicMessageType, TopicPerm};
 use crate::retry::RetryPolicy;
 
@@ -483,12 +483,11 @@ fn attempts(entries: &[(&str, i32, u64, u32)]) -> Command {
         entries
             .iter()
             .map(
-                |&(group, queue_id, queue_offset, attempt)| DeliveryAttempt {
+                |&(group, queue_id, queue_offset, attempt)| DeliveryAttempts {
                     group: group.into(),
                     topic: "T".into(),
                     queue_id,
-                    queue_offset,
-                    attempt,
+                    attempts: vec![(queue_offset, attempt)],
                 },
             )
             .collect(),

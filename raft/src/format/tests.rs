@@ -19,7 +19,7 @@ use crate::types::{
     Command, FifoLease, GroupConfig, LogId, NodeId, OffsetCommit, Request, TopicConfig,
     TopicMessageType, TopicPerm,
 };
-use ledgermq_meta::{DeliveryAttempt, RetryPolicy};
+use ledgermq_meta::{DeliveryAttempts, RetryPolicy};
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
@@ -374,16 +374,15 @@ fn log_payloads_of_command_set_6_keep_their_layout() {
 /// Log command set 7: `DeliveryAttempts` (variant 13), as this release writes it.
 #[test]
 fn log_payloads_of_command_set_7_keep_their_layout() {
-    let payload = cmd(Command::DeliveryAttempts(vec![DeliveryAttempt {
+    let payload = cmd(Command::DeliveryAttempts(vec![DeliveryAttempts {
         group: "g".into(),
         topic: "T".into(),
         queue_id: 1,
-        queue_offset: 300,
-        attempt: 2,
+        attempts: vec![(300, 2)],
     }]));
     keeps_its_layout(
         &payload,
-        "02010d 01 0167 0154 02 ac02 02",
+        "02010d 01 0167 0154 02 01 ac02 02",
         crate::format::SET_DELIVERY_ATTEMPTS,
     );
 }

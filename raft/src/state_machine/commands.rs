@@ -86,10 +86,22 @@ impl StateMachine {
                     )?;
                 }
                 RowChange::PruneDeliveryAttempts((group, topic, queue_id), below) => {
-                    let from = attempt_key(group, topic, *queue_id, 0);
-                    let to = attempt_key(group, topic, *queue_id, *below);
-                    for kv in db.delivery_attempts.range(from..to) {
-                        db.delivery_attempts.remove(kv?.0)?;
+                    let rows: Vec<_> = if *below == u64::MAX {
+                        // Every row of the queue (offset u64::MAX included).
+                        db.delivery_attempts
+                            .scan_prefix(offset_key(group, topic, *queue_id))
+                            .keys()
+                            .collect::<Result<_, _>>()?
+                    } else {
+                        let from = attempt_key(group, topic, *queue_id, 0);
+                        let to = attempt_key(group, topic, *queue_id, *below);
+                        db.delivery_attempts
+                            .range(from..to)
+                            .keys()
+                            .collect::<Result<_, _>>()?
+                    };
+                    for k in rows {
+                        db.delivery_attempts.remove(k)?;
                     }
                 }
                 RowChange::PurgePoint(index) => {

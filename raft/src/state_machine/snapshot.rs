@@ -15,9 +15,10 @@ use crate::format;
 /// consumer group has a retry policy or a recorded delivery attempt; else in
 /// format 2, with both ([`GroupMeta::retry_policies`],
 /// [`GroupMeta::delivery_attempts`], skipped by `GroupMeta`'s serde) as the
-/// tail (`format::encode_with_tail`). They exist only once every member decodes
-/// log command set 6 or 7, so a member of an earlier release is never sent a
-/// snapshot it refuses.
+/// tail (`format::encode_with_tail`). Policies exist only once every member
+/// decodes log command set 6; delivery attempts (set 7, the weaker rule) may
+/// be written while a member is down, and a member of an earlier release sent
+/// such a snapshot refuses it (`FormatTooNew`) rather than misreading it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SnapshotData {
     pub(crate) meta: GroupMeta,
