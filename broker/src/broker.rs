@@ -49,6 +49,14 @@ pub struct ServiceSettings {
     /// `autoCreateSubscriptionGroup`, default on); otherwise
     /// CONSUMER_GROUP_NOT_FOUND.
     pub auto_create_groups: bool,
+    /// Record a clustering or broadcasting group's deliveries through Raft
+    /// (`Command::DeliveryAttempts`) before answering each receive, so a new
+    /// leader counts attempts on exactly. It adds a Raft commit (an fsync on a
+    /// majority under SYNC_FLUSH) to every receive's latency: with one consumer
+    /// receiving in turn, consumption fell from the send rate to about 40 % of
+    /// it on the benchmark (docs/benchmarks.md), so it is off by default (then
+    /// a new leader counts a message in flight from 1 again).
+    pub exact_delivery_attempts: bool,
     /// Longest long poll, ms (RocketMQ proxy: 20 s).
     pub max_long_polling_ms: u64,
     /// Invisible duration when the client gives none (push consumers), ms.
@@ -98,6 +106,7 @@ impl Default for ServiceSettings {
             auto_create_topics: false,
             default_queue_count: 8,
             auto_create_groups: true,
+            exact_delivery_attempts: false,
             max_long_polling_ms: 20_000,
             default_invisible_ms: 60_000,
             max_receive_batch: 32,

@@ -98,6 +98,12 @@ pub struct BrokerConfig {
     /// `autoCreateSubscriptionGroup`, on by default).
     #[serde(default = "default_true")]
     pub auto_create_groups: bool,
+    /// Record every delivery of a clustering or broadcasting group through Raft
+    /// before the receive is answered, so attempt counts are exact across
+    /// failover (`ServiceSettings::exact_delivery_attempts`); off by default: it
+    /// adds a Raft commit to every receive.
+    #[serde(default)]
+    pub exact_delivery_attempts: bool,
     /// Largest message body in bytes (RocketMQ: 4 MiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
@@ -353,6 +359,7 @@ impl BrokerConfig {
             max_body_bytes: self.max_body_bytes,
             auto_create_topics: self.auto_create_topics,
             auto_create_groups: self.auto_create_groups,
+            exact_delivery_attempts: self.exact_delivery_attempts,
             stale_member_ms: 3 * self.namesrv_heartbeat.as_millis() as u64,
             require_client_id: self.require_client_id,
             max_queues_per_topic: self.max_queues_per_topic,

@@ -202,6 +202,7 @@ impl Broker {
             fifo: consumer.fifo,
             filter,
             max_delivery_attempts: consumer.max_delivery_attempts,
+            record_attempts: self.settings.exact_delivery_attempts,
         };
         let mut metrics = self.node.raft().metrics();
         loop {

@@ -83,6 +83,9 @@ pub struct PopRequest {
     pub filter: TagFilter,
     /// Deliveries before a message goes to the dead-letter queue.
     pub max_delivery_attempts: u32,
+    /// Record a non-FIFO group's deliveries through Raft before answering
+    /// (`ServiceSettings::exact_delivery_attempts`).
+    pub record_attempts: bool,
 }
 
 /// A message that used up its delivery attempts: the caller copies it to the
@@ -241,8 +244,8 @@ impl Consumers {
 
     /// Takes up to `req.max_messages` messages. Their deliveries are recorded
     /// through Raft before they are returned: a FIFO group's as leases, another
-    /// group's as delivery attempts (not while a member says it decodes only an
-    /// earlier log command set). Errors:
+    /// group's as delivery attempts if `req.record_attempts` (not while a member
+    /// says it decodes only an earlier log command set). Errors:
     /// `NoLeader` when this node is not a ready leader; a store failure when
     /// nothing could be taken (a queue that fails after others gave messages is
     /// skipped and logged).
@@ -251,7 +254,9 @@ impl Consumers {
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         let mut out = PopResult::default();
         // Recorded while a member is down too (the time a failover may follow).
-        let record_attempts = !req.fifo && self.node.no_member_says_below(SET_DELIVERY_ATTEMPTS);
+        let record_attempts = !req.fifo
+            && req.record_attempts
+            && self.node.no_member_says_below(SET_DELIVERY_ATTEMPTS);
         for &queue_id in &req.queue_ids {
             if out.messages.len() >= req.max_messages {
                 break;

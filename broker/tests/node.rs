@@ -36,6 +36,7 @@ fn configs(dir: &Path) -> Vec<BrokerConfig> {
             toml.commit_log_segment_bytes = Some(4 << 20);
             toml.disk_space_warning_ratio = Some(0.99);
             toml.auto_create_topics = Some(true);
+            toml.exact_delivery_attempts = Some(true);
             let path = dir.join(format!("n{i}.toml"));
             toml.write(&path).unwrap();
             BrokerConfig::load(&path).unwrap()

@@ -55,6 +55,9 @@ pub struct BrokerToml {
     /// Create a topic on its first send or route query.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_create_topics: Option<bool>,
+    /// `exact_delivery_attempts`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact_delivery_attempts: Option<bool>,
     /// Every member: node id → Raft peer address (`[peers]`).
     pub peers: BTreeMap<String, String>,
     /// Every member: node id → client address (`[client_addrs]`).
@@ -96,6 +99,7 @@ impl BrokerToml {
             transaction_check_interval_ms: None,
             transaction_check_max: None,
             auto_create_topics: None,
+            exact_delivery_attempts: None,
             peers: by_id(raft_addrs),
             client_addrs: by_id(client_addrs),
         }

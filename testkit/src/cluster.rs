@@ -134,6 +134,9 @@ pub struct ClusterOptions {
     /// Every node's `transaction_check_interval_ms` and `transaction_check_max`
     /// (None: the broker's defaults, 30 s and 15).
     pub transaction_checks: Option<(u64, u32)>,
+    /// Every node's `exact_delivery_attempts` (delivery attempts recorded
+    /// through Raft).
+    pub exact_delivery_attempts: bool,
 }
 
 impl Default for ClusterOptions {
@@ -149,6 +152,7 @@ impl Default for ClusterOptions {
             client_endpoint: None,
             node_env: Vec::new(),
             transaction_checks: None,
+            exact_delivery_attempts: false,
         }
     }
 }
@@ -220,6 +224,9 @@ impl LocalCluster {
                 toml.namesrv_heartbeat_ms = Some(opts.namesrv_heartbeat_ms);
                 toml.disk_space_warning_ratio = Some(0.99);
                 toml.client_endpoint = opts.client_endpoint.clone();
+                if opts.exact_delivery_attempts {
+                    toml.exact_delivery_attempts = Some(true);
+                }
                 toml.transaction_check_interval_ms = opts.transaction_checks.map(|c| c.0);
                 toml.transaction_check_max = opts.transaction_checks.map(|c| c.1);
                 toml.write(&config)?;

@@ -18,7 +18,8 @@ so the client's backoff shows the policy reached it through Settings.
 
 With --kill-pid, SIGKILLs that process (the group's leader) right after the
 first failed delivery of a normal message, so retries, nacks and dead-lettering
-go on under the next leader.
+go on under the next leader. The cluster must record delivery attempts
+(`exact_delivery_attempts = true` in the nodes' configs).
 
 Prints a JSON summary; exits 1 unless every bad message reaches its group's
 dead-letter queue after exactly --max-attempts deliveries (attempts 1, 2, ...

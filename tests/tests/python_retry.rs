@@ -10,9 +10,10 @@
 //! ForwardMessageToDeadLetterQueue. Messages consumed OK never reach a
 //! dead-letter queue. The same again with the leader killed (SIGKILL) right
 //! after the first failed delivery: every failed message still reaches its
-//! dead-letter queue and no message consumed OK does, and a normal message's
-//! attempts only go up across the kill (the next leader counts on from the
-//! replicated DeliveryAttempts record, never from 1 again).
+//! dead-letter queue and no message consumed OK does, and, with the nodes'
+//! `exact_delivery_attempts` on, a normal message's attempts only go up across
+//! the kill (the next leader counts on from the replicated DeliveryAttempts
+//! record, never from 1 again).
 
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
 
@@ -31,9 +32,13 @@ const RETRY_POLICY_2S: &str = r#"{"type":"CUSTOMIZED","customizedRetryPolicy":{"
 
 async fn retried_then_dead_lettered(kill_leader: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
-        .await
-        .unwrap();
+    // Through the kill, with delivery attempts recorded through Raft: they
+    // never start again at 1.
+    let opts = ClusterOptions {
+        exact_delivery_attempts: kill_leader,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(dir.path(), &opts).await.unwrap();
     let leader = cluster
         .prepare(
             "broker-a",

@@ -98,6 +98,7 @@ impl OneNode {
 
 fn request(queue_ids: &[i32], max_messages: usize, invisible_ms: u64, fifo: bool) -> PopRequest {
     PopRequest {
+        record_attempts: false,
         group: GROUP.into(),
         consumer: GROUP.into(),
         topic: TOPIC.into(),
