@@ -5,10 +5,11 @@
 //! applied an entry of its own term (so every consumer offset committed by earlier
 //! leaders is in the metadata), and dropped when the term changes. Offsets of
 //! clustering groups are committed through Raft by a background task every
-//! `commit_interval`; FIFO groups commit each ack before answering it. Every
-//! delivery is recorded through Raft before the receive is answered: a FIFO
-//! group's as its lease, another group's as its attempt
-//! (`Command::DeliveryAttempts`), from which the next leader counts on.
+//! `commit_interval`; FIFO groups commit each ack before answering it. A FIFO
+//! group's deliveries are recorded through Raft (leases) before the receive is
+//! answered; with `PopRequest::record_attempts` (the node option
+//! `exact_delivery_attempts`) so are another group's (`Command::DeliveryAttempts`),
+//! from which the next leader counts on.
 //!
 //! Invisible deadlines are judged on this node's monotonic clock. A FIFO lease
 //! carries its time left when every member decodes that

@@ -7,11 +7,12 @@
 //! delivered, invisible until its deadline, waiting for an ack. When the deadline
 //! passes without an ack the message is delivered again with the next attempt
 //! number. A new leader starts from the committed offset with nothing in flight, so
-//! messages in flight at a failover are delivered again (at-least-once), each
-//! with the attempt after the last one an earlier leader recorded through Raft
-//! before answering (`Command::DeliveryAttempts`, [`QueueState::with_prior_attempts`]):
-//! attempt counts are exact across failover, and a message whose last attempt
-//! was made goes to the dead-letter queue.
+//! messages in flight at a failover are delivered again (at-least-once). Where
+//! earlier leaders recorded their deliveries through Raft before answering
+//! (`Command::DeliveryAttempts`, with the node option `exact_delivery_attempts`;
+//! [`QueueState::with_prior_attempts`]), each counts on from the last attempt
+//! made, and a message whose last attempt was made goes to the dead-letter
+//! queue; otherwise a message in flight counts from 1 again.
 //!
 //! FIFO consumer groups take one message at a time per queue: the next message is
 //! not delivered before the previous one is acked or its invisible time ends (the

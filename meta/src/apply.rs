@@ -121,7 +121,7 @@ pub fn apply(
                     .map_or(c.offset, |&cur| c.offset.max(cur));
                 meta.offsets.insert(key.clone(), offset);
                 rows.push(RowChange::Offset(key.clone(), offset));
-                prune_attempts(meta, key, offset, &mut rows);
+                prune_attempts(meta, &key, offset, &mut rows);
             }
         }
         Command::DeliveryAttempts(queues) => {
@@ -226,7 +226,7 @@ pub fn apply(
                 .cloned()
                 .collect();
             for k in attempted {
-                prune_attempts(meta, k, u64::MAX, &mut rows);
+                prune_attempts(meta, &k, u64::MAX, &mut rows);
             }
             remove_retry_policy(meta, &name, &mut rows);
             meta.groups.remove(&name);
@@ -238,7 +238,7 @@ pub fn apply(
                 meta.offsets.insert(key.clone(), r.offset);
                 rows.push(RowChange::Offset(key.clone(), r.offset));
                 // Messages consumed again count their deliveries from 1.
-                prune_attempts(meta, key.clone(), u64::MAX, &mut rows);
+                prune_attempts(meta, &key, u64::MAX, &mut rows);
                 // The queue's FIFO delivery in flight is void: a new leader must
                 // not adopt it (nor its offset, which `store_lease` raised to).
                 if meta.fifo_leases.remove(&key).is_some() {
@@ -262,8 +262,8 @@ pub fn apply(
 }
 
 /// Drops `key`'s delivery attempts below queue offset `below` (`u64::MAX`: all).
-fn prune_attempts(meta: &mut GroupMeta, key: QueueKey, below: u64, rows: &mut Vec<RowChange>) {
-    let Some(queue) = meta.delivery_attempts.get_mut(&key) else {
+fn prune_attempts(meta: &mut GroupMeta, key: &QueueKey, below: u64, rows: &mut Vec<RowChange>) {
+    let Some(queue) = meta.delivery_attempts.get_mut(key) else {
         return;
     };
     if queue.first_key_value().is_none_or(|(&o, _)| o >= below) {
@@ -275,9 +275,9 @@ fn prune_attempts(meta: &mut GroupMeta, key: QueueKey, below: u64, rows: &mut Ve
         *queue = queue.split_off(&below);
     }
     if queue.is_empty() {
-        meta.delivery_attempts.remove(&key);
+        meta.delivery_attempts.remove(key);
     }
-    rows.push(RowChange::PruneDeliveryAttempts(key, below));
+    rows.push(RowChange::PruneDeliveryAttempts(key.clone(), below));
 }
 
 fn remove_retry_policy(meta: &mut GroupMeta, group: &str, rows: &mut Vec<RowChange>) {

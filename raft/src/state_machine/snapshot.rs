@@ -1,6 +1,7 @@
 //! A snapshot's contents and their stored formats (the `format` module's
 //! envelope): format 1 for what earlier releases read, format 2 with a tail.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use ledgermq_meta::{QueueKey, RetryPolicy};
@@ -26,11 +27,11 @@ pub(crate) struct SnapshotData {
 }
 
 /// Format 2's tail of a snapshot: fields are never removed or reordered (a new
-/// one needs a format 3).
+/// one needs a format 3). Borrowed when written, owned when read.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct SnapshotTail {
-    retry_policies: BTreeMap<String, RetryPolicy>,
-    delivery_attempts: BTreeMap<QueueKey, BTreeMap<u64, u32>>,
+struct SnapshotTail<'a> {
+    retry_policies: Cow<'a, BTreeMap<String, RetryPolicy>>,
+    delivery_attempts: Cow<'a, BTreeMap<QueueKey, BTreeMap<u64, u32>>>,
 }
 
 impl SnapshotData {
@@ -41,20 +42,11 @@ impl SnapshotData {
         if m.retry_policies.is_empty() && m.delivery_attempts.is_empty() {
             return format::encode(self);
         }
-        // Borrowed into the tail's layout without copying the maps.
-        #[derive(Serialize)]
-        struct TailRef<'a> {
-            retry_policies: &'a BTreeMap<String, RetryPolicy>,
-            delivery_attempts: &'a std::collections::BTreeMap<
-                ledgermq_meta::QueueKey,
-                std::collections::BTreeMap<u64, u32>,
-            >,
-        }
         format::encode_with_tail(
             self,
-            &TailRef {
-                retry_policies: &m.retry_policies,
-                delivery_attempts: &m.delivery_attempts,
+            &SnapshotTail {
+                retry_policies: Cow::Borrowed(&m.retry_policies),
+                delivery_attempts: Cow::Borrowed(&m.delivery_attempts),
             },
         )
     }
@@ -62,11 +54,11 @@ impl SnapshotData {
     /// Reads what [`SnapshotData::encode`] (or an earlier release) wrote.
     /// Errors: `FormatTooNew`, `MetadataDamaged`, `Codec` (`format::decode`).
     pub(crate) fn decode(bytes: &[u8]) -> Result<SnapshotData, RaftNodeError> {
-        let (mut data, tail): (SnapshotData, Option<SnapshotTail>) =
+        let (mut data, tail): (SnapshotData, Option<SnapshotTail<'static>>) =
             format::decode_with_tail("snapshot", bytes)?;
         let tail = tail.unwrap_or_default();
-        data.meta.retry_policies = tail.retry_policies;
-        data.meta.delivery_attempts = tail.delivery_attempts;
+        data.meta.retry_policies = tail.retry_policies.into_owned();
+        data.meta.delivery_attempts = tail.delivery_attempts.into_owned();
         Ok(data)
     }
 }
