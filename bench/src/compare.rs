@@ -15,6 +15,7 @@ use crate::nats::Nats;
 use crate::peers::nats::NatsCluster;
 use crate::peers::rabbit::RabbitCluster;
 use crate::rabbit::Rabbit;
+use crate::remoting::{route_addrs, LedgerMqRemoting};
 use crate::runner::{run, LoadSpec};
 use crate::summary::Summary;
 
@@ -25,6 +26,10 @@ pub enum System {
     LedgerMqSync,
     /// LedgerMQ 3-node group, ASYNC_FLUSH (majority has it in page cache).
     LedgerMqAsync,
+    /// As [`System::LedgerMqSync`], over the 4.x remoting protocol.
+    LedgerMqSyncRemoting,
+    /// As [`System::LedgerMqAsync`], over the 4.x remoting protocol.
+    LedgerMqAsyncRemoting,
     /// NATS JetStream, 3 nodes, file storage, replicas 3.
     Nats,
     /// RabbitMQ quorum queue on 3 nodes.
@@ -33,9 +38,11 @@ pub enum System {
 
 impl System {
     /// Every system, in table order.
-    pub const ALL: [System; 4] = [
+    pub const ALL: [System; 6] = [
         System::LedgerMqSync,
         System::LedgerMqAsync,
+        System::LedgerMqSyncRemoting,
+        System::LedgerMqAsyncRemoting,
         System::Nats,
         System::RabbitMq,
     ];
@@ -45,6 +52,8 @@ impl System {
         match self {
             System::LedgerMqSync => "ledgermq-sync",
             System::LedgerMqAsync => "ledgermq-async",
+            System::LedgerMqSyncRemoting => "ledgermq-sync-remoting",
+            System::LedgerMqAsyncRemoting => "ledgermq-async-remoting",
             System::Nats => "nats",
             System::RabbitMq => "rabbitmq",
         }
@@ -53,8 +62,12 @@ impl System {
     /// What an acknowledged send means on this system.
     pub fn durability(self) -> &'static str {
         match self {
-            System::LedgerMqSync => "SYNC_FLUSH: fsynced on a majority",
-            System::LedgerMqAsync => "ASYNC_FLUSH: majority page cache",
+            System::LedgerMqSync | System::LedgerMqSyncRemoting => {
+                "SYNC_FLUSH: fsynced on a majority"
+            }
+            System::LedgerMqAsync | System::LedgerMqAsyncRemoting => {
+                "ASYNC_FLUSH: majority page cache"
+            }
             System::Nats => "JetStream R3 file: quorum page cache",
             System::RabbitMq => "quorum queue: fsynced on a majority",
         }
@@ -69,7 +82,10 @@ impl FromStr for System {
             .into_iter()
             .find(|x| x.name() == s.trim())
             .with_context(|| {
-                format!("unknown system {s:?}: ledgermq-sync, ledgermq-async, nats, rabbitmq")
+                format!(
+                    "unknown system {s:?}: ledgermq-sync, ledgermq-async, \
+                     ledgermq-sync-remoting, ledgermq-async-remoting, nats, rabbitmq"
+                )
             })
     }
 }
@@ -79,7 +95,10 @@ impl FromStr for System {
 pub fn check_installed(system: System) -> Result<()> {
     use crate::peers::proc::find_binary;
     match system {
-        System::LedgerMqSync | System::LedgerMqAsync => {
+        System::LedgerMqSync
+        | System::LedgerMqAsync
+        | System::LedgerMqSyncRemoting
+        | System::LedgerMqAsyncRemoting => {
             for b in ["mqbroker", "mqnamesrv", "mqadmin"] {
                 bin(b).map_err(|e| {
                     anyhow::anyhow!(
@@ -109,16 +128,19 @@ pub async fn run_system(system: System, spec: &LoadSpec, dir: &Path) -> Result<S
         ..spec.clone()
     };
     match system {
-        System::LedgerMqSync => run_ledgermq("sync", spec, dir).await,
-        System::LedgerMqAsync => run_ledgermq("async", spec, dir).await,
+        System::LedgerMqSync => run_ledgermq("sync", false, spec, dir).await,
+        System::LedgerMqAsync => run_ledgermq("async", false, spec, dir).await,
+        System::LedgerMqSyncRemoting => run_ledgermq("sync", true, spec, dir).await,
+        System::LedgerMqAsyncRemoting => run_ledgermq("async", true, spec, dir).await,
         System::Nats => run_nats(spec, dir).await,
         System::RabbitMq => run_rabbit(spec, dir).await,
     }
 }
 
-async fn run_ledgermq(flush: &str, spec: LoadSpec, dir: &Path) -> Result<Summary> {
+async fn run_ledgermq(flush: &str, remoting: bool, spec: LoadSpec, dir: &Path) -> Result<Summary> {
     let opts = ClusterOptions {
         flush: flush.into(),
+        remoting,
         ..ClusterOptions::default()
     };
     println!(
@@ -150,11 +172,35 @@ async fn run_ledgermq(flush: &str, spec: LoadSpec, dir: &Path) -> Result<Summary
         call_timeout: Duration::from_secs(10),
     };
     driver.create(8).await?;
+    let driver: Arc<dyn crate::runner::Driver> = if remoting {
+        // The name server learns the topic with the next announcements.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let addrs = route_addrs(&cluster.namesrv_addr, "BenchTopic").await?;
+        Arc::new(LedgerMqRemoting {
+            addrs,
+            topic: "BenchTopic".into(),
+            group: "BenchGroup".into(),
+            queues: 8,
+            call_timeout: Duration::from_secs(10),
+        })
+    } else {
+        Arc::new(driver)
+    };
     let label = spec.label.clone();
     let whole_run = spec.warmup.is_zero();
     let pid = cluster.nodes[leader].pid();
+    let pids: Vec<u32> = cluster.nodes.iter().filter_map(|n| n.pid()).collect();
+    let all_cpu = |pids: &[u32]| pids.iter().filter_map(|&p| cpu_time_us(p)).sum::<u64>();
+    let all_before = all_cpu(&pids);
     let before = pid.and_then(cpu_time_us);
-    let summary = run(Arc::new(driver), spec).await;
+    let summary = run(driver, spec).await;
+    let all_after = all_cpu(&pids);
+    if whole_run && summary.acked > 0 {
+        println!(
+            "[{label}] all three nodes' CPU: {:.1} µs per acknowledged send",
+            all_after.saturating_sub(all_before) as f64 / summary.acked as f64
+        );
+    }
     let after = pid.and_then(cpu_time_us);
     if let (Some(b), Some(a)) = (before, after) {
         let cpu_us = a.saturating_sub(b);

@@ -1,9 +1,11 @@
 //! LedgerMQ benchmarks (issue 7).
 //!
 //! - `mqbench`: a load tool for any LedgerMQ cluster over the RocketMQ 5 gRPC
-//!   protocol, in the spirit of RocketMQ's benchmark producer and consumer.
+//!   protocol or the 4.x remoting protocol ([`remoting`], `--protocol
+//!   remoting`), in the spirit of RocketMQ's benchmark producer and consumer.
 //! - `mqbench-compare`: the same load, in one run on one machine, against a local
-//!   LedgerMQ 3-node group (SYNC_FLUSH and ASYNC_FLUSH), a 3-node NATS JetStream
+//!   LedgerMQ 3-node group (SYNC_FLUSH and ASYNC_FLUSH, over gRPC and over
+//!   remoting), a 3-node NATS JetStream
 //!   cluster (file storage, replicas 3) and a 3-node RabbitMQ cluster (quorum
 //!   queue), all on loopback; prints a table and the ratios.
 //! - `mqbench-noop`: a MessagingService that stores nothing ([`noop`]), to measure
@@ -11,7 +13,7 @@
 //!
 //! Every system is driven by the same [`runner`] (windowed producers, consumers,
 //! progress, summary) through a [`runner::Driver`]: [`ledgermq::LedgerMq`],
-//! [`nats::Nats`], [`rabbit::Rabbit`]. The peers' server processes are started and
+//! [`remoting::LedgerMqRemoting`], [`nats::Nats`], [`rabbit::Rabbit`]. The peers' server processes are started and
 //! stopped by [`peers`].
 
 #![deny(missing_docs)]
@@ -22,6 +24,7 @@ pub mod noop;
 pub mod payload;
 pub mod peers;
 pub mod rabbit;
+pub mod remoting;
 pub mod runner;
 pub mod stats;
 pub mod summary;

@@ -84,6 +84,8 @@ impl Report {
         for (a, b) in [
             (System::LedgerMqAsync, System::Nats),
             (System::LedgerMqSync, System::RabbitMq),
+            (System::LedgerMqAsyncRemoting, System::Nats),
+            (System::LedgerMqSyncRemoting, System::RabbitMq),
         ] {
             let (x, y) = (get(a), get(b));
             // At a fixed offered rate both sides send the same: no throughput
@@ -115,7 +117,7 @@ impl Report {
     /// The table for people.
     pub fn render(&self) -> String {
         let mut s = format!(
-            "{:<15} {:<37} {:>6} {:>10} {:>8} {:>8} {:>8} {:>10} {:>7}\n",
+            "{:<23} {:<37} {:>6} {:>10} {:>8} {:>8} {:>8} {:>10} {:>7}\n",
             "system",
             "flush / durability",
             "size",
@@ -130,7 +132,7 @@ impl Report {
             match (&r.summary, &r.error) {
                 (Some(x), _) => {
                     s += &format!(
-                        "{:<15} {:<37} {:>6} {:>10.0} {:>8.2} {:>8.2} {:>8.2} {:>10.0} {:>7}\n",
+                        "{:<23} {:<37} {:>6} {:>10.0} {:>8.2} {:>8.2} {:>8.2} {:>10.0} {:>7}\n",
                         r.system,
                         r.durability,
                         x.body_bytes,
@@ -144,7 +146,7 @@ impl Report {
                 }
                 (None, e) => {
                     s += &format!(
-                        "{:<15} {:<37} FAILED: {}\n",
+                        "{:<23} {:<37} FAILED: {}\n",
                         r.system,
                         r.durability,
                         e.as_deref().unwrap_or("?")
@@ -155,8 +157,8 @@ impl Report {
         s += "\n";
         for r in &self.ratios {
             match r.value {
-                Some(v) => s += &format!("{:<48} {v:>6.2}x\n", r.what),
-                None => s += &format!("{:<48}    n/a\n", r.what),
+                Some(v) => s += &format!("{:<52} {v:>6.2}x\n", r.what),
+                None => s += &format!("{:<52}    n/a\n", r.what),
             }
         }
         s += &format!(

@@ -24,6 +24,9 @@ pub struct Identity {
     pub broker_group: String,
     /// The address clients reach this node's gRPC service at, `host:port`.
     pub client_addr: String,
+    /// The address 4.x clients reach this node's remoting service at, or
+    /// empty when it serves none.
+    pub remoting_addr: String,
 }
 
 /// The name-server view of `node` right now.
@@ -58,6 +61,7 @@ pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
         commit_index: m.last_applied.map_or(0, |l| l.index),
         topics,
         cut_off: !node.in_contact_with_quorum(),
+        remoting_addr: id.remoting_addr.clone(),
     }
 }
 

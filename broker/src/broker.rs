@@ -129,6 +129,10 @@ impl Default for ServiceSettings {
     }
 }
 
+/// How long [`Broker::ensure_topic`] waits for this node to apply a topic it
+/// created.
+const TOPIC_APPLY_WAIT: Duration = Duration::from_secs(3);
+
 /// Where a consumption call runs.
 pub enum Target {
     /// Here: this node is the ready leader.
@@ -257,6 +261,34 @@ impl Broker {
             .write_command(Command::EnsureTopic(t.clone()))
             .await?;
         Ok(self.topic(name).unwrap_or(t))
+    }
+
+    /// Creates topic `name` (one queue, readable and writable; a retry or
+    /// dead-letter topic) unless it exists, and waits until this node has applied it (a follower's write
+    /// is applied on the leader first). Errors: the write's.
+    pub async fn ensure_topic(&self, name: &str) -> Result<(), BrokerError> {
+        if self.topic(name).is_some() {
+            return Ok(());
+        }
+        self.node
+            .write_command(Command::EnsureTopic(TopicConfig {
+                name: name.to_owned(),
+                queue_count: 1,
+                perm: TopicPerm::READ_WRITE,
+                message_type: TopicMessageType::Normal,
+            }))
+            .await?;
+        let deadline = tokio::time::Instant::now() + TOPIC_APPLY_WAIT;
+        while self.topic(name).is_none() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(refuse(
+                    ErrorKind::NoLeader,
+                    format!("topic {name} was created but is not applied here yet"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// The consumer group's configuration, creating it (clustering, not FIFO) when

@@ -45,6 +45,14 @@ pub struct BrokerConfig {
     /// for every member (the name servers then know only the shared name).
     #[serde(default)]
     pub client_endpoint: Option<String>,
+    /// Address of this node's 4.x remoting service, `host:port` (RocketMQ's
+    /// `listenPort`, 10911): the address it listens on and the one it
+    /// announces, so routes give 4.x clients this address (a host of
+    /// `0.0.0.0` is announced with `client_addr`'s host). Unset: no remoting
+    /// service (three nodes on one host need three ports, so there is no
+    /// default).
+    #[serde(default)]
+    pub remoting_addr: Option<String>,
     /// Name servers to register with, `host:port` each.
     #[serde(default)]
     pub namesrv_addrs: Vec<String>,
@@ -530,6 +538,7 @@ mod tests {
         t.auto_create_topics = Some(true);
         t.transaction_check_interval_ms = Some(1_500);
         t.transaction_check_max = Some(4);
+        t.remoting_addr = Some("127.0.0.2:10911".into());
         t.write(&p).unwrap();
         let c = BrokerConfig::load(&p).unwrap();
         assert_eq!(
@@ -537,6 +546,7 @@ mod tests {
             ("C", "g", 1)
         );
         assert_eq!(c.client_addr, "127.0.0.2:8081");
+        assert_eq!(c.remoting_addr.as_deref(), Some("127.0.0.2:10911"));
         assert_eq!(c.namesrv_addrs, vec!["127.0.0.1:9876".to_owned()]);
         assert_eq!(c.store_root, dir.path());
         assert!(matches!(c.flush_mode().unwrap(), FlushMode::Async));

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use ledgermq_meta::{Command, TopicConfig, TopicMessageType, TopicPerm};
+use ledgermq_meta::TopicConfig;
 
 use crate::broker::Broker;
 use crate::consumers::{DeadLetter, PopRequest};
@@ -139,7 +139,7 @@ impl Broker {
         })
     }
 
-    fn readable_topic(&self, name: &str) -> Result<TopicConfig, BrokerError> {
+    pub(crate) fn readable_topic(&self, name: &str) -> Result<TopicConfig, BrokerError> {
         check_topic(name)?;
         let t = self.topic(name).ok_or_else(|| {
             refuse(
@@ -236,16 +236,7 @@ impl Broker {
     /// never a failure that says nothing was done.
     async fn dead_letter(&self, consumer: &Consumer, dead: DeadLetter) -> Result<(), BrokerError> {
         let topic = dlq_topic(&consumer.group);
-        if self.topic(&topic).is_none() {
-            self.node
-                .write_command(Command::EnsureTopic(TopicConfig {
-                    name: topic.clone(),
-                    queue_count: 1,
-                    perm: TopicPerm::READ_WRITE,
-                    message_type: TopicMessageType::Normal,
-                }))
-                .await?;
-        }
+        self.ensure_topic(&topic).await?;
         let rec = crate::message::dead_letter_copy(dead.record, topic);
         self.node.write_messages(vec![rec]).await?;
         self.consumers

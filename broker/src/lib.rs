@@ -22,6 +22,8 @@
 //! - `grpc`: the 5.x protocol (MessagingService) and the admin service (with the
 //!   replica audit's digests and consumer progress it answers);
 //!   `kinds`: a topic's message type and permission in each protocol.
+//! - `remoting`: the 4.x remoting protocol (sends, pulls, consumer offsets,
+//!   heartbeats and queue locks) on `remoting_addr`.
 
 #![deny(missing_docs)]
 pub mod announce;
@@ -39,6 +41,7 @@ mod message;
 pub mod node;
 mod pop;
 mod receipt;
+mod remoting;
 mod route;
 mod send;
 mod timers;

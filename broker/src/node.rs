@@ -67,6 +67,7 @@ pub struct BrokerNode {
     node: Arc<RaftNode>,
     broker: Arc<Broker>,
     server: ClientServer,
+    remoting: Option<crate::remoting::RemotingServer>,
     announcer: JoinHandle<()>,
     registrar: Arc<Registrar>,
     timings: NodeTimings,
@@ -141,6 +142,31 @@ impl BrokerNode {
                 return Err(e);
             }
         };
+        let remoting = match &cfg.remoting_addr {
+            None => None,
+            Some(addr) => {
+                let listen: SocketAddr = match addr.parse() {
+                    Ok(a) => a,
+                    Err(e) => {
+                        server.stop(Duration::ZERO).await;
+                        let _ = node.stop(true).await;
+                        return Err(config_error("remoting_addr", e));
+                    }
+                };
+                let mut advertised = listen;
+                if advertised.ip().is_unspecified() {
+                    advertised.set_ip(client_addr.ip());
+                }
+                match crate::remoting::serve(broker.clone(), listen, advertised).await {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        server.stop(Duration::ZERO).await;
+                        let _ = node.stop(true).await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
         let registrar = Arc::new(Registrar::start(
             cfg.namesrv_addrs.clone(),
             cfg.namesrv_heartbeat,
@@ -153,6 +179,9 @@ impl BrokerNode {
                 cluster: cfg.cluster.clone(),
                 broker_group: cfg.broker_group.clone(),
                 client_addr: cfg.advertised_client_addr().to_owned(),
+                remoting_addr: remoting
+                    .as_ref()
+                    .map_or(String::new(), |r| r.advertised.to_string()),
             },
             timings.announce_refresh,
         );
@@ -160,6 +189,7 @@ impl BrokerNode {
             node,
             broker,
             server,
+            remoting,
             announcer,
             registrar,
             timings,
@@ -175,6 +205,11 @@ impl BrokerNode {
     /// node now, if any.
     pub fn services_term(&self) -> Option<u64> {
         self.server.services_term()
+    }
+
+    /// The address this node's remoting service announces, if it serves one.
+    pub fn remoting_addr(&self) -> Option<SocketAddr> {
+        self.remoting.as_ref().map(|r| r.advertised)
     }
 
     /// The broker's service state.
@@ -215,6 +250,9 @@ impl BrokerNode {
         }
         // Calls taken before the hand-over finish through the new leader.
         self.server.stop(self.timings.shutdown_drain).await;
+        if let Some(r) = self.remoting {
+            r.stop().await;
+        }
         self.announcer.abort();
         let _ = self.announcer.await; // drops its handle on the registrar
         drop(self.broker);

@@ -101,6 +101,22 @@ impl Broker {
         I: IntoIterator<Item = Result<Incoming, BrokerError>>,
         I::IntoIter: ExactSizeIterator,
     {
+        self.send_checked(messages, ids, true).await
+    }
+
+    /// [`Self::send`], with the check of each message against its topic's
+    /// type only when `check_types` (the 4.x protocol's clients know no topic
+    /// types: `remoting::send`).
+    pub async fn send_checked<I>(
+        &self,
+        messages: I,
+        ids: &mut Vec<String>,
+        check_types: bool,
+    ) -> Result<Vec<Placed>, BrokerError>
+    where
+        I: IntoIterator<Item = Result<Incoming, BrokerError>>,
+        I::IntoIter: ExactSizeIterator,
+    {
         let messages = messages.into_iter();
         check_send_count(messages.len(), self.settings.max_messages_per_send)?;
         let mut records = Vec::with_capacity(messages.len());
@@ -129,7 +145,9 @@ impl Broker {
                     format!("topic {} is not writable", topic.name),
                 ));
             }
-            check_type(&topic, &inc)?;
+            if check_types {
+                check_type(&topic, &inc)?;
+            }
             let mut rec = inc.record;
             rec.queue_id = choose_queue(
                 topic.queue_count,
@@ -168,7 +186,9 @@ impl Broker {
             .into_iter()
             .zip(transactional)
             .map(|(p, t)| Placed {
+                queue_id: p.queue_id,
                 queue_offset: p.queue_offset,
+                physical_offset: p.physical_offset,
                 transaction_id: t.then(|| transaction_id(p.queue_offset)),
             })
             .collect())
@@ -178,8 +198,13 @@ impl Broker {
 /// Where one message of a send was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
+    /// Its queue id (a timer's or a half message's internal queue's: 0).
+    pub queue_id: i32,
     /// Its queue offset (a timer's or a half message's in their internal queue).
     pub queue_offset: u64,
+    /// Its CommitLog offset on the node that applied it (the same on every
+    /// replica that holds the whole log).
+    pub physical_offset: u64,
     /// A transactional message's transaction id.
     pub transaction_id: Option<String>,
 }

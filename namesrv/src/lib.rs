@@ -5,12 +5,16 @@
 //! heartbeats repopulate it.
 //!
 //! - [`registry`]: the registry and route derivation (no I/O).
-//! - [`server`]: the gRPC service, the expiry scan, `serve`.
+//! - [`server`]: the gRPC service, the expiry scan, `serve` (both protocols
+//!   on one port).
+//! - [`remoting`]: the 4.x remoting protocol's requests, answered from the
+//!   registry (no I/O).
 //! - [`registrar`]: what a broker node runs: one heartbeat task per name server.
 #![deny(missing_docs)]
 
 pub mod registrar;
 pub mod registry;
+pub mod remoting;
 pub mod server;
 
 /// The generated name server protocol (`ledgermq.namesrv`), from [`ledgermq_proto`].

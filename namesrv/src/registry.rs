@@ -68,25 +68,9 @@ impl Registry {
     /// (term, commit index). Members that report themselves cut off from their group
     /// are left out (and never the leader), unless every member is cut off.
     pub fn route(&self, topic: &str, now_ms: u64) -> QueryRouteResponse {
-        let mut groups: BTreeMap<(&str, &str), Vec<&Seen>> = BTreeMap::new();
-        for ((cluster, group, _), s) in &self.nodes {
-            groups.entry((cluster, group)).or_default().push(s);
-        }
         let mut out = Vec::new();
-        for ((cluster, group), all) in groups {
-            let majority = all.len() / 2 + 1;
-            // Nodes cut off from their group refuse writes: leave them out, unless
-            // every member is (then nothing better is known).
-            let members: Vec<&Seen> = if all.iter().all(|s| s.node.cut_off) {
-                all.clone()
-            } else {
-                all.iter().copied().filter(|s| !s.node.cut_off).collect()
-            };
-            let leader = members
-                .iter()
-                .filter(|s| s.node.role == Role::Leader as i32 && !s.node.cut_off)
-                .max_by_key(|s| (s.node.term, s.node.commit_index))
-                .filter(|l| all.iter().filter(|m| m.node.term > l.node.term).count() < majority);
+        for ((cluster, group), all) in self.by_group() {
+            let (leader, members) = leader_and_members(&all);
             let config = leader
                 .and_then(|l| l.node.topics.iter().find(|t| t.name == topic))
                 .or_else(|| {
@@ -104,35 +88,36 @@ impl Registry {
                 })
                 .cloned();
             let Some(config) = config else { continue };
-            out.push(GroupRoute {
-                cluster: cluster.to_owned(),
-                broker_group: group.to_owned(),
-                leader_node_id: leader.map_or(0, |l| l.node.node_id),
-                leader_addr: leader.map_or(String::new(), |l| l.node.client_addr.clone()),
-                leader_term: leader.map_or(0, |l| l.node.term),
-                has_leader: leader.is_some(),
-                members: members
-                    .iter()
-                    .map(|s| Member {
-                        node_id: s.node.node_id,
-                        client_addr: s.node.client_addr.clone(),
-                        role: s.node.role,
-                        term: s.node.term,
-                        commit_index: s.node.commit_index,
-                        silent_ms: now_ms.saturating_sub(s.last_ms),
-                        cut_off: s.node.cut_off,
-                    })
-                    .collect(),
-                queue_count: config.queue_count,
-                perm: config.perm,
-                message_type: config.message_type,
-            });
+            let mut g = group_route(cluster, group, leader, &members, now_ms);
+            g.queue_count = config.queue_count;
+            g.perm = config.perm;
+            g.message_type = config.message_type;
+            out.push(g);
         }
         QueryRouteResponse {
             found: !out.is_empty(),
             topic: topic.to_owned(),
             groups: out,
         }
+    }
+
+    /// Every topic some registered node serves.
+    pub fn topics(&self) -> std::collections::BTreeSet<String> {
+        self.nodes
+            .values()
+            .flat_map(|s| s.node.topics.iter().map(|t| t.name.clone()))
+            .collect()
+    }
+
+    /// Every broker group as a route shows it (leader, members), whatever
+    /// topics it serves; queue count, permission and type are left unset.
+    pub fn groups(&self, now_ms: u64) -> Vec<GroupRoute> {
+        let mut out = Vec::new();
+        for ((cluster, group), all) in self.by_group() {
+            let (leader, members) = leader_and_members(&all);
+            out.push(group_route(cluster, group, leader, &members, now_ms));
+        }
+        out
     }
 
     /// Every registered node with how long it has been silent.
@@ -144,6 +129,69 @@ impl Registry {
                 silent_ms: now_ms.saturating_sub(s.last_ms),
             })
             .collect()
+    }
+}
+
+impl Registry {
+    fn by_group(&self) -> BTreeMap<(&str, &str), Vec<&Seen>> {
+        let mut groups: BTreeMap<(&str, &str), Vec<&Seen>> = BTreeMap::new();
+        for ((cluster, group, _), s) in &self.nodes {
+            groups.entry((cluster, group)).or_default().push(s);
+        }
+        groups
+    }
+}
+
+/// A group's leader and the members routes show (see [`Registry::route`]).
+fn leader_and_members<'a>(all: &[&'a Seen]) -> (Option<&'a Seen>, Vec<&'a Seen>) {
+    let majority = all.len() / 2 + 1;
+    // Nodes cut off from their group refuse writes: leave them out, unless
+    // every member is (then nothing better is known).
+    let members: Vec<&Seen> = if all.iter().all(|s| s.node.cut_off) {
+        all.to_vec()
+    } else {
+        all.iter().copied().filter(|s| !s.node.cut_off).collect()
+    };
+    let leader = members
+        .iter()
+        .copied()
+        .filter(|s| s.node.role == Role::Leader as i32 && !s.node.cut_off)
+        .max_by_key(|s| (s.node.term, s.node.commit_index))
+        .filter(|l| all.iter().filter(|m| m.node.term > l.node.term).count() < majority);
+    (leader, members)
+}
+
+/// A group's route without a topic's config (queue count, perm, type unset).
+fn group_route(
+    cluster: &str,
+    group: &str,
+    leader: Option<&Seen>,
+    members: &[&Seen],
+    now_ms: u64,
+) -> GroupRoute {
+    GroupRoute {
+        cluster: cluster.to_owned(),
+        broker_group: group.to_owned(),
+        leader_node_id: leader.map_or(0, |l| l.node.node_id),
+        leader_addr: leader.map_or(String::new(), |l| l.node.client_addr.clone()),
+        leader_term: leader.map_or(0, |l| l.node.term),
+        has_leader: leader.is_some(),
+        members: members
+            .iter()
+            .map(|s| Member {
+                node_id: s.node.node_id,
+                client_addr: s.node.client_addr.clone(),
+                role: s.node.role,
+                term: s.node.term,
+                commit_index: s.node.commit_index,
+                silent_ms: now_ms.saturating_sub(s.last_ms),
+                cut_off: s.node.cut_off,
+                remoting_addr: s.node.remoting_addr.clone(),
+            })
+            .collect(),
+        queue_count: 0,
+        perm: 0,
+        message_type: 0,
     }
 }
 
@@ -162,6 +210,7 @@ mod tests {
             term,
             commit_index: 0,
             cut_off: false,
+            remoting_addr: String::new(),
             topics: topics
                 .iter()
                 .map(|(n, q)| TopicConfig {

@@ -1,4 +1,8 @@
-//! The name server's gRPC service and its expiry scan.
+//! The name server's gRPC service, its expiry scan, and the one port that
+//! serves both protocols: each connection's first byte tells them apart (an
+//! HTTP/2 connection preface begins with `P`; a remoting frame begins with its
+//! big-endian length, whose first byte is 0 for any frame under 16 MiB), as
+//! RocketMQ 5's proxy tells HTTP/2 from remoting on its port.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -6,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
+use tokio::net::TcpStream;
 use tonic::{Request, Response, Status};
 
 use crate::pb::name_server_server::{NameServer, NameServerServer};
@@ -132,14 +137,63 @@ pub async fn serve(
             }
         })
     };
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel::<std::io::Result<TcpStream>>(64);
+    let splitter = tokio::spawn(split_protocols(listener, service.clone(), grpc_tx));
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx);
     let r = tonic::transport::Server::builder()
         .add_service(NameServerServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| NameSrvError::Transport(e.to_string()));
     scanner.abort();
+    splitter.abort();
     r
+}
+
+/// How long a new connection gets to send its first byte.
+const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
+
+/// Accepts connections and hands each to gRPC (`grpc`) or serves it as a
+/// remoting connection, by its first byte (see the module doc).
+async fn split_protocols(
+    listener: tokio::net::TcpListener,
+    service: NameServerService,
+    grpc: tokio::sync::mpsc::Sender<std::io::Result<TcpStream>>,
+) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (service, grpc) = (service.clone(), grpc.clone());
+        tokio::spawn(async move {
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(FIRST_BYTE_WAIT, stream.peek(&mut first)).await {
+                Ok(Ok(1)) => {}
+                _ => return,
+            }
+            if first[0] == b'P' {
+                let _ = grpc.send(Ok(stream)).await;
+                return;
+            }
+            let registry = service.registry.clone();
+            ledgermq_remoting::conn::serve_connection(
+                stream,
+                ledgermq_remoting::DEFAULT_MAX_FRAME_BYTES,
+                move |req, _conn| {
+                    let answer = crate::remoting::handle(&registry.lock().unwrap(), &req, now_ms());
+                    async move { Some(answer) }
+                },
+                |_| {},
+            )
+            .await;
+        });
+    }
 }
 
 /// Binds `cfg.listen` (or `addr`) and returns the listener and its address.

@@ -321,6 +321,28 @@ impl RemotingCommand {
         self.flag & FLAG_ONEWAY != 0
     }
 
+    /// A request with `code` and the header `fields` (JSON header, Java,
+    /// version 479: RocketMQ 5.3.3), opaque 0 (a client sets its own), no body.
+    pub fn request<K: Into<String>, V: Into<String>>(
+        code: i32,
+        fields: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Self {
+            code,
+            language: LanguageCode::Java,
+            version: 479,
+            opaque: 0,
+            flag: 0,
+            remark: None,
+            ext_fields: fields
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            body: Vec::new(),
+            serialize_type: SerializeType::Json,
+        }
+    }
+
     /// The response to `request` with `code` and `remark`, in the request's
     /// serialization, echoing its opaque, no fields and no body.
     pub fn response_to(request: &RemotingCommand, code: i32, remark: Option<String>) -> Self {

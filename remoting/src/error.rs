@@ -32,6 +32,9 @@ pub enum RemotingError {
     /// A ROCKETMQ binary header cut short, or whose lengths overrun it.
     #[error("ROCKETMQ header: {0}")]
     Binary(&'static str),
+    /// A message body (a batch send's) whose lengths overrun it or disagree.
+    #[error("message: {0}")]
+    Message(&'static str),
     /// A command too large to encode (a header over 16 MiB, a field over its
     /// length field's range).
     #[error("too large to encode: {0}")]

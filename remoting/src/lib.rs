@@ -10,10 +10,19 @@
 //! - [`command`]: a [`RemotingCommand`] (code, language, version, opaque,
 //!   flag, remark, ext fields, body) in either header serialization, JSON or
 //!   ROCKETMQ's binary one, and back in the one the request used.
+//! - [`codes`]: request and response codes.
+//! - [`message`]: messages on the wire (a pull answer's stored-message layout,
+//!   a batch send's body, properties, the offset message id).
+//! - `conn` (feature `io`, the one module with I/O): a server-side connection
+//!   over tokio.
 
+pub mod codes;
 pub mod command;
+#[cfg(feature = "io")]
+pub mod conn;
 pub mod error;
 pub mod frame;
+pub mod message;
 
 pub use command::{LanguageCode, RemotingCommand, SerializeType};
 pub use error::RemotingError;

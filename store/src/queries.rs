@@ -188,6 +188,37 @@ impl MessageStore {
         self.commit_log().read_record(offset, len as usize)
     }
 
+    /// The message record that begins at CommitLog `offset` (an offset a
+    /// client names: a 4.x offset message id, CONSUMER_SEND_MSG_BACK), its
+    /// length bounded by the largest entry and its CRC and position checked.
+    /// The caller checks that its log index is applied. Errors: `OutOfRange`,
+    /// `Corrupted` (no record begins there), `InvalidInput` (a system record,
+    /// or a length no record has).
+    pub fn message_at(&self, offset: u64) -> Result<StoredMessage> {
+        let head = self.commit_log().read_bytes(offset, 4)?;
+        let len = i32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+        if len <= 0 || len as u64 > self.max_entry_bytes() {
+            return Err(StoreError::InvalidInput(format!(
+                "no record of a plausible length at physical offset {offset}"
+            )));
+        }
+        let bytes = self.commit_log().read_record(offset, len as usize)?;
+        if RecordView::parse_checked_before(&bytes)
+            .map(|v| v.kind())
+            .ok()
+            != Some(crate::record::RecordKind::Message)
+        {
+            return Err(StoreError::InvalidInput(format!(
+                "the record at physical offset {offset} is not a message"
+            )));
+        }
+        Ok(StoredMessage {
+            queue_offset: None,
+            physical_offset: offset,
+            bytes,
+        })
+    }
+
     /// The record of the pending timer `t`, a message of [`TIMER_TOPIC`]. Errors:
     /// the CommitLog's (purged, damaged), `Corrupted` when the record there is
     /// not a timer's of that size.

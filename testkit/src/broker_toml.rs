@@ -58,6 +58,9 @@ pub struct BrokerToml {
     /// `exact_delivery_attempts`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exact_delivery_attempts: Option<bool>,
+    /// The 4.x remoting address, `host:port` (unset: no remoting service).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remoting_addr: Option<String>,
     /// Every member: node id → Raft peer address (`[peers]`).
     pub peers: BTreeMap<String, String>,
     /// Every member: node id → client address (`[client_addrs]`).
@@ -100,6 +103,7 @@ impl BrokerToml {
             transaction_check_max: None,
             auto_create_topics: None,
             exact_delivery_attempts: None,
+            remoting_addr: None,
             peers: by_id(raft_addrs),
             client_addrs: by_id(client_addrs),
         }

@@ -137,6 +137,9 @@ pub struct ClusterOptions {
     /// Every node's `exact_delivery_attempts` (delivery attempts recorded
     /// through Raft).
     pub exact_delivery_attempts: bool,
+    /// Every node serves the 4.x remoting protocol (`remoting_addr`: port
+    /// 10911 + the node's offset with fixed ports, else a free one).
+    pub remoting: bool,
 }
 
 impl Default for ClusterOptions {
@@ -153,6 +156,7 @@ impl Default for ClusterOptions {
             node_env: Vec::new(),
             transaction_checks: None,
             exact_delivery_attempts: false,
+            remoting: false,
         }
     }
 }
@@ -226,6 +230,10 @@ impl LocalCluster {
                 toml.client_endpoint = opts.client_endpoint.clone();
                 if opts.exact_delivery_attempts {
                     toml.exact_delivery_attempts = Some(true);
+                }
+                if opts.remoting {
+                    toml.remoting_addr =
+                        Some(format!("{}:{}", host(i), port(10911 + offset(g, i))));
                 }
                 toml.transaction_check_interval_ms = opts.transaction_checks.map(|c| c.0);
                 toml.transaction_check_max = opts.transaction_checks.map(|c| c.1);

@@ -7,12 +7,41 @@ use std::time::Duration;
 /// with its JSON summary and the tail of its stderr, unless it exits 0. Prints
 /// its stdout (the summary) either way, and returns it.
 pub async fn run_check(script: &str, args: &[&str], limit: Duration) -> String {
+    run_check_env(script, args, &[], limit).await
+}
+
+/// Where `scripts/test` installs PyPI `rocketmq==0.4.4` (the 4.x remoting
+/// client) with `pip install --target`, apart from the 5.x client whose
+/// `rocketmq` package would clash with it: `target/py-rocketmq-0.4.4`, or
+/// `LEDGERMQ_PY_REMOTING_PATH`. Panics, saying how to install it, if it is
+/// not there.
+pub fn remoting_client_path() -> String {
+    let path = std::env::var("LEDGERMQ_PY_REMOTING_PATH")
+        .unwrap_or_else(|_| format!("{}/../target/py-rocketmq-0.4.4", env!("CARGO_MANIFEST_DIR")));
+    assert!(
+        std::path::Path::new(&path)
+            .join("rocketmq/librocketmq.so")
+            .exists(),
+        "the 4.x Python client is not installed at {path}: run scripts/test, or \
+         python3 -m pip install --target {path} rocketmq==0.4.4"
+    );
+    path
+}
+
+/// [`run_check`] with extra environment variables (e.g. `PYTHONPATH`).
+pub async fn run_check_env(
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> String {
     let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = tokio::time::timeout(
         limit,
         tokio::process::Command::new("python3")
             .arg(&path)
             .args(args)
+            .envs(env.iter().copied())
             .kill_on_drop(true)
             .output(),
     )

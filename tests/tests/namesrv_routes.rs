@@ -135,6 +135,7 @@ impl Group {
                 cluster: "DefaultCluster".into(),
                 broker_group: "broker-a".into(),
                 client_addr: format!("127.0.0.1:{}", 18000 + id),
+                remoting_addr: String::new(),
             };
             let announcer =
                 spawn_announcer(raft.clone(), registrar, id, Duration::from_millis(200));

@@ -56,11 +56,12 @@ struct Args {
     /// Longest wait after sending for consumers to catch up, per system.
     #[arg(long, default_value_t = 10)]
     drain_secs: u64,
-    /// Systems to run, in order: ledgermq-sync, ledgermq-async, nats, rabbitmq.
+    /// Systems to run, in order: ledgermq-sync, ledgermq-async,
+    /// ledgermq-sync-remoting, ledgermq-async-remoting, nats, rabbitmq.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "ledgermq-sync,ledgermq-async,nats,rabbitmq"
+        default_value = "ledgermq-sync,ledgermq-async,ledgermq-sync-remoting,ledgermq-async-remoting,nats,rabbitmq"
     )]
     systems: Vec<String>,
     /// Directory for the systems' stores and logs (a new temporary directory

@@ -1,4 +1,7 @@
-//! `mqbench`: load against any LedgerMQ cluster over RocketMQ 5 gRPC.
+//! `mqbench`: load against any LedgerMQ cluster over RocketMQ 5 gRPC, or over
+//! the 4.x remoting protocol with `--protocol remoting` (`--endpoints` then
+//! names the nodes' remoting addresses, the leader first; create the topic
+//! with `mqadmin updateTopic`).
 //!
 //! N producer tasks (one connection each, spread over `--endpoints`) keep up to
 //! `--window` sends un-acknowledged; N consumer tasks receive from any queue and
@@ -36,6 +39,10 @@ struct Args {
     /// consumers are spread over them.
     #[arg(long, default_value = "127.0.0.1:8081")]
     endpoints: String,
+    /// `grpc` (RocketMQ 5) or `remoting` (RocketMQ 4.x, its own pipelined
+    /// client).
+    #[arg(long, default_value = "grpc", value_parser = ["grpc", "remoting"])]
+    protocol: String,
     /// Topic.
     #[arg(long, default_value = "BenchTopic")]
     topic: String,
@@ -89,7 +96,8 @@ struct Args {
     /// admin service of every endpoint.
     #[arg(long)]
     create: bool,
-    /// Queues of the topic when creating it.
+    /// Queues of the topic when creating it (with `--protocol remoting`: the
+    /// topic's queue count).
     #[arg(long, default_value_t = 8)]
     queues: u32,
     /// Deadline of one call, ms.
@@ -143,8 +151,16 @@ async fn main() -> Result<()> {
             args.topic, args.queues, args.fifo, args.group
         );
     }
+    let remoting = args.protocol == "remoting";
+    if remoting
+        && (args.create || args.fifo || args.delay_ms.is_some() || args.deliver_at_ms.is_some())
+    {
+        bail!("--protocol remoting sends normal messages to an existing topic: no --create, --fifo, --delay-ms or --deliver-at-ms");
+    }
     let spec = LoadSpec {
-        label: if args.fifo {
+        label: if remoting {
+            "ledgermq-remoting"
+        } else if args.fifo {
             "ledgermq-fifo"
         } else if args.delay_ms.is_some() || args.deliver_at_ms.is_some() {
             "ledgermq-delay"
@@ -164,7 +180,18 @@ async fn main() -> Result<()> {
         progress: true,
         run_id: args.run_id,
     };
-    let summary = run(Arc::new(driver), spec).await;
+    let driver: Arc<dyn ledgermq_bench::runner::Driver> = if remoting {
+        Arc::new(ledgermq_bench::remoting::LedgerMqRemoting {
+            addrs: driver.endpoints.clone(),
+            topic: args.topic.clone(),
+            group: args.group.clone(),
+            queues: args.queues,
+            call_timeout: Duration::from_millis(args.timeout_ms),
+        })
+    } else {
+        Arc::new(driver)
+    };
+    let summary = run(driver, spec).await;
     print!("{}", summary.render());
     if let Some(path) = &args.json {
         Summary::write_json(path, &summary)?;

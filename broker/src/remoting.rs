@@ -1,0 +1,194 @@
+//! The RocketMQ 4.x remoting protocol on a broker node (`remoting_addr`), an
+//! adapter over the same core as `grpc` (facts in
+//! `../shared/docs/rocketmq-remoting.md`). Every node serves it: sends are
+//! written through Raft from any node (a follower passes them on to the
+//! leader) and answered SUCCESS only once committed; pulls read the node's own
+//! applied ConsumeQueues (committed messages only), so any member answers
+//! them; consumer offsets are replicated.
+//!
+//! - [`fields`]: reading a request's header fields.
+//! - [`send`]: SEND_MESSAGE (10, long names), SEND_MESSAGE_V2 (310, short
+//!   names), SEND_BATCH_MESSAGE (320); the 18 delay levels of the `DELAY`
+//!   property and 5.x timer properties become timers.
+//! - [`pull`]: PULL_MESSAGE (11) with long polling, and the offsets by queue
+//!   (GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, SEARCH_OFFSET_BY_TIMESTAMP 29,
+//!   GET_EARLIEST_MSG_STORETIME 32).
+//! - [`clients`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), the consumer list
+//!   (38) and NOTIFY_CONSUMER_IDS_CHANGED (40), the orderly consumers' queue
+//!   locks (41, 42), consumer offsets (14, 15; pulls' piggybacked commits),
+//!   committed through Raft in one entry per flush interval.
+//!
+//! - [`retry`]: CONSUMER_SEND_MSG_BACK (36) into `%RETRY%<group>` after a
+//!   delay level, or `%DLQ%<group>`.
+//!
+//! Anything else answers REQUEST_CODE_NOT_SUPPORTED.
+
+mod clients;
+mod fields;
+mod pull;
+mod retry;
+mod send;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledgermq_remoting::codes::{request, response};
+use ledgermq_remoting::conn::{serve_connection, Conn};
+use ledgermq_remoting::{RemotingCommand, DEFAULT_MAX_FRAME_BYTES};
+use tokio::task::JoinHandle;
+
+use crate::broker::Broker;
+use crate::error::{BrokerError, ErrorKind};
+pub(crate) use clients::Clients;
+
+/// How often consumer offsets taken over remoting are committed through Raft.
+pub const OFFSET_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A node's remoting service state.
+pub(crate) struct Remoting {
+    broker: Arc<Broker>,
+    /// The address this node is reached at (the store host of offset message
+    /// ids and of messages in pull answers).
+    advertised: SocketAddr,
+    clients: Clients,
+}
+
+/// The running remoting listener; stopping it closes the listener (open
+/// connections end with the process or the client).
+pub struct RemotingServer {
+    accept: JoinHandle<()>,
+    flusher: JoinHandle<()>,
+    state: Arc<Remoting>,
+    /// The announced address (a port 0 replaced by the bound one).
+    pub advertised: SocketAddr,
+}
+
+impl RemotingServer {
+    /// Stops accepting and commits the offsets still pending once.
+    pub async fn stop(self) {
+        self.accept.abort();
+        self.flusher.abort();
+        self.state.flush_offsets().await;
+    }
+}
+
+/// Binds `listen` and serves the remoting protocol for `broker`, advertising
+/// `advertised` (a port 0 in it is replaced by the bound port). Error:
+/// `Config` naming `remoting_addr` when the address cannot be bound.
+pub async fn serve(
+    broker: Arc<Broker>,
+    listen: SocketAddr,
+    advertised: SocketAddr,
+) -> Result<RemotingServer, BrokerError> {
+    let listener =
+        tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| BrokerError::Config {
+                key: "remoting_addr",
+                reason: format!("binding {listen}: {e}"),
+            })?;
+    let local_addr = listener.local_addr().map_err(|e| BrokerError::Config {
+        key: "remoting_addr",
+        reason: e.to_string(),
+    })?;
+    let mut advertised = advertised;
+    if advertised.port() == 0 {
+        advertised.set_port(local_addr.port());
+    }
+    let state = Arc::new(Remoting {
+        clients: Clients::default(),
+        broker,
+        advertised,
+    });
+    let flusher = {
+        let s = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(OFFSET_FLUSH_INTERVAL);
+            loop {
+                tick.tick().await;
+                s.flush_offsets().await;
+            }
+        })
+    };
+    let kept = state.clone();
+    let accept = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let s = state.clone();
+            tokio::spawn(async move {
+                let on_close = {
+                    let s = s.clone();
+                    move |c: &Conn| s.clients.connection_closed(c.id)
+                };
+                serve_connection(
+                    stream,
+                    DEFAULT_MAX_FRAME_BYTES,
+                    move |req, conn| {
+                        let s = s.clone();
+                        async move { s.handle(req, conn).await }
+                    },
+                    on_close,
+                )
+                .await;
+            });
+        }
+    });
+    Ok(RemotingServer {
+        accept,
+        flusher,
+        state: kept,
+        advertised,
+    })
+}
+
+/// The response code a core error answers with.
+fn error_code(e: &BrokerError) -> i32 {
+    match e.kind() {
+        ErrorKind::TopicNotFound => response::TOPIC_NOT_EXIST,
+        ErrorKind::Forbidden => response::NO_PERMISSION,
+        ErrorKind::ConsumerGroupNotFound => response::SUBSCRIPTION_GROUP_NOT_EXIST,
+        ErrorKind::TooManyRequests => response::SYSTEM_BUSY,
+        ErrorKind::NoLeader | ErrorKind::OutcomeUnknown => response::SERVICE_NOT_AVAILABLE,
+        ErrorKind::Internal => response::SYSTEM_ERROR,
+        ErrorKind::Unsupported => response::REQUEST_CODE_NOT_SUPPORTED,
+        _ => response::MESSAGE_ILLEGAL,
+    }
+}
+
+/// An error answer to `req`.
+pub(crate) fn error_answer(req: &RemotingCommand, e: &BrokerError) -> RemotingCommand {
+    RemotingCommand::response_to(req, error_code(e), Some(e.to_string()))
+}
+
+impl Remoting {
+    async fn handle(self: Arc<Self>, req: RemotingCommand, conn: Conn) -> Option<RemotingCommand> {
+        let answer = match req.code {
+            request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
+                self.send(&req, &conn).await
+            }
+            request::PULL_MESSAGE => self.pull(&req).await,
+            request::GET_MAX_OFFSET
+            | request::GET_MIN_OFFSET
+            | request::SEARCH_OFFSET_BY_TIMESTAMP
+            | request::GET_EARLIEST_MSG_STORETIME => self.queue_offsets(&req),
+            request::HEART_BEAT => self.heartbeat(&req, &conn).await,
+            request::UNREGISTER_CLIENT => self.unregister(&req),
+            request::GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&req),
+            request::QUERY_CONSUMER_OFFSET => self.query_offset(&req),
+            request::UPDATE_CONSUMER_OFFSET => self.update_offset(&req),
+            request::CONSUMER_SEND_MSG_BACK => self.send_back(&req).await,
+            request::LOCK_BATCH_MQ => self.lock(&req),
+            request::UNLOCK_BATCH_MQ => self.unlock(&req),
+            other => Ok(RemotingCommand::response_to(
+                &req,
+                response::REQUEST_CODE_NOT_SUPPORTED,
+                Some(format!("request code {other} not supported")),
+            )),
+        };
+        Some(answer.unwrap_or_else(|e| error_answer(&req, &e)))
+    }
+}

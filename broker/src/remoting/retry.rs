@@ -1,0 +1,141 @@
+//! CONSUMER_SEND_MSG_BACK (36): a push consumer's failed message goes to its
+//! group's retry topic `%RETRY%<group>` after a delay, or to `%DLQ%<group>`
+//! once it has been consumed `maxReconsumeTimes` times (16 by default), as
+//! RocketMQ's `AbstractSendMessageProcessor` does
+//! (`../shared/docs/rocketmq-remoting.md` §1.3): delay level 0 means
+//! `3 + reconsumeTimes` (10 s, 30 s, 1 min, ...), a negative one the DLQ at
+//! once. The copy keeps the message id (`UNIQ_KEY`) and properties, counts
+//! one more reconsume, and names the original topic in `RETRY_TOPIC` and the
+//! original id in `ORIGIN_MESSAGE_ID`.
+
+use ledgermq_remoting::codes::response;
+use ledgermq_remoting::RemotingCommand;
+use ledgermq_store::MessageRecord;
+
+use super::clients::retry_topic;
+use super::fields::{opt, opt_num, req_num, req_str};
+use super::send::DELAY_LEVELS_MS;
+use super::Remoting;
+use crate::consume::dlq_topic;
+use crate::error::{refuse, BrokerError, ErrorKind};
+use crate::message::{check_group, dead_letter_copy, Incoming};
+
+/// RocketMQ's default `maxReconsumeTimes`.
+pub const DEFAULT_MAX_RECONSUME_TIMES: i32 = 16;
+/// Property naming a retried message's original topic (`MessageConst.PROPERTY_RETRY_TOPIC`).
+pub const PROPERTY_RETRY_TOPIC: &str = "RETRY_TOPIC";
+/// Property naming the original message id (`PROPERTY_ORIGIN_MESSAGE_ID`).
+pub const PROPERTY_ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+
+/// Where a message consumed `reconsume_times` times goes when sent back with
+/// `delay_level`: `None` for the dead-letter queue, else the delay in ms.
+pub fn retry_delay_ms(
+    reconsume_times: i32,
+    delay_level: i32,
+    max_reconsume_times: i32,
+) -> Option<i64> {
+    if delay_level < 0 || reconsume_times >= max_reconsume_times {
+        return None;
+    }
+    let level = if delay_level == 0 {
+        3 + reconsume_times
+    } else {
+        delay_level
+    };
+    let i = (level.clamp(1, DELAY_LEVELS_MS.len() as i32) - 1) as usize;
+    Some(DELAY_LEVELS_MS[i])
+}
+
+impl Remoting {
+    /// Answers CONSUMER_SEND_MSG_BACK (see the module doc).
+    pub(super) async fn send_back(
+        &self,
+        req: &RemotingCommand,
+    ) -> Result<RemotingCommand, BrokerError> {
+        let group = req_str(req, "group", None)?;
+        check_group(group)?;
+        let offset: u64 = req_num(req, "offset", None)?;
+        let delay_level: i32 = opt_num(req, "delayLevel", None)?.unwrap_or(0);
+        let max_reconsume: i32 =
+            opt_num(req, "maxReconsumeTimes", None)?.unwrap_or(DEFAULT_MAX_RECONSUME_TIMES);
+        let stored = self.broker.node.store().message_at(offset)?;
+        let view = stored.view();
+        let applied = self
+            .broker
+            .node
+            .raft()
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index);
+        if view.log_index() > applied {
+            return Err(refuse(
+                ErrorKind::MessageNotFound,
+                format!("no committed message at physical offset {offset}"),
+            ));
+        }
+        let mut rec: MessageRecord = view.to_record();
+        if let Some(id) = opt(req, "originMsgId", None) {
+            rec.properties
+                .entry(PROPERTY_ORIGIN_MESSAGE_ID.into())
+                .or_insert_with(|| id.to_owned());
+        }
+        let origin_topic = opt(req, "originTopic", None)
+            .map(str::to_owned)
+            .unwrap_or_else(|| rec.topic.clone());
+        rec.properties
+            .entry(PROPERTY_RETRY_TOPIC.into())
+            .or_insert(origin_topic);
+        let message_id = rec
+            .properties
+            .get(ledgermq_store::record::PROPERTY_UNIQ_KEY)
+            .cloned()
+            .unwrap_or_else(|| super::clients::new_message_id(self.advertised));
+        let (rec, deliver_at) =
+            match retry_delay_ms(rec.reconsume_times, delay_level, max_reconsume) {
+                None => {
+                    let dlq = dlq_topic(group);
+                    self.broker.ensure_topic(&dlq).await?;
+                    (dead_letter_copy(rec, dlq), None)
+                }
+                Some(delay_ms) => {
+                    let topic = retry_topic(group);
+                    self.broker.ensure_topic(&topic).await?;
+                    rec.topic = topic;
+                    rec.queue_id = 0;
+                    rec.reconsume_times += 1;
+                    (rec, Some(ledgermq_store::store::now_ms() + delay_ms))
+                }
+            };
+        let inc = Incoming {
+            record: rec,
+            message_id,
+            message_group: None,
+            client_queue_id: Some(0),
+            deliver_at_ms: deliver_at,
+            transaction: false,
+            check_immunity_ms: None,
+        };
+        self.broker
+            .send_checked(vec![Ok(inc)], &mut Vec::new(), false)
+            .await?;
+        Ok(RemotingCommand::response_to(req, response::SUCCESS, None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_by_level_then_go_to_the_dead_letter_queue() {
+        // First failure: level 3 (10 s); then 30 s, 1 min, ...
+        assert_eq!(retry_delay_ms(0, 0, 16), Some(10_000));
+        assert_eq!(retry_delay_ms(1, 0, 16), Some(30_000));
+        assert_eq!(retry_delay_ms(15, 0, 16), Some(7_200_000));
+        assert_eq!(retry_delay_ms(16, 0, 16), None);
+        assert_eq!(retry_delay_ms(0, 1, 16), Some(1_000));
+        assert_eq!(retry_delay_ms(0, -1, 16), None);
+        assert_eq!(retry_delay_ms(2, 0, 2), None);
+    }
+}

@@ -1,0 +1,244 @@
+//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320):
+//! the header (`SendMessageRequestHeader`, or V2's one-letter names) and body
+//! become [`Incoming`] messages for [`Broker::send_checked`], written through
+//! Raft from any node and answered SUCCESS once committed, with the offset
+//! message id (this node's remoting address and the message's CommitLog
+//! offset, the same on every replica that holds the whole log).
+//!
+//! Properties are stored as the client sent them, except the broker's own
+//! (timer and half-message bookkeeping, `message::RESERVED` from
+//! `REAL_TOPIC` on), which a client cannot set. Delay: a `DELAY` level
+//! 1..=18 (levels above 18 count as 18, as RocketMQ clamps them) over
+//! [`DELAY_LEVELS_MS`], or 5.x's `TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`,
+//! `TIMER_DELAY_MS`, becomes a timer. 4.x clients know no topic message type
+//! (`../shared/docs/rocketmq-remoting.md` §4), so the type check is the gRPC
+//! path's only. Transactional sends (`TRAN_MSG`) are refused: END_TRANSACTION
+//! and its check-back over remoting are not built.
+
+use std::collections::BTreeMap;
+
+use ledgermq_remoting::codes::{request, response};
+use ledgermq_remoting::conn::Conn;
+use ledgermq_remoting::message::{decode_batch, offset_message_id, BatchItem};
+use ledgermq_remoting::RemotingCommand;
+use ledgermq_store::record::PROPERTY_UNIQ_KEY;
+use ledgermq_store::MessageRecord;
+
+use super::fields::{opt, opt_num, req_num, req_str};
+use super::Remoting;
+use crate::error::{refuse, BrokerError, ErrorKind};
+use crate::message::{check_body, check_message_id, check_topic, Incoming, RESERVED};
+
+/// RocketMQ's delay levels 1..=18 (`messageDelayLevel`: "1s 5s 10s 30s 1m 2m
+/// 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"), in ms.
+pub const DELAY_LEVELS_MS: [i64; 18] = [
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+];
+
+/// The delay-level property (`MessageConst.PROPERTY_DELAY_TIME_LEVEL`).
+pub const PROPERTY_DELAY: &str = "DELAY";
+/// 5.x timer properties a remoting client sets (`MessageConst`).
+const PROPERTY_TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+const PROPERTY_TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+/// A transactional message's property (`MessageConst.PROPERTY_TRANSACTION_PREPARED`).
+const PROPERTY_TRAN_MSG: &str = "TRAN_MSG";
+
+/// When a message with these properties is due, ms since the Unix epoch, if
+/// it is a delay message. `DELAY` levels below 1 mean none. Error:
+/// BAD_REQUEST for a value that is not a number.
+pub fn deliver_at_ms(
+    props: &BTreeMap<String, String>,
+    now_ms: i64,
+) -> Result<Option<i64>, BrokerError> {
+    let num = |k: &str| -> Result<Option<i64>, BrokerError> {
+        props
+            .get(k)
+            .map(|v| {
+                v.trim().parse::<i64>().map_err(|_| {
+                    refuse(
+                        ErrorKind::BadRequest,
+                        format!("property {k}={v:?} is not a number"),
+                    )
+                })
+            })
+            .transpose()
+    };
+    if let Some(at) = num(PROPERTY_TIMER_DELIVER_MS)? {
+        return Ok(Some(at));
+    }
+    if let Some(s) = num(PROPERTY_TIMER_DELAY_SEC)? {
+        return Ok(Some(now_ms.saturating_add(s.saturating_mul(1000))));
+    }
+    if let Some(ms) = num(PROPERTY_TIMER_DELAY_MS)? {
+        return Ok(Some(now_ms.saturating_add(ms)));
+    }
+    match num(PROPERTY_DELAY)? {
+        Some(level) if level >= 1 => {
+            let i = (level.min(DELAY_LEVELS_MS.len() as i64) - 1) as usize;
+            Ok(Some(now_ms + DELAY_LEVELS_MS[i]))
+        }
+        _ => Ok(None),
+    }
+}
+
+impl Remoting {
+    /// Converts one message of a send.
+    #[allow(clippy::too_many_arguments)]
+    fn incoming(
+        &self,
+        topic: &str,
+        queue_id: Option<i32>,
+        sys_flag: i32,
+        born_timestamp_ms: i64,
+        conn: &Conn,
+        reconsume_times: i32,
+        item: BatchItem,
+    ) -> Result<Incoming, BrokerError> {
+        check_body(item.body.len(), self.broker.settings.max_body_bytes)?;
+        let mut props = item.properties;
+        if props.get(PROPERTY_TRAN_MSG).map(String::as_str) == Some("true") {
+            return Err(refuse(
+                ErrorKind::Unsupported,
+                "transactional messages over the remoting protocol are not supported yet; \
+                 use the 5.x gRPC protocol",
+            ));
+        }
+        let deliver_at = deliver_at_ms(&props, ledgermq_store::store::now_ms())?;
+        for k in &RESERVED[7..] {
+            props.remove(*k);
+        }
+        props.remove(PROPERTY_TIMER_DELAY_SEC);
+        props.remove(PROPERTY_TIMER_DELAY_MS);
+        let message_id = match props.get(PROPERTY_UNIQ_KEY) {
+            Some(id) => id.clone(),
+            None => {
+                let id = crate::remoting::clients::new_message_id(self.advertised);
+                props.insert(PROPERTY_UNIQ_KEY.into(), id.clone());
+                id
+            }
+        };
+        check_message_id(&message_id)?;
+        let mut record = MessageRecord::message(topic, -1, item.body, 0);
+        record.flag = item.flag;
+        // The host bits are the store's; the transaction bits are refused above.
+        record.sys_flag = sys_flag & !0x3C;
+        record.born_timestamp_ms = born_timestamp_ms;
+        record.born_host = conn.peer;
+        record.reconsume_times = reconsume_times;
+        record.properties = props;
+        Ok(Incoming {
+            record,
+            message_id,
+            message_group: None,
+            client_queue_id: queue_id,
+            deliver_at_ms: deliver_at,
+            transaction: false,
+            check_immunity_ms: None,
+        })
+    }
+
+    /// Answers a send (see the module doc).
+    pub(super) async fn send(
+        &self,
+        req: &RemotingCommand,
+        conn: &Conn,
+    ) -> Result<RemotingCommand, BrokerError> {
+        let v2 = req.code != request::SEND_MESSAGE;
+        let short = |s: &'static str| v2.then_some(s);
+        let topic = req_str(req, "topic", short("b"))?.to_owned();
+        check_topic(&topic)?;
+        let queue_id: Option<i32> = opt_num(req, "queueId", short("e"))?;
+        let sys_flag: i32 = opt_num(req, "sysFlag", short("f"))?.unwrap_or(0);
+        let born: i64 = opt_num(req, "bornTimestamp", short("g"))?.unwrap_or(0);
+        let reconsume: i32 = opt_num(req, "reconsumeTimes", short("j"))?.unwrap_or(0);
+        let batch = req.code == request::SEND_BATCH_MESSAGE
+            // Java writes booleans as "true", the C++ core as "1".
+            || matches!(opt(req, "batch", short("m")), Some("true" | "1"));
+        let items = if batch {
+            decode_batch(&req.body).map_err(|e| refuse(ErrorKind::BadRequest, e.to_string()))?
+        } else {
+            let flag: i32 = req_num(req, "flag", short("h"))?;
+            let props = opt(req, "properties", short("i")).unwrap_or("");
+            vec![BatchItem {
+                flag,
+                body: req.body.clone(),
+                properties: ledgermq_remoting::message::decode_properties(props),
+            }]
+        };
+        let converted: Vec<Result<Incoming, BrokerError>> = items
+            .into_iter()
+            .map(|it| self.incoming(&topic, queue_id, sys_flag, born, conn, reconsume, it))
+            .collect();
+        let mut ids = Vec::new();
+        let placed = self.broker.send_checked(converted, &mut ids, false).await?;
+        let mut r = RemotingCommand::response_to(req, response::SUCCESS, None);
+        let first = placed.first().expect("a send places at least one message");
+        let msg_ids: Vec<String> = placed
+            .iter()
+            .map(|p| offset_message_id(self.advertised, p.physical_offset))
+            .collect();
+        r.ext_fields.insert("msgId".into(), msg_ids.join(","));
+        // A delay message is placed in the timer queue: answer the queue the
+        // client asked for, as RocketMQ answers the request's queue id.
+        let queue_id = queue_id.filter(|&q| q >= 0).unwrap_or(first.queue_id);
+        r.ext_fields.insert("queueId".into(), queue_id.to_string());
+        r.ext_fields
+            .insert("queueOffset".into(), first.queue_offset.to_string());
+        r.ext_fields
+            .insert("MSG_REGION".into(), "DefaultRegion".into());
+        r.ext_fields.insert("TRACE_ON".into(), "false".into());
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn delay_levels_and_timer_properties_give_the_delivery_time() {
+        assert_eq!(deliver_at_ms(&props(&[]), 1000).unwrap(), None);
+        assert_eq!(
+            deliver_at_ms(&props(&[("DELAY", "0")]), 1000).unwrap(),
+            None
+        );
+        assert_eq!(
+            deliver_at_ms(&props(&[("DELAY", "1")]), 1000).unwrap(),
+            Some(2000)
+        );
+        assert_eq!(
+            deliver_at_ms(&props(&[("DELAY", "3")]), 0).unwrap(),
+            Some(10_000)
+        );
+        assert_eq!(
+            deliver_at_ms(&props(&[("DELAY", "18")]), 0).unwrap(),
+            Some(7_200_000)
+        );
+        assert_eq!(
+            deliver_at_ms(&props(&[("DELAY", "40")]), 0).unwrap(),
+            Some(7_200_000)
+        );
+        assert_eq!(
+            deliver_at_ms(&props(&[("TIMER_DELAY_SEC", "5"), ("DELAY", "1")]), 0).unwrap(),
+            Some(5000)
+        );
+        assert_eq!(
+            deliver_at_ms(&props(&[("TIMER_DELIVER_MS", "77")]), 0).unwrap(),
+            Some(77)
+        );
+        assert_eq!(
+            deliver_at_ms(&props(&[("TIMER_DELAY_MS", "5")]), 1).unwrap(),
+            Some(6)
+        );
+        let e = deliver_at_ms(&props(&[("DELAY", "x")]), 0).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadRequest);
+    }
+}

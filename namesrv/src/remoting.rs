@@ -1,0 +1,280 @@
+//! The name server's side of the 4.x remoting protocol (what a 4.x client asks
+//! at start and every 30 s; `../shared/docs/rocketmq-remoting.md` §1.2-1.3),
+//! answered from the [`Registry`] with no I/O:
+//!
+//! - GET_ROUTEINFO_BY_TOPIC (105): `TopicRouteData` with each broker group as
+//!   a broker name, its leader as broker id 0 and the other members after it
+//!   (ids 1, 2, ... in node id order), at their remoting addresses; groups
+//!   whose nodes serve no remoting port are left out. Map keys are quoted
+//!   (standard JSON), which every client reads. TOPIC_NOT_EXIST when no group
+//!   serves the topic.
+//! - GET_BROKER_CLUSTER_INFO (106): `ClusterInfo`.
+//! - GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): `TopicList`.
+//! - GET_KV_CONFIG (101): QUERY_NOT_FOUND (this name server keeps no KV
+//!   config; clients ask for `ORDER_TOPIC_CONFIG` and go on without it).
+//! - Anything else: REQUEST_CODE_NOT_SUPPORTED.
+
+use std::collections::BTreeMap;
+
+use ledgermq_remoting::codes::{request, response};
+use ledgermq_remoting::RemotingCommand;
+use serde::Serialize;
+
+use crate::pb::GroupRoute;
+use crate::registry::Registry;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueData<'a> {
+    broker_name: &'a str,
+    read_queue_nums: u32,
+    write_queue_nums: u32,
+    perm: u32,
+    topic_sys_flag: u32,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BrokerData<'a> {
+    cluster: &'a str,
+    broker_name: &'a str,
+    broker_addrs: BTreeMap<String, String>,
+    enable_acting_master: bool,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TopicRouteData<'a> {
+    order_topic_conf: Option<String>,
+    queue_datas: Vec<QueueData<'a>>,
+    broker_datas: Vec<BrokerData<'a>>,
+    filter_server_table: BTreeMap<String, Vec<String>>,
+}
+
+/// Broker id → remoting address of one group: the leader as 0, the others
+/// from 1 in node id order. Members without a remoting address are left out.
+fn broker_addrs(g: &GroupRoute) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut next = 1;
+    let mut members: Vec<_> = g
+        .members
+        .iter()
+        .filter(|m| !m.remoting_addr.is_empty())
+        .collect();
+    members.sort_by_key(|m| m.node_id);
+    for m in members {
+        if g.has_leader && m.node_id == g.leader_node_id {
+            out.insert("0".to_owned(), m.remoting_addr.clone());
+        } else {
+            out.insert(next.to_string(), m.remoting_addr.clone());
+            next += 1;
+        }
+    }
+    out
+}
+
+fn json_answer(req: &RemotingCommand, body: &impl Serialize) -> RemotingCommand {
+    let mut r = RemotingCommand::response_to(req, response::SUCCESS, None);
+    r.body = serde_json::to_vec(body).expect("route JSON");
+    r
+}
+
+/// The answer to `req` at `now_ms` (see the module doc).
+pub fn handle(registry: &Registry, req: &RemotingCommand, now_ms: u64) -> RemotingCommand {
+    match req.code {
+        request::GET_ROUTEINFO_BY_TOPIC => {
+            let topic = req.ext_fields.get("topic").map_or("", String::as_str);
+            let route = registry.route(topic, now_ms);
+            let groups: Vec<(&GroupRoute, BTreeMap<String, String>)> = route
+                .groups
+                .iter()
+                .map(|g| (g, broker_addrs(g)))
+                .filter(|(_, addrs)| !addrs.is_empty())
+                .collect();
+            if groups.is_empty() {
+                return RemotingCommand::response_to(
+                    req,
+                    response::TOPIC_NOT_EXIST,
+                    Some(format!(
+                        "No topic route info in name server for the topic: {topic}"
+                    )),
+                );
+            }
+            let data = TopicRouteData {
+                order_topic_conf: None,
+                queue_datas: groups
+                    .iter()
+                    .map(|(g, _)| QueueData {
+                        broker_name: &g.broker_group,
+                        read_queue_nums: g.queue_count,
+                        write_queue_nums: g.queue_count,
+                        perm: g.perm,
+                        topic_sys_flag: 0,
+                    })
+                    .collect(),
+                broker_datas: groups
+                    .iter()
+                    .map(|(g, addrs)| BrokerData {
+                        cluster: &g.cluster,
+                        broker_name: &g.broker_group,
+                        broker_addrs: addrs.clone(),
+                        enable_acting_master: false,
+                    })
+                    .collect(),
+                filter_server_table: BTreeMap::new(),
+            };
+            json_answer(req, &data)
+        }
+        request::GET_BROKER_CLUSTER_INFO => {
+            #[derive(Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct ClusterInfo<'a> {
+                broker_addr_table: BTreeMap<String, BrokerData<'a>>,
+                cluster_addr_table: BTreeMap<String, Vec<String>>,
+            }
+            let groups = registry.groups(now_ms);
+            let mut info = ClusterInfo {
+                broker_addr_table: BTreeMap::new(),
+                cluster_addr_table: BTreeMap::new(),
+            };
+            for g in &groups {
+                let addrs = broker_addrs(g);
+                if addrs.is_empty() {
+                    continue;
+                }
+                info.cluster_addr_table
+                    .entry(g.cluster.clone())
+                    .or_default()
+                    .push(g.broker_group.clone());
+                info.broker_addr_table.insert(
+                    g.broker_group.clone(),
+                    BrokerData {
+                        cluster: &g.cluster,
+                        broker_name: &g.broker_group,
+                        broker_addrs: addrs,
+                        enable_acting_master: false,
+                    },
+                );
+            }
+            json_answer(req, &info)
+        }
+        request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => {
+            #[derive(Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct TopicList {
+                topic_list: Vec<String>,
+                broker_addr: Option<String>,
+            }
+            json_answer(
+                req,
+                &TopicList {
+                    topic_list: registry.topics().into_iter().collect(),
+                    broker_addr: None,
+                },
+            )
+        }
+        request::GET_KV_CONFIG => RemotingCommand::response_to(
+            req,
+            response::QUERY_NOT_FOUND,
+            Some("No config item".into()),
+        ),
+        other => RemotingCommand::response_to(
+            req,
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            Some(format!("request code {other} not supported")),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::{BrokerNode, Role, TopicConfig};
+
+    fn node(id: u64, role: Role, remoting: bool) -> BrokerNode {
+        BrokerNode {
+            cluster: "C".into(),
+            broker_group: "g".into(),
+            node_id: id,
+            client_addr: format!("127.0.0.1:{}", 8081 + id),
+            role: role as i32,
+            term: 2,
+            commit_index: 0,
+            cut_off: false,
+            topics: vec![TopicConfig {
+                name: "T".into(),
+                queue_count: 4,
+                perm: 6,
+                message_type: 1,
+            }],
+            remoting_addr: if remoting {
+                format!("127.0.0.1:{}", 10911 + id)
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    fn req(code: i32, fields: &[(&str, &str)]) -> RemotingCommand {
+        let mut r = RemotingCommand::request(code, fields.iter().copied());
+        r.opaque = 7;
+        r
+    }
+
+    #[test]
+    fn routes_name_the_leader_broker_zero_at_its_remoting_address() {
+        let mut r = Registry::default();
+        r.register(node(0, Role::Follower, true), 0);
+        r.register(node(1, Role::Leader, true), 0);
+        r.register(node(2, Role::Follower, true), 0);
+        let a = handle(&r, &req(105, &[("topic", "T")]), 0);
+        assert_eq!((a.code, a.opaque, a.is_response()), (0, 7, true));
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["queueDatas"][0]["brokerName"], "g");
+        assert_eq!(v["queueDatas"][0]["writeQueueNums"], 4);
+        assert_eq!(v["queueDatas"][0]["perm"], 6);
+        let addrs = &v["brokerDatas"][0]["brokerAddrs"];
+        assert_eq!(addrs["0"], "127.0.0.1:10912");
+        assert_eq!(addrs["1"], "127.0.0.1:10911");
+        assert_eq!(addrs["2"], "127.0.0.1:10913");
+        assert_eq!(v["brokerDatas"][0]["cluster"], "C");
+        let missing = handle(&r, &req(105, &[("topic", "U")]), 0);
+        assert_eq!(missing.code, response::TOPIC_NOT_EXIST);
+        assert_eq!(handle(&r, &req(9999, &[]), 0).code, 3);
+        assert_eq!(handle(&r, &req(101, &[]), 0).code, 22);
+    }
+
+    #[test]
+    fn groups_without_remoting_are_left_out_and_a_leaderless_group_has_no_broker_zero() {
+        let mut r = Registry::default();
+        r.register(node(0, Role::Follower, true), 0);
+        r.register(node(1, Role::Candidate, true), 0);
+        let a = handle(&r, &req(105, &[("topic", "T")]), 0);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        let addrs = v["brokerDatas"][0]["brokerAddrs"].as_object().unwrap();
+        assert!(!addrs.contains_key("0"), "{addrs:?}");
+        assert_eq!(addrs.len(), 2);
+        let mut grpc_only = Registry::default();
+        grpc_only.register(node(0, Role::Leader, false), 0);
+        assert_eq!(
+            handle(&grpc_only, &req(105, &[("topic", "T")]), 0).code,
+            response::TOPIC_NOT_EXIST
+        );
+    }
+
+    #[test]
+    fn cluster_info_and_topic_list() {
+        let mut r = Registry::default();
+        r.register(node(0, Role::Leader, true), 0);
+        let a = handle(&r, &req(106, &[]), 0);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["clusterAddrTable"]["C"][0], "g");
+        assert_eq!(
+            v["brokerAddrTable"]["g"]["brokerAddrs"]["0"],
+            "127.0.0.1:10911"
+        );
+        let t = handle(&r, &req(206, &[]), 0);
+        let v: serde_json::Value = serde_json::from_slice(&t.body).unwrap();
+        assert_eq!(v["topicList"][0], "T");
+    }
+}

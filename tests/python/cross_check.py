@@ -1,0 +1,65 @@
+"""The 5.x gRPC side of the cross-protocol check, with the official RocketMQ 5
+Python client (rocketmq-python-client 5.1.2, unmodified); the 4.x side is
+remoting_check.py (send, pull).
+
+- receive: a SimpleConsumer (group CrossGroup) receives --count messages of
+  --topic and fails unless the bodies --prefix-i arrive with tag TagX and keys
+  --prefix-key-i (messages sent over remoting).
+- send: sends --count messages --prefix-i to --topic with tag TagX and keys
+  --prefix-key-i (for a remoting pull consumer to read).
+
+Prints a one-line JSON summary; exits 1 on a failure.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message,
+                      Producer, SimpleConsumer)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["receive", "send"])
+    ap.add_argument("--access", required=True, help="host:port of one broker node")
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--prefix", required=True)
+    ap.add_argument("--count", type=int, default=20)
+    args = ap.parse_args()
+    cfg = ClientConfiguration(args.access, Credentials())
+    errors = []
+    if args.mode == "send":
+        p = Producer(cfg, (args.topic,))
+        p.startup()
+        for i in range(args.count):
+            m = Message()
+            m.topic, m.body = args.topic, ("%s-%d" % (args.prefix, i)).encode()
+            m.tag, m.keys = "TagX", "%s-key-%d" % (args.prefix, i)
+            p.send(m)
+        p.shutdown()
+        print(json.dumps({"mode": "send", "sent": args.count}))
+    else:
+        c = SimpleConsumer(cfg, "CrossGroup", {args.topic: FilterExpression()}, await_duration=5)
+        c.startup()
+        found = {}
+        end = time.time() + 60
+        while time.time() < end and len(found) < args.count:
+            for m in c.receive(32, 15) or []:
+                found[m.body.decode()] = (m.tag, list(m.keys))
+                c.ack(m)
+        c.shutdown()
+        for i in range(args.count):
+            body = "%s-%d" % (args.prefix, i)
+            want = ("TagX", ["%s-key-%d" % (args.prefix, i)])
+            if found.get(body) != want:
+                errors.append("%s: got %s, want %s" % (body, found.get(body), want))
+        print(json.dumps({"mode": "receive", "received": len(found), "errors": errors[:10]}))
+    sys.stdout.flush()
+    os._exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+//! 4.x remoting clients, unmodified: PyPI `rocketmq==0.4.4` (the C++ core it
+//! bundles speaks the remoting protocol to the name server and the brokers),
+//! driven by `tests/python/remoting_check.py`, against three nodes serving
+//! `remoting_addr`; and the 5.x Python client on the same topics
+//! (`tests/python/cross_check.py`), so messages cross protocols both ways.
+//!
+//! The client's route refresh (every 30 s in the C++ core) bounds how long its
+//! sends pause after the leader dies: it sends to the broker id 0 of its last
+//! route until then. The pause is printed, not asserted.
+
+use std::time::Duration;
+
+use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
+use ledgermq_tests::python::{json_int, remoting_client_path, run_check, run_check_env};
+
+async fn cluster(dir: &std::path::Path, topics: &[&str]) -> (LocalCluster, usize) {
+    let cluster = LocalCluster::start(
+        dir,
+        &ClusterOptions {
+            remoting: true,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let cmds: Vec<Vec<&str>> = topics
+        .iter()
+        .map(|t| vec!["updateTopic", "-t", t, "-q", "4"])
+        .collect();
+    let cmds: Vec<&[&str]> = cmds.iter().map(Vec::as_slice).collect();
+    let leader = cluster.prepare("broker-a", &cmds).await.unwrap();
+    (cluster, leader)
+}
+
+async fn remoting(args: &[&str], limit_s: u64) -> String {
+    let path = remoting_client_path();
+    run_check_env(
+        "remoting_check.py",
+        args,
+        &[("PYTHONPATH", &path)],
+        Duration::from_secs(limit_s),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remoting_producer_and_push_consumer_ride_out_a_leader_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, leader) = cluster(dir.path(), &["RemTopic"]).await;
+    let pid = cluster.nodes[leader].pid().unwrap().to_string();
+    let summary = remoting(
+        &[
+            "failover",
+            "--namesrv",
+            &cluster.namesrv_addr,
+            "--kill-pid",
+            &pid,
+            "--messages",
+            "100",
+        ],
+        300,
+    )
+    .await;
+    assert!(json_int(&summary, "received").unwrap() >= json_int(&summary, "sent").unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remoting_orderly_consumer_keeps_each_key_in_order_through_a_leader_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, leader) = cluster(dir.path(), &["RemOrder"]).await;
+    let pid = cluster.nodes[leader].pid().unwrap().to_string();
+    remoting(
+        &[
+            "orderly",
+            "--namesrv",
+            &cluster.namesrv_addr,
+            "--kill-pid",
+            &pid,
+            "--messages",
+            "160",
+        ],
+        300,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_cross_between_remoting_and_grpc_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, _) = cluster(dir.path(), &["CrossA", "CrossB"]).await;
+    let ns = cluster.namesrv_addr.clone();
+    let access = cluster.nodes[1].client_addr.clone();
+    let common = |topic: &'static str, prefix: &'static str| {
+        vec!["--topic", topic, "--prefix", prefix, "--count", "20"]
+    };
+    // Sent over remoting (singles and a batch), received over gRPC.
+    let mut a = vec!["send", "--namesrv", &ns];
+    a.extend(common("CrossA", "ca"));
+    remoting(&a, 120).await;
+    let mut b = vec!["receive", "--access", &access];
+    b.extend(common("CrossA", "ca"));
+    run_check("cross_check.py", &b, Duration::from_secs(120)).await;
+    // Sent over gRPC, pulled over remoting.
+    let mut c = vec!["send", "--access", &access];
+    c.extend(common("CrossB", "cb"));
+    run_check("cross_check.py", &c, Duration::from_secs(120)).await;
+    let mut d = vec!["pull", "--namesrv", &ns, "--wait", "30"];
+    d.extend(common("CrossB", "cb"));
+    remoting(&d, 120).await;
+}

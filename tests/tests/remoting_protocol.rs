@@ -1,0 +1,243 @@
+//! The 4.x remoting protocol on real processes, byte by byte: the name server
+//! answers routes on the port it serves gRPC on (the cluster's own setup
+//! talks gRPC to it), a broker node takes a SEND_MESSAGE_V2 in the ROCKETMQ
+//! binary header and a PULL_MESSAGE gives the message back in RocketMQ's
+//! stored layout with an offset message id that decodes to the node's
+//! remoting address; bad frames get an error answer or a closed connection,
+//! never a dead process.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use ledgermq_remoting::message::decode_offset_message_id;
+use ledgermq_remoting::{split_frame, RemotingCommand, SerializeType};
+use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
+
+fn connect(addr: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Reads one frame; `None` when the peer closed the connection.
+fn read_answer(s: &mut TcpStream) -> Option<RemotingCommand> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Ok(Some((frame, _))) = split_frame(&buf, 64 << 20) {
+            return Some(RemotingCommand::decode(frame).unwrap());
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn request(code: i32, fields: &[(&str, &str)], body: &[u8]) -> RemotingCommand {
+    let mut r = RemotingCommand::request(code, fields.iter().copied());
+    r.opaque = 7;
+    r.body = body.to_vec();
+    r
+}
+
+fn call(addr: &str, cmd: &RemotingCommand) -> RemotingCommand {
+    let mut s = connect(addr);
+    s.write_all(&cmd.encode().unwrap()).unwrap();
+    read_answer(&mut s).expect("an answer")
+}
+
+/// Sends raw bytes; the answer, or `None` if the connection was closed.
+fn raw(addr: &str, bytes: &[u8]) -> Option<RemotingCommand> {
+    let mut s = connect(addr);
+    s.write_all(bytes).unwrap();
+    read_answer(&mut s)
+}
+
+fn frame(type_byte: u8, header: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut f = ((4 + header.len() + body.len()) as i32)
+        .to_be_bytes()
+        .to_vec();
+    f.extend_from_slice(&(((type_byte as u32) << 24) | header.len() as u32).to_be_bytes());
+    f.extend_from_slice(header);
+    f.extend_from_slice(body);
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remoting_routes_sends_pulls_and_bad_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(
+        dir.path(),
+        &ClusterOptions {
+            remoting: true,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let ns = cluster.namesrv_addr.clone();
+    cluster
+        .prepare("broker-a", &[&["updateTopic", "-t", "Wire", "-q", "2"]])
+        .await
+        .unwrap();
+    let ns2 = ns.clone();
+    tokio::task::spawn_blocking(move || check(&ns2))
+        .await
+        .unwrap();
+}
+
+fn check(ns: &str) {
+    // The route, over remoting, on the name server's one port.
+    let route = call(ns, &request(105, &[("topic", "Wire")], b""));
+    assert_eq!((route.code, route.opaque), (0, 7), "{:?}", route.remark);
+    let v: serde_json::Value = serde_json::from_slice(&route.body).unwrap();
+    assert_eq!(v["queueDatas"][0]["writeQueueNums"], 2);
+    let addrs = v["brokerDatas"][0]["brokerAddrs"]
+        .as_object()
+        .unwrap()
+        .clone();
+    assert_eq!(addrs.len(), 3, "{addrs:?}");
+    let leader = addrs["0"].as_str().unwrap().to_owned();
+    let follower = addrs["1"].as_str().unwrap().to_owned();
+    assert_eq!(call(ns, &request(105, &[("topic", "Nope")], b"")).code, 17);
+
+    // A send to a follower in the ROCKETMQ header is passed on, committed, and
+    // answered with an offset message id naming the follower's address.
+    let mut send = request(
+        310,
+        &[
+            ("a", "PG"),
+            ("b", "Wire"),
+            ("c", "TBW102"),
+            ("d", "4"),
+            ("e", "1"),
+            ("f", "0"),
+            ("g", "1700000000000"),
+            ("h", "0"),
+            (
+                "i",
+                "TAGS\u{1}T1\u{2}KEYS\u{1}k1\u{2}UNIQ_KEY\u{1}ABCDEF\u{2}",
+            ),
+        ],
+        b"hello remoting",
+    );
+    send.serialize_type = SerializeType::RocketMq;
+    let sent = call(&follower, &send);
+    assert_eq!(sent.code, 0, "{:?}", sent.remark);
+    assert_eq!(sent.serialize_type, SerializeType::RocketMq);
+    let (host, offset) = decode_offset_message_id(&sent.ext_fields["msgId"]).unwrap();
+    assert_eq!(host, follower.parse::<SocketAddr>().unwrap());
+    assert_eq!(sent.ext_fields["queueId"], "1");
+
+    // Pulled back from the leader, in RocketMQ's stored layout.
+    let pull = call(
+        &leader,
+        &request(
+            11,
+            &[
+                ("consumerGroup", "CG"),
+                ("topic", "Wire"),
+                ("queueId", "1"),
+                ("queueOffset", "0"),
+                ("maxMsgNums", "32"),
+                ("sysFlag", "0"),
+                ("commitOffset", "0"),
+                ("suspendTimeoutMillis", "0"),
+                ("subscription", "T1"),
+                ("subVersion", "0"),
+            ],
+            b"",
+        ),
+    );
+    assert_eq!(pull.code, 0, "{:?}", pull.remark);
+    assert_eq!(pull.ext_fields["nextBeginOffset"], "1");
+    let b = &pull.body;
+    let total = i32::from_be_bytes(b[0..4].try_into().unwrap()) as usize;
+    assert_eq!(total, b.len());
+    assert_eq!(
+        i64::from_be_bytes(b[28..36].try_into().unwrap()) as u64,
+        offset,
+        "PHYSICALOFFSET is the message id's offset"
+    );
+    assert!(b.windows(14).any(|w| w == b"hello remoting"));
+    assert!(b.ends_with(b"UNIQ_KEY\x01ABCDEF\x02"));
+    // A tag the subscription does not take: nothing matches, try again from 1.
+    let mut other_tag = request(11, &[], b"");
+    other_tag.ext_fields = BTreeMap::from_iter(
+        [
+            ("consumerGroup", "CG"),
+            ("topic", "Wire"),
+            ("queueId", "1"),
+            ("queueOffset", "0"),
+            ("maxMsgNums", "32"),
+            ("subscription", "T2"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
+    let none = call(&leader, &other_tag);
+    assert_eq!(
+        (none.code, none.ext_fields["nextBeginOffset"].as_str()),
+        (20, "1")
+    );
+
+    // Bad requests that decode get an error answer; the rest close the
+    // connection. Every port keeps serving.
+    for addr in [ns, leader.as_str()] {
+        assert_eq!(call(addr, &request(999_999, &[], b"")).code, 3);
+        let huge = i32::MAX.to_be_bytes();
+        assert!(raw(addr, &huge).is_none(), "a frame over 16 MiB");
+        assert!(
+            raw(addr, &(-1i32).to_be_bytes()).is_none(),
+            "a negative length"
+        );
+        let mut long_header = 8i32.to_be_bytes().to_vec();
+        long_header.extend_from_slice(&100u32.to_be_bytes());
+        long_header.extend_from_slice(b"{}{}");
+        assert!(
+            raw(addr, &long_header).is_none(),
+            "a header longer than its frame"
+        );
+        assert!(
+            raw(addr, &frame(0, b"{not json", b"")).is_none(),
+            "bad JSON"
+        );
+        assert!(
+            raw(addr, &frame(7, b"{}", b"")).is_none(),
+            "serialize type 7"
+        );
+        let fields: String = (0..2000).map(|i| format!("\"k{i}\":\"v\",")).collect();
+        let many = format!(
+            "{{\"code\":105,\"opaque\":1,\"extFields\":{{{}\"z\":\"v\"}}}}",
+            fields
+        );
+        assert!(
+            raw(addr, &frame(0, many.as_bytes(), b"")).is_none(),
+            "2001 ext fields"
+        );
+        assert_eq!(
+            call(addr, &request(999_999, &[], b"")).code,
+            3,
+            "still serving"
+        );
+    }
+    let mut bad_queue = send.clone();
+    bad_queue
+        .ext_fields
+        .insert("h".into(), "not a number".into());
+    let a = call(&leader, &bad_queue);
+    assert_ne!(a.code, 0);
+    assert!(a.remark.unwrap().contains("flag"));
+    let mut bad_batch = request(
+        320,
+        &[("a", "PG"), ("b", "Wire"), ("e", "0")],
+        &[0, 0, 0, 99, 1],
+    );
+    bad_batch.serialize_type = SerializeType::Json;
+    let a = call(&leader, &bad_batch);
+    assert_ne!(a.code, 0, "a cut batch body is refused");
+    let hb = call(&leader, &request(34, &[], b"{\"clientID\":"));
+    assert_ne!(hb.code, 0, "a heartbeat whose body is not JSON is refused");
+}
