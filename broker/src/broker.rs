@@ -265,8 +265,11 @@ impl Broker {
 
     /// Creates topic `name` (one queue, readable and writable; a retry or
     /// dead-letter topic) unless it exists, and waits until this node has applied it (a follower's write
-    /// is applied on the leader first). Errors: the write's.
+    /// is applied on the leader first). Errors: ILLEGAL_TOPIC (a name no topic
+    /// may have), the write's.
     pub async fn ensure_topic(&self, name: &str) -> Result<(), BrokerError> {
+        ledgermq_store::consume_queue::validate_topic(name)
+            .map_err(|e| refuse(ErrorKind::IllegalTopic, e.to_string()))?;
         if self.topic(name).is_some() {
             return Ok(());
         }

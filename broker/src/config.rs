@@ -48,7 +48,8 @@ pub struct BrokerConfig {
     /// Address of this node's 4.x remoting service, `host:port` (RocketMQ's
     /// `listenPort`, 10911): the address it listens on and the one it
     /// announces, so routes give 4.x clients this address (a host of
-    /// `0.0.0.0` is announced with `client_addr`'s host). Unset: no remoting
+    /// `0.0.0.0` is announced with `client_addr`'s host, which then must not
+    /// be a wildcard too). Unset: no remoting
     /// service (three nodes on one host need three ports, so there is no
     /// default).
     #[serde(default)]

@@ -157,6 +157,15 @@ impl BrokerNode {
                 if advertised.ip().is_unspecified() {
                     advertised.set_ip(client_addr.ip());
                 }
+                if advertised.ip().is_unspecified() {
+                    server.stop(Duration::ZERO).await;
+                    let _ = node.stop(true).await;
+                    return Err(config_error(
+                        "remoting_addr",
+                        "a wildcard host needs a client_addr with a host clients can \
+                         reach: 4.x clients are told this address",
+                    ));
+                }
                 match crate::remoting::serve(broker.clone(), listen, advertised).await {
                     Ok(s) => Some(s),
                     Err(e) => {

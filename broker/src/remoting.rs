@@ -18,6 +18,8 @@
 //!   locks (41, 42), consumer offsets (14, 15; pulls' piggybacked commits),
 //!   committed through Raft in one entry per flush interval.
 //!
+//! - [`query`]: QUERY_MESSAGE (12) by key or message id, VIEW_MESSAGE_BY_ID
+//!   (33) by the offset message id's offset.
 //! - [`retry`]: CONSUMER_SEND_MSG_BACK (36) into `%RETRY%<group>` after a
 //!   delay level, or `%DLQ%<group>`.
 //!
@@ -26,6 +28,7 @@
 mod clients;
 mod fields;
 mod pull;
+mod query;
 mod retry;
 mod send;
 
@@ -68,7 +71,10 @@ impl RemotingServer {
     /// Stops accepting and commits the offsets still pending once.
     pub async fn stop(self) {
         self.accept.abort();
+        // An offset stays pending until it is applied, so a flush cut off
+        // here loses none of them: the last one writes them.
         self.flusher.abort();
+        let _ = self.flusher.await;
         self.state.flush_offsets().await;
     }
 }
@@ -131,6 +137,7 @@ pub async fn serve(
                         let s = s.clone();
                         async move { s.handle(req, conn).await }
                     },
+                    is_send,
                     on_close,
                 )
                 .await;
@@ -143,6 +150,14 @@ pub async fn serve(
         state: kept,
         advertised,
     })
+}
+
+/// Sends, which a connection takes in arrival order when they are oneway.
+fn is_send(req: &RemotingCommand) -> bool {
+    matches!(
+        req.code,
+        request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE
+    )
 }
 
 /// The response code a core error answers with.
@@ -181,6 +196,8 @@ impl Remoting {
             request::QUERY_CONSUMER_OFFSET => self.query_offset(&req),
             request::UPDATE_CONSUMER_OFFSET => self.update_offset(&req),
             request::CONSUMER_SEND_MSG_BACK => self.send_back(&req).await,
+            request::QUERY_MESSAGE => self.query_message(&req),
+            request::VIEW_MESSAGE_BY_ID => self.view_message(&req),
             request::LOCK_BATCH_MQ => self.lock(&req),
             request::UNLOCK_BATCH_MQ => self.unlock(&req),
             other => Ok(RemotingCommand::response_to(

@@ -189,6 +189,7 @@ async fn split_protocols(
                     let answer = crate::remoting::handle(&registry.lock().unwrap(), &req, now_ms());
                     async move { Some(answer) }
                 },
+                |_| false,
                 |_| {},
             )
             .await;

@@ -1,9 +1,13 @@
 //! One server-side remoting connection over tokio (feature `io`): frames are
 //! read with [`crate::split_frame`]'s bound, each request is handled in its
 //! own task (a long-polling pull never holds up a send on the same
-//! connection), at most [`MAX_IN_FLIGHT`] at once (reading pauses beyond
-//! that), and answers and server-initiated requests are written by one
-//! writer task in the order they are ready. A frame that does not decode
+//! connection), except oneway requests the caller marks as ordered (a 4.x
+//! client's `sendOneway` with a queue selector relies on the broker taking
+//! them in the order they arrived), which one task per connection handles one
+//! after another; at most [`MAX_IN_FLIGHT`] requests are in hand at once,
+//! their answers queued included (reading pauses beyond that), and answers
+//! and server-initiated requests are written by one writer task in the order
+//! they are ready. A frame that does not decode
 //! closes the connection: its opaque cannot be trusted, and the stream cannot
 //! be resynchronised.
 
@@ -84,11 +88,13 @@ pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
 /// Serves one connection until the client closes it, a frame fails to decode
 /// or a write fails. `handle` answers a request with its response, or `None`
 /// for a oneway request (a response to a oneway request is not written).
-/// `on_close` runs once, after the connection is gone.
+/// Oneway requests for which `in_order` is true are handled one at a time in
+/// arrival order. `on_close` runs once, after the connection is gone.
 pub async fn serve_connection<H, F>(
     stream: TcpStream,
     max_frame_bytes: usize,
     handle: H,
+    in_order: fn(&RemotingCommand) -> bool,
     on_close: impl FnOnce(&Conn),
 ) where
     H: Fn(RemotingCommand, Conn) -> F + Send + Sync + 'static,
@@ -109,6 +115,18 @@ pub async fn serve_connection<H, F>(
     let writer = tokio::spawn(async move { write_frames(&mut rx, &mut wr).await });
     let handle = Arc::new(handle);
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    // Ordered oneway requests, with their slots, to one task.
+    let (ordered_tx, mut ordered_rx) =
+        mpsc::unbounded_channel::<(RemotingCommand, tokio::sync::OwnedSemaphorePermit)>();
+    let ordered = {
+        let (h, c) = (handle.clone(), conn.clone());
+        tokio::spawn(async move {
+            while let Some((cmd, permit)) = ordered_rx.recv().await {
+                let _ = h(cmd, c.clone()).await;
+                drop(permit);
+            }
+        })
+    };
     let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
     let mut chunk = vec![0u8; 64 << 10];
     'read: loop {
@@ -133,11 +151,15 @@ pub async fn serve_connection<H, F>(
                     let Ok(permit) = slots.clone().acquire_owned().await else {
                         break 'read;
                     };
+                    if cmd.is_oneway() && in_order(&cmd) {
+                        // Bounded by the slots: at most MAX_IN_FLIGHT queued.
+                        let _ = ordered_tx.send((cmd, permit));
+                        continue;
+                    }
                     let (h, c) = (handle.clone(), conn.clone());
                     tokio::spawn(async move {
                         let oneway = cmd.is_oneway();
                         let answer = h(cmd, c.clone()).await;
-                        drop(permit);
                         if let (false, Some(resp)) = (oneway, answer) {
                             match resp.encode() {
                                 Ok(bytes) => {
@@ -146,6 +168,9 @@ pub async fn serve_connection<H, F>(
                                 Err(e) => tracing::warn!(error = %e, "response not encodable"),
                             }
                         }
+                        // Only once the answer is queued: a client that stops
+                        // reading stops being read.
+                        drop(permit);
                     });
                 }
                 Ok(None) => break,
@@ -161,8 +186,69 @@ pub async fn serve_connection<H, F>(
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+    drop(ordered_tx);
+    let _ = ordered.await;
     on_close(&conn);
     // The writer ends by itself once every handler task and registry has
     // dropped its clone of the connection (answers in flight still go out).
     drop(writer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+
+    fn oneway(code: i32, n: usize) -> Vec<u8> {
+        let mut c = RemotingCommand::request(code, [("n", n.to_string())]);
+        c.flag = FLAG_ONEWAY;
+        c.encode().unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ordered_oneway_requests_are_handled_in_arrival_order() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<(i32, usize)>>> = Arc::default();
+        let s = seen.clone();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            serve_connection(
+                stream,
+                1 << 20,
+                move |req, _conn| {
+                    let s = s.clone();
+                    async move {
+                        let n: usize = req.ext_fields["n"].parse().unwrap();
+                        // Later requests finish sooner if run at once.
+                        tokio::time::sleep(Duration::from_millis(20 - n as u64 % 20)).await;
+                        s.lock().unwrap().push((req.code, n));
+                        None
+                    }
+                },
+                |req| req.code == 10,
+                |_| {},
+            )
+            .await;
+        });
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut bytes = Vec::new();
+        for n in 0..40 {
+            bytes.extend(oneway(10, n));
+            bytes.extend(oneway(11, n));
+        }
+        client.write_all(&bytes).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while seen.lock().unwrap().len() < 80 {
+            assert!(std::time::Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let seen = seen.lock().unwrap();
+        let ordered: Vec<usize> = seen.iter().filter(|x| x.0 == 10).map(|x| x.1).collect();
+        assert_eq!(ordered, (0..40).collect::<Vec<_>>());
+        let others: Vec<usize> = seen.iter().filter(|x| x.0 == 11).map(|x| x.1).collect();
+        assert_ne!(others, (0..40).collect::<Vec<_>>(), "the rest run at once");
+    }
 }

@@ -74,13 +74,35 @@ impl MessageStore {
         queue_id: i32,
         from_offset: u64,
         max_count: usize,
+        accept_tag_hash: impl FnMut(i64) -> bool,
+    ) -> Result<(Vec<StoredMessage>, u64)> {
+        self.get_messages_scanning(
+            topic,
+            queue_id,
+            from_offset,
+            max_count,
+            usize::MAX,
+            accept_tag_hash,
+        )
+    }
+
+    /// [`Self::get_messages`], looking at no more than `max_scan` ConsumeQueue
+    /// entries (a filter that takes few messages then costs a bounded read;
+    /// the caller continues from the offset returned).
+    pub fn get_messages_scanning(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        from_offset: u64,
+        max_count: usize,
+        max_scan: usize,
         mut accept_tag_hash: impl FnMut(i64) -> bool,
     ) -> Result<(Vec<StoredMessage>, u64)> {
         let Some(cq) = self.consume_queues().get(topic, queue_id) else {
             return Ok((Vec::new(), from_offset));
         };
         let mut at = from_offset.max(cq.min_offset());
-        let end = cq.max_offset();
+        let end = cq.max_offset().min(at.saturating_add(max_scan as u64));
         let mut out = Vec::new();
         while at < end && out.len() < max_count {
             let e = self.queue_entry(&cq, at)?;

@@ -4,9 +4,10 @@ remoting_check.py (send, pull).
 
 - receive: a SimpleConsumer (group CrossGroup) receives --count messages of
   --topic and fails unless the bodies --prefix-i arrive with tag TagX and keys
-  --prefix-key-i (messages sent over remoting).
-- send: sends --count messages --prefix-i to --topic with tag TagX and keys
-  --prefix-key-i (for a remoting pull consumer to read).
+  --prefix-key-i (messages sent over remoting; the first, 10 KiB, compressed by
+  the 4.x client).
+- send: sends --count messages --prefix-i (the first 10 KiB) to --topic with
+  tag TagX and keys --prefix-key-i (for a remoting pull consumer to read).
 
 Prints a one-line JSON summary; exits 1 on a failure.
 """
@@ -19,6 +20,13 @@ import time
 
 from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message,
                       Producer, SimpleConsumer)
+
+
+def body_of(prefix, i):
+    """Message i's body, as remoting_check.py makes them: message 0's is 10 KiB
+    (compressed by the 4.x client)."""
+    b = "%s-%d" % (prefix, i)
+    return b + "|" + "z" * 10240 if i == 0 else b
 
 
 def main():
@@ -36,7 +44,7 @@ def main():
         p.startup()
         for i in range(args.count):
             m = Message()
-            m.topic, m.body = args.topic, ("%s-%d" % (args.prefix, i)).encode()
+            m.topic, m.body = args.topic, body_of(args.prefix, i).encode()
             m.tag, m.keys = "TagX", "%s-key-%d" % (args.prefix, i)
             p.send(m)
         p.shutdown()
@@ -48,14 +56,15 @@ def main():
         end = time.time() + 60
         while time.time() < end and len(found) < args.count:
             for m in c.receive(32, 15) or []:
-                found[m.body.decode()] = (m.tag, list(m.keys))
+                body = m.body.decode()
+                found[body.split("|")[0]] = (m.tag, list(m.keys), body)
                 c.ack(m)
         c.shutdown()
         for i in range(args.count):
             body = "%s-%d" % (args.prefix, i)
-            want = ("TagX", ["%s-key-%d" % (args.prefix, i)])
+            want = ("TagX", ["%s-key-%d" % (args.prefix, i)], body_of(args.prefix, i))
             if found.get(body) != want:
-                errors.append("%s: got %s, want %s" % (body, found.get(body), want))
+                errors.append("%s: got %s, want %s" % (body, str(found.get(body))[:80], str(want)[:80]))
         print(json.dumps({"mode": "receive", "received": len(found), "errors": errors[:10]}))
     sys.stdout.flush()
     os._exit(1 if errors else 0)

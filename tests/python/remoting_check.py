@@ -15,8 +15,9 @@ client's). Modes:
 - orderly: an orderly push consumer (group RemOrderGroup) on RemOrder; sends
   per key in order with send_orderly (same key, same queue), --kill-pid SIGKILLed
   half way; fails unless each key's messages are first consumed in order, all.
-- send: --count messages to --topic (bodies --prefix-i, tag TagX, keys
-  --prefix-key-i), one batch.
+- send: --count messages to --topic (bodies --prefix-i, the first 10 KiB long,
+  which the client compresses; tag TagX, keys --prefix-key-i), half of them in
+  one batch.
 - pull: a pull consumer reads every queue of --topic from offset 0 and fails
   unless the --count bodies --prefix-i are there with their tag and keys.
 
@@ -219,13 +220,20 @@ def orderly(args):
     return not errors
 
 
+def body_of(prefix, i):
+    """Message i's body: message 0's is 10 KiB, which the C++ core sends
+    zlib-compressed (its threshold is 4 KiB)."""
+    b = "%s-%d" % (prefix, i)
+    return b + "|" + "z" * 10240 if i == 0 else b
+
+
 def send(args):
     p = producer("RemSendProducer")
     half = args.count // 2
     for i in range(half):
-        send_until_ok(lambda: p.send_sync(msg(args.topic, "%s-%d" % (args.prefix, i), "TagX",
+        send_until_ok(lambda: p.send_sync(msg(args.topic, body_of(args.prefix, i), "TagX",
                                               "%s-key-%d" % (args.prefix, i))))
-    batch = [msg(args.topic, "%s-%d" % (args.prefix, i), "TagX", "%s-key-%d" % (args.prefix, i))
+    batch = [msg(args.topic, body_of(args.prefix, i), "TagX", "%s-key-%d" % (args.prefix, i))
              for i in range(half, args.count)]
     if batch:
         send_until_ok(lambda: p.send_batch(batch))
@@ -242,15 +250,16 @@ def pull(args):
     end = time.time() + args.wait
     while time.time() < end and len(found) < args.count:
         for m in c.pull(args.topic):
-            found[m.body.decode()] = (m.tags.decode(), m.keys.decode())
+            body = m.body.decode()
+            found[body.split("|")[0]] = (m.tags.decode(), m.keys.decode(), body)
     c.shutdown()
     errors = []
     for i in range(args.count):
         body = "%s-%d" % (args.prefix, i)
         if body not in found:
             errors.append("%s not pulled" % body)
-        elif found[body] != ("TagX", "%s-key-%d" % (args.prefix, i)):
-            errors.append("%s has tag and keys %s" % (body, found[body]))
+        elif found[body] != ("TagX", "%s-key-%d" % (args.prefix, i), body_of(args.prefix, i)):
+            errors.append("%s has tag, keys or body %s" % (body, str(found[body])[:80]))
     print(json.dumps({"mode": "pull", "pulled": len(found), "errors": errors[:10]}))
     return not errors
 

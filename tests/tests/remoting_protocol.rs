@@ -3,7 +3,8 @@
 //! talks gRPC to it), a broker node takes a SEND_MESSAGE_V2 in the ROCKETMQ
 //! binary header and a PULL_MESSAGE gives the message back in RocketMQ's
 //! stored layout with an offset message id that decodes to the node's
-//! remoting address; bad frames get an error answer or a closed connection,
+//! remoting address, which VIEW_MESSAGE_BY_ID and QUERY_MESSAGE find again;
+//! bad frames get an error answer or a closed connection,
 //! never a dead process.
 
 use std::collections::BTreeMap;
@@ -21,13 +22,19 @@ fn connect(addr: &str) -> TcpStream {
     s
 }
 
-/// Reads one frame; `None` when the peer closed the connection.
+/// Reads the next answer, skipping the server's own requests (a
+/// NOTIFY_CONSUMER_IDS_CHANGED); `None` when the peer closed the connection.
 fn read_answer(s: &mut TcpStream) -> Option<RemotingCommand> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 65536];
     loop {
-        if let Ok(Some((frame, _))) = split_frame(&buf, 64 << 20) {
-            return Some(RemotingCommand::decode(frame).unwrap());
+        if let Ok(Some((frame, used))) = split_frame(&buf, 64 << 20) {
+            let cmd = RemotingCommand::decode(frame).unwrap();
+            if cmd.is_response() {
+                return Some(cmd);
+            }
+            buf.drain(..used);
+            continue;
         }
         match s.read(&mut chunk) {
             Ok(0) | Err(_) => return None,
@@ -181,6 +188,147 @@ fn check(ns: &str) {
     assert_eq!(
         (none.code, none.ext_fields["nextBeginOffset"].as_str()),
         (20, "1")
+    );
+
+    // Viewed by the offset of its message id, on another node; queried by key
+    // and by message id.
+    let off = offset.to_string();
+    let view = call(&leader, &request(33, &[("offset", &off)], b""));
+    assert_eq!(view.code, 0, "{:?}", view.remark);
+    let viewed = ledgermq_remoting::message::decode_messages(&view.body).unwrap();
+    assert_eq!((viewed.len(), viewed[0].body), (1, &b"hello remoting"[..]));
+    let bad_off = (offset + 1).to_string();
+    assert_ne!(
+        call(&leader, &request(33, &[("offset", &bad_off)], b"")).code,
+        0
+    );
+    let by_key = call(
+        &leader,
+        &request(
+            12,
+            &[("topic", "Wire"), ("key", "k1"), ("maxNum", "8")],
+            b"",
+        ),
+    );
+    assert_eq!(by_key.code, 0, "{:?}", by_key.remark);
+    assert_eq!(
+        ledgermq_remoting::message::decode_messages(&by_key.body)
+            .unwrap()
+            .len(),
+        1
+    );
+    let by_id = call(
+        &follower,
+        &request(
+            12,
+            &[
+                ("topic", "Wire"),
+                ("key", "ABCDEF"),
+                ("_UNIQUE_KEY_QUERY", "true"),
+            ],
+            b"",
+        ),
+    );
+    assert_eq!(by_id.code, 0, "{:?}", by_id.remark);
+    let none = call(
+        &leader,
+        &request(12, &[("topic", "Wire"), ("key", "nope")], b""),
+    );
+    assert_eq!(none.code, 22);
+
+    // A delay message's stored record is the broker's own (a timer): neither
+    // viewed nor sent back into a retry topic before its time.
+    let mut delayed = send.clone();
+    delayed
+        .ext_fields
+        .insert("i".into(), "DELAY\u{1}5\u{2}UNIQ_KEY\u{1}D1\u{2}".into());
+    let d = call(&follower, &delayed);
+    assert_eq!(d.code, 0, "{:?}", d.remark);
+    assert_eq!(d.ext_fields["queueId"], "1", "the queue it goes to");
+    let (_, timer_offset) = decode_offset_message_id(&d.ext_fields["msgId"]).unwrap();
+    let t = timer_offset.to_string();
+    assert_ne!(call(&leader, &request(33, &[("offset", &t)], b"")).code, 0);
+    let back = |offset: &str| {
+        request(
+            36,
+            &[
+                ("offset", offset),
+                ("group", "CG"),
+                ("delayLevel", "1"),
+                ("maxReconsumeTimes", "16"),
+            ],
+            b"",
+        )
+    };
+    assert_ne!(call(&leader, &back(&t)).code, 0, "a timer is not sent back");
+
+    // Consumer offsets: a commit is seen at once by a query, and after its
+    // flush through Raft on every node; a queue the topic lacks is refused.
+    let commit = |q: &str, o: &str| {
+        request(
+            15,
+            &[
+                ("consumerGroup", "CG"),
+                ("topic", "Wire"),
+                ("queueId", q),
+                ("commitOffset", o),
+            ],
+            b"",
+        )
+    };
+    assert_eq!(call(&follower, &commit("1", "1")).code, 0);
+    assert_ne!(call(&follower, &commit("9", "1")).code, 0, "queue 9 of 2");
+    let query = |addr: &str| {
+        call(
+            addr,
+            &request(
+                14,
+                &[("consumerGroup", "CG"), ("topic", "Wire"), ("queueId", "1")],
+                b"",
+            ),
+        )
+    };
+    assert_eq!(query(&follower).ext_fields["offset"], "1");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while query(&leader).ext_fields.get("offset").map(String::as_str) != Some("1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the offset never reached the leader"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(query(&leader).code, 0);
+
+    // A message sent back goes to the group's retry topic; a client's own
+    // retry past the most reconsumes goes to the dead-letter queue.
+    let hb =
+        br#"{"clientID":"c1","consumerDataSet":[{"groupName":"CG","messageModel":"CLUSTERING"}]}"#;
+    assert_eq!(call(&leader, &request(34, &[], hb)).code, 0);
+    assert_eq!(call(&leader, &back(&offset.to_string())).code, 0);
+    let mut give_up = send.clone();
+    give_up.ext_fields.insert("b".into(), "%RETRY%CG".into());
+    give_up.ext_fields.insert("e".into(), "0".into());
+    give_up.ext_fields.insert("j".into(), "16".into());
+    let g = call(&leader, &give_up);
+    assert_eq!(g.code, 0, "{:?}", g.remark);
+    let dlq_pull = request(
+        11,
+        &[
+            ("consumerGroup", "CG"),
+            ("topic", "%DLQ%CG"),
+            ("queueId", "0"),
+            ("queueOffset", "0"),
+            ("maxMsgNums", "32"),
+        ],
+        b"",
+    );
+    let dead = call(&leader, &dlq_pull);
+    assert_eq!(dead.code, 0, "{:?}", dead.remark);
+    assert_eq!(
+        ledgermq_remoting::message::decode_messages(&dead.body)
+            .unwrap()
+            .len(),
+        1
     );
 
     // Bad requests that decode get an error answer; the rest close the

@@ -46,6 +46,13 @@ pub const LOCK_EXPIRY: Duration = Duration::from_secs(60);
 /// Most consumers one group may have on one node, and most groups.
 const MAX_CLIENTS_PER_GROUP: usize = 4096;
 const MAX_GROUPS: usize = 4096;
+/// Most offsets one `CommitOffsets` entry carries.
+pub const MAX_OFFSETS_PER_ENTRY: usize = 1024;
+/// Most offsets pending on one node (a commit of a queue not yet pending is
+/// dropped past it, with a warning; the consumer commits it again).
+const MAX_PENDING_OFFSETS: usize = 65_536;
+/// Longest client id, group, or topic a heartbeat or lock body may name.
+const MAX_NAME_BYTES: usize = 255;
 /// Most queue locks one node holds (a lock on a queue past it is refused).
 const MAX_LOCKS: usize = 65_536;
 
@@ -96,13 +103,21 @@ impl Clients {
         }
     }
 
-    /// Takes a consumer's offset commit, to be flushed.
+    /// Takes a consumer's offset commit, to be flushed (the caller checked
+    /// the group, the topic and the queue id).
     pub(crate) fn take_offset(&self, group: &str, topic: &str, queue_id: i32, offset: u64) {
         let mut inner = self.inner.lock().unwrap();
-        let e = inner
-            .pending
-            .entry((group.to_owned(), topic.to_owned(), queue_id))
-            .or_insert(offset);
+        let key = (group.to_owned(), topic.to_owned(), queue_id);
+        if !inner.pending.contains_key(&key) && inner.pending.len() >= MAX_PENDING_OFFSETS {
+            tracing::warn!(
+                group,
+                topic,
+                queue_id,
+                "too many offsets pending; dropped one"
+            );
+            return;
+        }
+        let e = inner.pending.entry(key).or_insert(offset);
         *e = (*e).max(offset);
     }
 }
@@ -184,6 +199,25 @@ pub(crate) fn new_message_id(host: SocketAddr) -> String {
     b.iter().map(|x| format!("{x:02X}")).collect()
 }
 
+/// A lock body's names are bounded. Error: BAD_REQUEST.
+fn check_lock_body(b: &LockBody) -> Result<(), BrokerError> {
+    let too_long = |s: &str| s.is_empty() || s.len() > MAX_NAME_BYTES;
+    if too_long(&b.consumer_group)
+        || too_long(&b.client_id)
+        || b.mq_set
+            .iter()
+            .any(|q| too_long(&q.topic) || q.broker_name.len() > MAX_NAME_BYTES)
+    {
+        return Err(refuse(
+            ErrorKind::BadRequest,
+            format!(
+                "a lock body's group, client id and topics must be 1 to {MAX_NAME_BYTES} bytes"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn bad_json(what: &str, e: serde_json::Error) -> BrokerError {
     refuse(ErrorKind::BadRequest, format!("{what} body: {e}"))
 }
@@ -205,8 +239,14 @@ impl Remoting {
         {
             let mut inner = self.clients.inner.lock().unwrap();
             let now = Instant::now();
+            if hb.client_id.is_empty() || hb.client_id.len() > MAX_NAME_BYTES {
+                return Err(refuse(
+                    ErrorKind::BadRequest,
+                    format!("a heartbeat's clientID must be 1 to {MAX_NAME_BYTES} bytes"),
+                ));
+            }
             for c in &hb.consumer_data_set {
-                if check_group(&c.group_name).is_err() || hb.client_id.is_empty() {
+                if check_group(&c.group_name).is_err() {
                     continue;
                 }
                 if !inner.groups.contains_key(&c.group_name) && inner.groups.len() >= MAX_GROUPS {
@@ -232,9 +272,15 @@ impl Remoting {
                 }
             }
         }
+        // The group and its retry topic, as RocketMQ's broker makes them at a
+        // heartbeat (under the auto-creation setting and the group limit).
         for g in clustering {
-            if let Err(e) = self.broker.ensure_topic(&retry_topic(&g)).await {
-                tracing::warn!(group = %g, error = %e, "creating the retry topic failed");
+            let made = match self.broker.group_or_create(&g).await {
+                Ok(_) => self.broker.ensure_topic(&retry_topic(&g)).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = made {
+                tracing::debug!(group = %g, error = %e, "no retry topic for the group");
             }
         }
         Ok(RemotingCommand::response_to(req, response::SUCCESS, None))
@@ -333,51 +379,65 @@ impl Remoting {
     ) -> Result<RemotingCommand, BrokerError> {
         let group = req_str(req, "consumerGroup", None)?;
         check_group(group)?;
-        let topic = req_str(req, "topic", None)?;
+        let topic = self.broker.readable_topic(req_str(req, "topic", None)?)?;
         let queue_id: i32 = req_num(req, "queueId", None)?;
+        super::pull::check_queue(&topic, queue_id)?;
         let offset: i64 = req_num(req, "commitOffset", None)?;
-        if offset >= 0 && self.broker.topic(topic).is_some() {
+        if offset >= 0 {
             self.clients
-                .take_offset(group, topic, queue_id, offset as u64);
+                .take_offset(group, &topic.name, queue_id, offset as u64);
         }
         Ok(RemotingCommand::response_to(req, response::SUCCESS, None))
     }
 
-    /// Commits the pending offsets through Raft in one entry; on failure they
-    /// stay pending (unless newer ones were taken meanwhile).
+    /// Commits the pending offsets through Raft, up to
+    /// [`MAX_OFFSETS_PER_ENTRY`] in an entry. An offset stays pending (and
+    /// queries see it) until this node has applied a commit of it or a later
+    /// one; a failed write is tried again at the next flush.
     pub(super) async fn flush_offsets(&self) {
-        let taken = std::mem::take(&mut self.clients.inner.lock().unwrap().pending);
-        if taken.is_empty() {
-            return;
-        }
-        let commits = taken
+        let pending: Vec<(QueueKey, u64)> = self
+            .clients
+            .inner
+            .lock()
+            .unwrap()
+            .pending
             .iter()
-            .map(|((group, topic, queue_id), &offset)| OffsetCommit {
-                group: group.clone(),
-                topic: topic.clone(),
-                queue_id: *queue_id,
-                offset,
-            })
+            .map(|(k, &o)| (k.clone(), o))
             .collect();
-        if let Err(e) = self
-            .broker
-            .node
-            .write_command(Command::CommitOffsets(commits))
-            .await
-        {
-            tracing::debug!(error = %e, "committing remoting offsets failed; retrying");
-            let mut inner = self.clients.inner.lock().unwrap();
-            for (k, o) in taken {
-                let e = inner.pending.entry(k).or_insert(o);
-                *e = (*e).max(o);
+        for chunk in pending.chunks(MAX_OFFSETS_PER_ENTRY) {
+            let commits = chunk
+                .iter()
+                .map(|((group, topic, queue_id), offset)| OffsetCommit {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    queue_id: *queue_id,
+                    offset: *offset,
+                })
+                .collect();
+            if let Err(e) = self
+                .broker
+                .node
+                .write_command(Command::CommitOffsets(commits))
+                .await
+            {
+                tracing::debug!(error = %e, "committing remoting offsets failed; retrying");
+                return;
             }
         }
+        // Drop what this node has applied (a follower's apply may lag the
+        // leader's: the rest stays for the next flush).
+        let meta = self.broker.node.shared_meta().read().unwrap();
+        let mut inner = self.clients.inner.lock().unwrap();
+        inner
+            .pending
+            .retain(|k, o| meta.offsets.get(k).is_none_or(|&c| c < *o));
     }
 
     /// LOCK_BATCH_MQ: locks each queue asked for that is free, expired or the
     /// client's already; answers `{"lockOKMQSet":[...]}` with those.
     pub(super) fn lock(&self, req: &RemotingCommand) -> Result<RemotingCommand, BrokerError> {
         let body: LockBody = serde_json::from_slice(&req.body).map_err(|e| bad_json("lock", e))?;
+        check_lock_body(&body)?;
         let mut inner = self.clients.inner.lock().unwrap();
         let now = Instant::now();
         if inner.locks.len() >= MAX_LOCKS {
@@ -404,6 +464,7 @@ impl Remoting {
     pub(super) fn unlock(&self, req: &RemotingCommand) -> Result<RemotingCommand, BrokerError> {
         let body: LockBody =
             serde_json::from_slice(&req.body).map_err(|e| bad_json("unlock", e))?;
+        check_lock_body(&body)?;
         let mut inner = self.clients.inner.lock().unwrap();
         for mq in body.mq_set {
             let key = (body.consumer_group.clone(), mq.topic, mq.queue_id);

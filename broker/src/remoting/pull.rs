@@ -1,11 +1,15 @@
 //! PULL_MESSAGE (11) and the offsets by queue (29-32), from this node's own
 //! ConsumeQueues: they hold committed messages only, so any member answers.
 //!
+//! Bodies a 5.x producer compressed are made readable for 4.x consumers
+//! ([`for_4x_consumers`]).
+//!
 //! A pull answers as RocketMQ's `PullMessageProcessor` maps its store's
 //! statuses (`../shared/docs/rocketmq-remoting.md` §1.3):
 //! - messages found: SUCCESS, the body the stored messages in RocketMQ's
 //!   layout ([`ledgermq_remoting::message::encode_message`]), at most
-//!   [`MAX_PULL_MESSAGES`] and, past the first, [`MAX_PULL_BYTES`];
+//!   [`MAX_PULL_MESSAGES`], ending with the message that takes it past
+//!   [`MAX_PULL_BYTES`], from at most [`MAX_PULL_SCAN`] ConsumeQueue entries;
 //! - some scanned but none passed the tag filter: PULL_RETRY_IMMEDIATELY with
 //!   the offset after them;
 //! - an offset below the queue's minimum (retention removed it):
@@ -20,15 +24,16 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use ledgermq_remoting::codes::{request, response};
-use ledgermq_remoting::message::{encode_message, WireMessage};
+use ledgermq_remoting::message::{encode_message, WireMessage, SYSFLAG_COMPRESSED};
 use ledgermq_remoting::RemotingCommand;
-use ledgermq_store::queries::StoredMessage;
+use ledgermq_store::record::PROPERTY_TAGS;
+use ledgermq_store::StoredMessage;
 
 use super::fields::{opt, opt_num, req_num, req_str};
 use super::Remoting;
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::filter::{FilterExpr, TagFilter};
-use crate::message::check_group;
+use crate::message::{check_group, PROPERTY_BODY_ENCODING};
 
 /// Most messages one pull answers with (RocketMQ's
 /// `maxTransferCountOnMessageInMemory`).
@@ -37,9 +42,61 @@ pub const MAX_PULL_MESSAGES: usize = 32;
 /// (RocketMQ's `maxTransferBytesOnMessageInMemory`).
 pub const MAX_PULL_BYTES: usize = 256 << 10;
 
+/// Most ConsumeQueue entries one pull looks at (a tag filter that takes few
+/// messages costs a bounded read; the consumer goes on from where it stopped).
+pub const MAX_PULL_SCAN: usize = 4096;
+
 /// PullSysFlag bits.
 const FLAG_COMMIT_OFFSET: i32 = 1;
 const FLAG_SUSPEND: i32 = 2;
+
+/// Most bytes a gzip body sent over gRPC is inflated to for a 4.x consumer;
+/// a larger one is passed on as stored.
+const MAX_INFLATED_BYTES: u64 = 16 << 20;
+
+/// The sysflag a 4.x consumer gets for `rec`, whose body it may change: a
+/// body a 5.x producer sent compressed (`__BODY_ENCODING=GZIP`, no COMPRESSED
+/// flag) is flagged COMPRESSED when it is zlib (what 4.x clients inflate), and
+/// inflated when it is gzip (which they cannot), up to
+/// [`MAX_INFLATED_BYTES`].
+pub fn for_4x_consumers(rec: &mut ledgermq_store::MessageRecord) -> i32 {
+    use std::io::Read;
+    let gzip = rec
+        .properties
+        .get(PROPERTY_BODY_ENCODING)
+        .map(String::as_str)
+        == Some("GZIP");
+    if !gzip || rec.sys_flag & SYSFLAG_COMPRESSED != 0 {
+        return rec.sys_flag;
+    }
+    match rec.body.get(..2) {
+        Some([0x1f, 0x8b]) => {
+            let mut out = Vec::new();
+            let mut d = flate2::read::GzDecoder::new(&rec.body[..]).take(MAX_INFLATED_BYTES + 1);
+            if d.read_to_end(&mut out).is_ok() && out.len() as u64 <= MAX_INFLATED_BYTES {
+                rec.body = out;
+                rec.properties.remove(PROPERTY_BODY_ENCODING);
+            }
+            rec.sys_flag
+        }
+        Some([0x78, _]) => rec.sys_flag | SYSFLAG_COMPRESSED,
+        _ => rec.sys_flag,
+    }
+}
+
+/// Checks that `queue_id` is one of `topic`'s queues. Error: BAD_REQUEST.
+pub fn check_queue(topic: &ledgermq_meta::TopicConfig, queue_id: i32) -> Result<(), BrokerError> {
+    if queue_id < 0 || queue_id as u32 >= topic.queue_count {
+        return Err(refuse(
+            ErrorKind::BadRequest,
+            format!(
+                "queue {queue_id} of topic {} does not exist ({} queues)",
+                topic.name, topic.queue_count
+            ),
+        ));
+    }
+    Ok(())
+}
 
 /// Encodes stored messages as a pull answer's body, each with `store_host`.
 /// Stops after the message that takes the body past [`MAX_PULL_BYTES`];
@@ -51,14 +108,15 @@ pub fn pull_body(found: &[StoredMessage], store_host: SocketAddr) -> (Vec<u8>, u
         if n > 0 && body.len() >= MAX_PULL_BYTES {
             break;
         }
-        let rec = m.view().to_record();
+        let mut rec = m.view().to_record();
+        let sys_flag = for_4x_consumers(&mut rec);
         let props = ledgermq_store::record::encode_properties(&rec.properties);
         let wire = WireMessage {
             queue_id: rec.queue_id,
             flag: rec.flag,
             queue_offset: m.queue_offset.unwrap_or(0) as i64,
             physical_offset: m.physical_offset as i64,
-            sys_flag: rec.sys_flag,
+            sys_flag,
             born_timestamp_ms: rec.born_timestamp_ms,
             born_host: rec.born_host,
             store_timestamp_ms: rec.store_timestamp_ms,
@@ -71,8 +129,9 @@ pub fn pull_body(found: &[StoredMessage], store_host: SocketAddr) -> (Vec<u8>, u
         };
         if encode_message(&mut body, &wire).is_err() {
             // Cannot happen for a stored record (its topic and properties fit
-            // the store's narrower limits); skip rather than fail the pull.
-            continue;
+            // the store's narrower limits); stop here, so the answer's next
+            // offset is this message's.
+            break;
         }
         n += 1;
     }
@@ -92,15 +151,7 @@ impl Remoting {
         let commit_offset: i64 = opt_num(req, "commitOffset", None)?.unwrap_or(-1);
         let suspend_ms: u64 = opt_num(req, "suspendTimeoutMillis", None)?.unwrap_or(0);
         let topic = self.broker.readable_topic(topic_name)?;
-        if queue_id < 0 || queue_id as u32 >= topic.queue_count {
-            return Err(refuse(
-                ErrorKind::BadRequest,
-                format!(
-                    "queue {queue_id} of topic {} does not exist ({} queues)",
-                    topic.name, topic.queue_count
-                ),
-            ));
-        }
+        check_queue(&topic, queue_id)?;
         let filter = match opt(req, "expressionType", None) {
             Some(t) if t.eq_ignore_ascii_case("SQL92") => {
                 return Err(refuse(
@@ -145,14 +196,35 @@ impl Remoting {
                 return Ok(answer(response::PULL_OFFSET_MOVED, min));
             }
             if offset < max_offset {
-                let (found, next) =
-                    store.get_messages(&topic.name, queue_id, offset, max, |h| {
-                        filter.accepts_hash(h)
-                    })?;
-                let found: Vec<StoredMessage> = found
-                    .into_iter()
-                    .filter(|m| filter.accepts_tag(m.view().to_record().tag()))
-                    .collect();
+                // A few messages at a time, so a pull reads about what it
+                // answers with: 32 messages, 256 KiB, MAX_PULL_SCAN entries.
+                let (mut found, mut next, mut bytes) = (Vec::new(), offset, 0usize);
+                while found.len() < max
+                    && bytes < MAX_PULL_BYTES
+                    && next < max_offset
+                    && next - offset < MAX_PULL_SCAN as u64
+                {
+                    let scan = MAX_PULL_SCAN - (next - offset) as usize;
+                    let want = (max - found.len()).min(8);
+                    let (batch, after) = store.get_messages_scanning(
+                        &topic.name,
+                        queue_id,
+                        next,
+                        want,
+                        scan,
+                        |h| filter.accepts_hash(h),
+                    )?;
+                    for m in batch {
+                        if filter.accepts_tag(m.view().property(PROPERTY_TAGS)) {
+                            bytes += m.bytes.len();
+                            found.push(m);
+                        }
+                    }
+                    if after == next {
+                        break;
+                    }
+                    next = after;
+                }
                 if found.is_empty() {
                     return Ok(answer(response::PULL_RETRY_IMMEDIATELY, next));
                 }
@@ -214,5 +286,43 @@ impl Remoting {
             }
         }
         Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn rec(body: Vec<u8>, gzip: bool) -> ledgermq_store::MessageRecord {
+        let r = ledgermq_store::MessageRecord::message("T", 0, body, 0);
+        if gzip {
+            r.with_property(PROPERTY_BODY_ENCODING, "GZIP")
+        } else {
+            r
+        }
+    }
+
+    #[test]
+    fn compressed_5x_bodies_become_readable_for_4x_consumers() {
+        let plain = b"hello hello hello".to_vec();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&plain).unwrap();
+        let mut r = rec(gz.finish().unwrap(), true);
+        assert_eq!(for_4x_consumers(&mut r), 0);
+        assert_eq!(r.body, plain);
+        assert!(!r.properties.contains_key(PROPERTY_BODY_ENCODING));
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&plain).unwrap();
+        let zlib = z.finish().unwrap();
+        let mut r = rec(zlib.clone(), true);
+        assert_eq!(for_4x_consumers(&mut r), SYSFLAG_COMPRESSED);
+        assert_eq!(r.body, zlib);
+        let mut r = rec(plain.clone(), false);
+        assert_eq!(for_4x_consumers(&mut r), 0);
+        // A damaged gzip body is passed on as stored.
+        let mut r = rec(vec![0x1f, 0x8b, 0, 0], true);
+        assert_eq!(for_4x_consumers(&mut r), 0);
+        assert_eq!(r.body, vec![0x1f, 0x8b, 0, 0]);
     }
 }

@@ -1,7 +1,9 @@
 //! CONSUMER_SEND_MSG_BACK (36): a push consumer's failed message goes to its
 //! group's retry topic `%RETRY%<group>` after a delay, or to `%DLQ%<group>`
 //! once it has been consumed `maxReconsumeTimes` times (16 by default), as
-//! RocketMQ's `AbstractSendMessageProcessor` does
+//! RocketMQ's `AbstractSendMessageProcessor` does; only a message of a
+//! readable topic (not the broker's own timer or half-message topics) is
+//! copied
 //! (`../shared/docs/rocketmq-remoting.md` §1.3): delay level 0 means
 //! `3 + reconsumeTimes` (10 s, 30 s, 1 min, ...), a negative one the DLQ at
 //! once. The copy keeps the message id (`UNIQ_KEY`) and properties, counts
@@ -17,8 +19,9 @@ use super::fields::{opt, opt_num, req_num, req_str};
 use super::send::DELAY_LEVELS_MS;
 use super::Remoting;
 use crate::consume::dlq_topic;
-use crate::error::{refuse, BrokerError, ErrorKind};
+use crate::error::BrokerError;
 use crate::message::{check_group, dead_letter_copy, Incoming};
+use ledgermq_remoting::message::offset_message_id;
 
 /// RocketMQ's default `maxReconsumeTimes`.
 pub const DEFAULT_MAX_RECONSUME_TIMES: i32 = 16;
@@ -38,7 +41,7 @@ pub fn retry_delay_ms(
         return None;
     }
     let level = if delay_level == 0 {
-        3 + reconsume_times
+        reconsume_times.saturating_add(3)
     } else {
         delay_level
     };
@@ -58,28 +61,14 @@ impl Remoting {
         let delay_level: i32 = opt_num(req, "delayLevel", None)?.unwrap_or(0);
         let max_reconsume: i32 =
             opt_num(req, "maxReconsumeTimes", None)?.unwrap_or(DEFAULT_MAX_RECONSUME_TIMES);
-        let stored = self.broker.node.store().message_at(offset)?;
-        let view = stored.view();
-        let applied = self
-            .broker
-            .node
-            .raft()
-            .metrics()
-            .borrow()
-            .last_applied
-            .map_or(0, |l| l.index);
-        if view.log_index() > applied {
-            return Err(refuse(
-                ErrorKind::MessageNotFound,
-                format!("no committed message at physical offset {offset}"),
-            ));
-        }
-        let mut rec: MessageRecord = view.to_record();
-        if let Some(id) = opt(req, "originMsgId", None) {
-            rec.properties
-                .entry(PROPERTY_ORIGIN_MESSAGE_ID.into())
-                .or_insert_with(|| id.to_owned());
-        }
+        let stored = self.committed_message_at(offset)?;
+        let mut rec: MessageRecord = stored.view().to_record();
+        // RocketMQ keeps the first message's id through every retry: the
+        // stored one's, else the offset message id of the message sent back.
+        let offset_id = offset_message_id(self.advertised, stored.physical_offset);
+        rec.properties
+            .entry(PROPERTY_ORIGIN_MESSAGE_ID.into())
+            .or_insert(offset_id);
         let origin_topic = opt(req, "originTopic", None)
             .map(str::to_owned)
             .unwrap_or_else(|| rec.topic.clone());
@@ -91,22 +80,22 @@ impl Remoting {
             .get(ledgermq_store::record::PROPERTY_UNIQ_KEY)
             .cloned()
             .unwrap_or_else(|| super::clients::new_message_id(self.advertised));
-        let (rec, deliver_at) =
-            match retry_delay_ms(rec.reconsume_times, delay_level, max_reconsume) {
-                None => {
-                    let dlq = dlq_topic(group);
-                    self.broker.ensure_topic(&dlq).await?;
-                    (dead_letter_copy(rec, dlq), None)
-                }
-                Some(delay_ms) => {
-                    let topic = retry_topic(group);
-                    self.broker.ensure_topic(&topic).await?;
-                    rec.topic = topic;
-                    rec.queue_id = 0;
-                    rec.reconsume_times += 1;
-                    (rec, Some(ledgermq_store::store::now_ms() + delay_ms))
-                }
-            };
+        let delay = retry_delay_ms(rec.reconsume_times, delay_level, max_reconsume);
+        rec.reconsume_times = rec.reconsume_times.saturating_add(1);
+        let (rec, deliver_at) = match delay {
+            None => {
+                let dlq = dlq_topic(group);
+                self.broker.ensure_topic(&dlq).await?;
+                (dead_letter_copy(rec, dlq), None)
+            }
+            Some(delay_ms) => {
+                let topic = retry_topic(group);
+                self.broker.ensure_topic(&topic).await?;
+                rec.topic = topic;
+                rec.queue_id = 0;
+                (rec, Some(ledgermq_store::store::now_ms() + delay_ms))
+            }
+        };
         let inc = Incoming {
             record: rec,
             message_id,

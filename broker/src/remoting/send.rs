@@ -10,7 +10,9 @@
 //! `REAL_TOPIC` on), which a client cannot set. Delay: a `DELAY` level
 //! 1..=18 (levels above 18 count as 18, as RocketMQ clamps them) over
 //! [`DELAY_LEVELS_MS`], or 5.x's `TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`,
-//! `TIMER_DELAY_MS`, becomes a timer. 4.x clients know no topic message type
+//! `TIMER_DELAY_MS`, becomes a timer. A zlib-compressed body (sysflag
+//! COMPRESSED) is stored as sent and marked `__BODY_ENCODING=GZIP` for 5.x
+//! consumers. 4.x clients know no topic message type
 //! (`../shared/docs/rocketmq-remoting.md` §4), so the type check is the gRPC
 //! path's only. Transactional sends (`TRAN_MSG`) are refused: END_TRANSACTION
 //! and its check-back over remoting are not built.
@@ -19,7 +21,7 @@ use std::collections::BTreeMap;
 
 use ledgermq_remoting::codes::{request, response};
 use ledgermq_remoting::conn::Conn;
-use ledgermq_remoting::message::{decode_batch, offset_message_id, BatchItem};
+use ledgermq_remoting::message::{decode_batch, offset_message_id, BatchItem, SYSFLAG_COMPRESSED};
 use ledgermq_remoting::RemotingCommand;
 use ledgermq_store::record::PROPERTY_UNIQ_KEY;
 use ledgermq_store::MessageRecord;
@@ -27,7 +29,9 @@ use ledgermq_store::MessageRecord;
 use super::fields::{opt, opt_num, req_num, req_str};
 use super::Remoting;
 use crate::error::{refuse, BrokerError, ErrorKind};
-use crate::message::{check_body, check_message_id, check_topic, Incoming, RESERVED};
+use crate::message::{
+    check_body, check_message_id, check_topic, Incoming, PROPERTY_BODY_ENCODING, RESERVED,
+};
 
 /// RocketMQ's delay levels 1..=18 (`messageDelayLevel`: "1s 5s 10s 30s 1m 2m
 /// 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"), in ms.
@@ -42,8 +46,18 @@ pub const PROPERTY_DELAY: &str = "DELAY";
 const PROPERTY_TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
 const PROPERTY_TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
 const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+/// The prefix of a consumer group's retry topic (`MixAll.RETRY_GROUP_TOPIC_PREFIX`).
+const RETRY_PREFIX: &str = "%RETRY%";
 /// A transactional message's property (`MessageConst.PROPERTY_TRANSACTION_PREPARED`).
 const PROPERTY_TRAN_MSG: &str = "TRAN_MSG";
+
+/// True if a 4.x sysflag says the body is zlib-compressed
+/// (`MessageSysFlag.COMPRESSED_FLAG` with compression type bits 8-10 ZLIB, 0x300,
+/// or unset, as clients before 4.9.x write it; LZ4 and ZSTD bodies are kept
+/// as they are, unmarked).
+pub fn zlib_compressed(sys_flag: i32) -> bool {
+    sys_flag & SYSFLAG_COMPRESSED != 0 && matches!(sys_flag & 0x700, 0 | 0x300)
+}
 
 /// When a message with these properties is due, ms since the Unix epoch, if
 /// it is a delay message. `DELAY` levels below 1 mean none. Error:
@@ -106,11 +120,19 @@ impl Remoting {
             ));
         }
         let deliver_at = deliver_at_ms(&props, ledgermq_store::store::now_ms())?;
+        // RocketMQ delivers a delay-level message without its level.
+        props.remove(PROPERTY_DELAY);
         for k in &RESERVED[7..] {
             props.remove(*k);
         }
         props.remove(PROPERTY_TIMER_DELAY_SEC);
         props.remove(PROPERTY_TIMER_DELAY_MS);
+        props.remove(PROPERTY_BODY_ENCODING);
+        if zlib_compressed(sys_flag) {
+            // What a 5.x consumer is told (as RocketMQ's proxy tells it); a 4.x
+            // consumer inflates by the sysflag, stored as sent.
+            props.insert(PROPERTY_BODY_ENCODING.into(), "GZIP".into());
+        }
         let message_id = match props.get(PROPERTY_UNIQ_KEY) {
             Some(id) => id.clone(),
             None => {
@@ -147,12 +169,24 @@ impl Remoting {
     ) -> Result<RemotingCommand, BrokerError> {
         let v2 = req.code != request::SEND_MESSAGE;
         let short = |s: &'static str| v2.then_some(s);
-        let topic = req_str(req, "topic", short("b"))?.to_owned();
+        let mut topic = req_str(req, "topic", short("b"))?.to_owned();
         check_topic(&topic)?;
-        let queue_id: Option<i32> = opt_num(req, "queueId", short("e"))?;
+        let mut queue_id: Option<i32> = opt_num(req, "queueId", short("e"))?;
         let sys_flag: i32 = opt_num(req, "sysFlag", short("f"))?.unwrap_or(0);
         let born: i64 = opt_num(req, "bornTimestamp", short("g"))?.unwrap_or(0);
         let reconsume: i32 = opt_num(req, "reconsumeTimes", short("j"))?.unwrap_or(0);
+        // A client's own retry (its send back failed) past the group's most
+        // reconsumes goes to the dead-letter queue, as RocketMQ's
+        // SendMessageProcessor.handleRetryTopic sends it.
+        if let Some(group) = topic.strip_prefix(RETRY_PREFIX) {
+            let max: i32 = opt_num(req, "maxReconsumeTimes", short("l"))?
+                .unwrap_or(super::retry::DEFAULT_MAX_RECONSUME_TIMES);
+            if reconsume >= max {
+                topic = crate::consume::dlq_topic(group);
+                self.broker.ensure_topic(&topic).await?;
+                queue_id = Some(0);
+            }
+        }
         let batch = req.code == request::SEND_BATCH_MESSAGE
             // Java writes booleans as "true", the C++ core as "1".
             || matches!(opt(req, "batch", short("m")), Some("true" | "1"));
@@ -180,9 +214,13 @@ impl Remoting {
             .map(|p| offset_message_id(self.advertised, p.physical_offset))
             .collect();
         r.ext_fields.insert("msgId".into(), msg_ids.join(","));
-        // A delay message is placed in the timer queue: answer the queue the
-        // client asked for, as RocketMQ answers the request's queue id.
-        let queue_id = queue_id.filter(|&q| q >= 0).unwrap_or(first.queue_id);
+        // A delay message is placed in the timer queue: answer the queue it
+        // goes to (the client's, when it is one of the topic's), as RocketMQ
+        // answers the request's queue id.
+        let queue_count = self.broker.topic(&topic).map_or(0, |t| t.queue_count);
+        let queue_id = queue_id
+            .filter(|&q| q >= 0 && (q as u32) < queue_count)
+            .unwrap_or(first.queue_id);
         r.ext_fields.insert("queueId".into(), queue_id.to_string());
         r.ext_fields
             .insert("queueOffset".into(), first.queue_offset.to_string());
@@ -201,6 +239,16 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn zlib_bodies_are_told_from_other_compressions() {
+        assert!(!zlib_compressed(0));
+        assert!(zlib_compressed(0x1));
+        assert!(zlib_compressed(0x301));
+        assert!(!zlib_compressed(0x101), "LZ4");
+        assert!(!zlib_compressed(0x201), "ZSTD");
+        assert!(!zlib_compressed(0x300), "type bits without the flag");
     }
 
     #[test]
