@@ -16,7 +16,7 @@
 //! - [`clients`]: HEART_BEAT (34), UNREGISTER_CLIENT (35), the consumer list
 //!   (38) and NOTIFY_CONSUMER_IDS_CHANGED (40), the orderly consumers' queue
 //!   locks (41, 42), consumer offsets (14, 15; pulls' piggybacked commits),
-//!   committed through Raft in one entry per flush interval.
+//!   committed through Raft every flush interval.
 //!
 //! - [`query`]: QUERY_MESSAGE (12) by key or message id, VIEW_MESSAGE_BY_ID
 //!   (33) by the offset message id's offset.

@@ -4,8 +4,9 @@
 //! connection), except oneway requests the caller marks as ordered (a 4.x
 //! client's `sendOneway` with a queue selector relies on the broker taking
 //! them in the order they arrived), which one task per connection handles one
-//! after another; at most [`MAX_IN_FLIGHT`] requests are in hand at once,
-//! their answers queued included (reading pauses beyond that), and answers
+//! after another; at most [`MAX_IN_FLIGHT`] requests (and
+//! [`MAX_ORDERED_QUEUED`] ordered ones) are in hand at once, their answers
+//! queued included (reading pauses beyond that), and answers
 //! and server-initiated requests are written by one writer task in the order
 //! they are ready. A frame that does not decode
 //! closes the connection: its opaque cannot be trusted, and the stream cannot
@@ -25,6 +26,10 @@ use crate::frame::split_frame;
 
 /// Most requests of one connection handled at once.
 pub const MAX_IN_FLIGHT: usize = 1024;
+/// Most ordered oneway requests of one connection queued at once, apart from
+/// [`MAX_IN_FLIGHT`]: a client flooding oneway sends pauses its own reading at
+/// this depth without taking every slot of its other requests.
+pub const MAX_ORDERED_QUEUED: usize = 256;
 /// Most encoded frames queued for writing on one connection.
 const WRITE_QUEUE: usize = 1024;
 
@@ -115,6 +120,7 @@ pub async fn serve_connection<H, F>(
     let writer = tokio::spawn(async move { write_frames(&mut rx, &mut wr).await });
     let handle = Arc::new(handle);
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let ordered_slots = Arc::new(Semaphore::new(MAX_ORDERED_QUEUED));
     // Ordered oneway requests, with their slots, to one task.
     let (ordered_tx, mut ordered_rx) =
         mpsc::unbounded_channel::<(RemotingCommand, tokio::sync::OwnedSemaphorePermit)>();
@@ -148,14 +154,17 @@ pub async fn serve_connection<H, F>(
                         // anything else a client answers.
                         continue;
                     }
-                    let Ok(permit) = slots.clone().acquire_owned().await else {
-                        break 'read;
-                    };
                     if cmd.is_oneway() && in_order(&cmd) {
-                        // Bounded by the slots: at most MAX_IN_FLIGHT queued.
+                        // At most MAX_ORDERED_QUEUED queued.
+                        let Ok(permit) = ordered_slots.clone().acquire_owned().await else {
+                            break 'read;
+                        };
                         let _ = ordered_tx.send((cmd, permit));
                         continue;
                     }
+                    let Ok(permit) = slots.clone().acquire_owned().await else {
+                        break 'read;
+                    };
                     let (h, c) = (handle.clone(), conn.clone());
                     tokio::spawn(async move {
                         let oneway = cmd.is_oneway();
@@ -186,9 +195,9 @@ pub async fn serve_connection<H, F>(
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+    on_close(&conn);
     drop(ordered_tx);
     let _ = ordered.await;
-    on_close(&conn);
     // The writer ends by itself once every handler task and registry has
     // dropped its clone of the connection (answers in flight still go out).
     drop(writer);

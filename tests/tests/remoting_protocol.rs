@@ -217,19 +217,25 @@ fn check(ns: &str) {
             .len(),
         1
     );
-    let by_id = call(
-        &follower,
-        &request(
-            12,
-            &[
-                ("topic", "Wire"),
-                ("key", "ABCDEF"),
-                ("_UNIQUE_KEY_QUERY", "true"),
-            ],
-            b"",
-        ),
+    // A follower indexes the message once it applies its entry: soon.
+    let by_id_req = request(
+        12,
+        &[
+            ("topic", "Wire"),
+            ("key", "ABCDEF"),
+            ("_UNIQUE_KEY_QUERY", "true"),
+        ],
+        b"",
     );
-    assert_eq!(by_id.code, 0, "{:?}", by_id.remark);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let by_id = call(&follower, &by_id_req);
+        if by_id.code == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", by_id.remark);
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let none = call(
         &leader,
         &request(12, &[("topic", "Wire"), ("key", "nope")], b""),
@@ -311,6 +317,13 @@ fn check(ns: &str) {
     give_up.ext_fields.insert("j".into(), "16".into());
     let g = call(&leader, &give_up);
     assert_eq!(g.code, 0, "{:?}", g.remark);
+    // Never for a group that does not exist (no topics made for it).
+    let mut stranger = give_up.clone();
+    stranger.ext_fields.insert("b".into(), "%RETRY%Nope".into());
+    assert_eq!(call(&leader, &stranger).code, 26);
+    let mut back_nope = back(&offset.to_string());
+    back_nope.ext_fields.insert("group".into(), "Nope".into());
+    assert_eq!(call(&leader, &back_nope).code, 26);
     let dlq_pull = request(
         11,
         &[

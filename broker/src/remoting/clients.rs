@@ -13,10 +13,11 @@
 //! taken, as RocketMQ's `REBALANCE_LOCK_MAX_LIVE_TIME`.
 //!
 //! Offsets a consumer commits (UPDATE_CONSUMER_OFFSET, or piggybacked on a
-//! pull) are kept here and committed through Raft in one
-//! `Command::CommitOffsets` entry per flush interval
-//! ([`super::OFFSET_FLUSH_INTERVAL`]); a query answers the newer of the
-//! pending and the committed offset. Offsets only move forward (the rule of
+//! pull) are kept here and committed through Raft in `Command::CommitOffsets`
+//! entries of up to [`MAX_OFFSETS_PER_ENTRY`] every flush interval
+//! ([`super::OFFSET_FLUSH_INTERVAL`]), pending (and seen by queries) until
+//! this node has applied them; a query answers the newer of the pending and
+//! the committed offset. Offsets only move forward (the rule of
 //! `CommitOffsets`); an offset pending on a node that dies before its flush is
 //! lost, and the queue is consumed again from the committed one (at least
 //! once).

@@ -50,16 +50,16 @@ pub const MAX_PULL_SCAN: usize = 4096;
 const FLAG_COMMIT_OFFSET: i32 = 1;
 const FLAG_SUSPEND: i32 = 2;
 
-/// Most bytes a gzip body sent over gRPC is inflated to for a 4.x consumer;
-/// a larger one is passed on as stored.
-const MAX_INFLATED_BYTES: u64 = 16 << 20;
+/// Most bytes of messages a pull answer's frame may hold: a client refuses a
+/// frame over 16 MiB, headers included.
+const MAX_ANSWER_BYTES: usize = ledgermq_remoting::DEFAULT_MAX_FRAME_BYTES - (64 << 10);
 
 /// The sysflag a 4.x consumer gets for `rec`, whose body it may change: a
 /// body a 5.x producer sent compressed (`__BODY_ENCODING=GZIP`, no COMPRESSED
 /// flag) is flagged COMPRESSED when it is zlib (what 4.x clients inflate), and
-/// inflated when it is gzip (which they cannot), up to
-/// [`MAX_INFLATED_BYTES`].
-pub fn for_4x_consumers(rec: &mut ledgermq_store::MessageRecord) -> i32 {
+/// inflated when it is gzip (which they cannot), up to `max_inflated_bytes`
+/// (the broker's largest body; a larger one is passed on as stored).
+pub fn for_4x_consumers(rec: &mut ledgermq_store::MessageRecord, max_inflated_bytes: usize) -> i32 {
     use std::io::Read;
     let gzip = rec
         .properties
@@ -72,8 +72,9 @@ pub fn for_4x_consumers(rec: &mut ledgermq_store::MessageRecord) -> i32 {
     match rec.body.get(..2) {
         Some([0x1f, 0x8b]) => {
             let mut out = Vec::new();
-            let mut d = flate2::read::GzDecoder::new(&rec.body[..]).take(MAX_INFLATED_BYTES + 1);
-            if d.read_to_end(&mut out).is_ok() && out.len() as u64 <= MAX_INFLATED_BYTES {
+            let limit = max_inflated_bytes as u64;
+            let mut d = flate2::read::MultiGzDecoder::new(&rec.body[..]).take(limit + 1);
+            if d.read_to_end(&mut out).is_ok() && out.len() as u64 <= limit {
                 rec.body = out;
                 rec.properties.remove(PROPERTY_BODY_ENCODING);
             }
@@ -98,18 +99,26 @@ pub fn check_queue(topic: &ledgermq_meta::TopicConfig, queue_id: i32) -> Result<
     Ok(())
 }
 
-/// Encodes stored messages as a pull answer's body, each with `store_host`.
-/// Stops after the message that takes the body past [`MAX_PULL_BYTES`];
-/// returns the body and how many messages it holds.
-pub fn pull_body(found: &[StoredMessage], store_host: SocketAddr) -> (Vec<u8>, usize) {
+/// Encodes stored messages as a pull answer's body, each with `store_host`,
+/// bodies inflated up to `max_inflated_bytes` ([`for_4x_consumers`]). Stops
+/// after the message that takes the body past [`MAX_PULL_BYTES`], and before
+/// one that would take it past the largest frame. Returns the body and how
+/// many of `found` it used: encoded, or skipped because it cannot be encoded
+/// (a stored record always can: its topic and properties fit the store's
+/// narrower limits), so the next offset is `found[used]`'s.
+pub fn pull_body(
+    found: &[StoredMessage],
+    store_host: SocketAddr,
+    max_inflated_bytes: usize,
+) -> (Vec<u8>, usize) {
     let mut body = Vec::new();
-    let mut n = 0;
+    let mut used = 0;
     for m in found {
-        if n > 0 && body.len() >= MAX_PULL_BYTES {
+        if used > 0 && body.len() >= MAX_PULL_BYTES {
             break;
         }
         let mut rec = m.view().to_record();
-        let sys_flag = for_4x_consumers(&mut rec);
+        let sys_flag = for_4x_consumers(&mut rec, max_inflated_bytes);
         let props = ledgermq_store::record::encode_properties(&rec.properties);
         let wire = WireMessage {
             queue_id: rec.queue_id,
@@ -127,15 +136,16 @@ pub fn pull_body(found: &[StoredMessage], store_host: SocketAddr) -> (Vec<u8>, u
             topic: &rec.topic,
             properties: &props,
         };
-        if encode_message(&mut body, &wire).is_err() {
-            // Cannot happen for a stored record (its topic and properties fit
-            // the store's narrower limits); stop here, so the answer's next
-            // offset is this message's.
-            break;
+        let mut one = Vec::new();
+        if encode_message(&mut one, &wire).is_ok() {
+            if used > 0 && body.len() + one.len() > MAX_ANSWER_BYTES {
+                break;
+            }
+            body.extend_from_slice(&one);
         }
-        n += 1;
+        used += 1;
     }
-    (body, n)
+    (body, used)
 }
 
 impl Remoting {
@@ -196,8 +206,9 @@ impl Remoting {
                 return Ok(answer(response::PULL_OFFSET_MOVED, min));
             }
             if offset < max_offset {
-                // A few messages at a time, so a pull reads about what it
-                // answers with: 32 messages, 256 KiB, MAX_PULL_SCAN entries.
+                // A few messages at a time, stopping once past 256 KiB: at
+                // most 32 messages from MAX_PULL_SCAN entries (up to 8 more
+                // than answered are read when they are large).
                 let (mut found, mut next, mut bytes) = (Vec::new(), offset, 0usize);
                 while found.len() < max
                     && bytes < MAX_PULL_BYTES
@@ -228,7 +239,8 @@ impl Remoting {
                 if found.is_empty() {
                     return Ok(answer(response::PULL_RETRY_IMMEDIATELY, next));
                 }
-                let (body, n) = pull_body(&found, self.advertised);
+                let (body, n) =
+                    pull_body(&found, self.advertised, self.broker.settings.max_body_bytes);
                 let next = if n < found.len() {
                     found[n].queue_offset.expect("read through a queue")
                 } else {
@@ -309,20 +321,27 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(&plain).unwrap();
         let mut r = rec(gz.finish().unwrap(), true);
-        assert_eq!(for_4x_consumers(&mut r), 0);
+        assert_eq!(for_4x_consumers(&mut r, 1 << 20), 0);
         assert_eq!(r.body, plain);
         assert!(!r.properties.contains_key(PROPERTY_BODY_ENCODING));
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
         z.write_all(&plain).unwrap();
         let zlib = z.finish().unwrap();
         let mut r = rec(zlib.clone(), true);
-        assert_eq!(for_4x_consumers(&mut r), SYSFLAG_COMPRESSED);
+        assert_eq!(for_4x_consumers(&mut r, 1 << 20), SYSFLAG_COMPRESSED);
         assert_eq!(r.body, zlib);
         let mut r = rec(plain.clone(), false);
-        assert_eq!(for_4x_consumers(&mut r), 0);
-        // A damaged gzip body is passed on as stored.
+        assert_eq!(for_4x_consumers(&mut r, 1 << 20), 0);
+        // A damaged gzip body, or one that inflates past the limit, is passed
+        // on as stored.
         let mut r = rec(vec![0x1f, 0x8b, 0, 0], true);
-        assert_eq!(for_4x_consumers(&mut r), 0);
+        assert_eq!(for_4x_consumers(&mut r, 1 << 20), 0);
         assert_eq!(r.body, vec![0x1f, 0x8b, 0, 0]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&plain).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut r = rec(gz.clone(), true);
+        for_4x_consumers(&mut r, plain.len() - 1);
+        assert_eq!(r.body, gz);
     }
 }

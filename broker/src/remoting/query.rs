@@ -53,7 +53,11 @@ impl Remoting {
     ) -> Result<RemotingCommand, BrokerError> {
         let offset: u64 = req_num(req, "offset", None)?;
         let m = self.committed_message_at(offset)?;
-        let (body, _) = pull_body(std::slice::from_ref(&m), self.advertised);
+        let (body, _) = pull_body(
+            std::slice::from_ref(&m),
+            self.advertised,
+            self.broker.settings.max_body_bytes,
+        );
         let mut r = RemotingCommand::response_to(req, response::SUCCESS, None);
         r.body = body;
         Ok(r)
@@ -86,7 +90,7 @@ impl Remoting {
                 Some("can not find message, maybe time range not correct".into()),
             ));
         }
-        let (body, _) = pull_body(&found, self.advertised);
+        let (body, _) = pull_body(&found, self.advertised, self.broker.settings.max_body_bytes);
         let mut r = RemotingCommand::response_to(req, response::SUCCESS, None);
         let newest = found
             .iter()

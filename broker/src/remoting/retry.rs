@@ -19,7 +19,7 @@ use super::fields::{opt, opt_num, req_num, req_str};
 use super::send::DELAY_LEVELS_MS;
 use super::Remoting;
 use crate::consume::dlq_topic;
-use crate::error::BrokerError;
+use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::message::{check_group, dead_letter_copy, Incoming};
 use ledgermq_remoting::message::offset_message_id;
 
@@ -50,6 +50,27 @@ pub fn retry_delay_ms(
 }
 
 impl Remoting {
+    /// Creates `topic` (a retry or dead-letter topic of `group`) unless it
+    /// exists, only for a consumer group that exists. Errors:
+    /// CONSUMER_GROUP_NOT_FOUND (SUBSCRIPTION_GROUP_NOT_EXIST over remoting),
+    /// [`crate::broker::Broker::ensure_topic`]'s.
+    pub(super) async fn existing_group_topic(
+        &self,
+        group: &str,
+        topic: &str,
+    ) -> Result<(), BrokerError> {
+        if self.broker.group_config(group).is_none() {
+            return Err(refuse(
+                ErrorKind::ConsumerGroupNotFound,
+                format!(
+                    "consumer group {group} does not exist in broker group {}",
+                    self.broker.group
+                ),
+            ));
+        }
+        self.broker.ensure_topic(topic).await
+    }
+
     /// Answers CONSUMER_SEND_MSG_BACK (see the module doc).
     pub(super) async fn send_back(
         &self,
@@ -85,12 +106,12 @@ impl Remoting {
         let (rec, deliver_at) = match delay {
             None => {
                 let dlq = dlq_topic(group);
-                self.broker.ensure_topic(&dlq).await?;
+                self.existing_group_topic(group, &dlq).await?;
                 (dead_letter_copy(rec, dlq), None)
             }
             Some(delay_ms) => {
                 let topic = retry_topic(group);
-                self.broker.ensure_topic(&topic).await?;
+                self.existing_group_topic(group, &topic).await?;
                 rec.topic = topic;
                 rec.queue_id = 0;
                 (rec, Some(ledgermq_store::store::now_ms() + delay_ms))

@@ -178,13 +178,16 @@ impl Remoting {
         // A client's own retry (its send back failed) past the group's most
         // reconsumes goes to the dead-letter queue, as RocketMQ's
         // SendMessageProcessor.handleRetryTopic sends it.
+        let mut dead_letter = false;
         if let Some(group) = topic.strip_prefix(RETRY_PREFIX) {
             let max: i32 = opt_num(req, "maxReconsumeTimes", short("l"))?
                 .unwrap_or(super::retry::DEFAULT_MAX_RECONSUME_TIMES);
             if reconsume >= max {
-                topic = crate::consume::dlq_topic(group);
-                self.broker.ensure_topic(&topic).await?;
+                let dlq = crate::consume::dlq_topic(group);
+                self.existing_group_topic(group, &dlq).await?;
+                topic = dlq;
                 queue_id = Some(0);
+                dead_letter = true;
             }
         }
         let batch = req.code == request::SEND_BATCH_MESSAGE
@@ -203,7 +206,15 @@ impl Remoting {
         };
         let converted: Vec<Result<Incoming, BrokerError>> = items
             .into_iter()
-            .map(|it| self.incoming(&topic, queue_id, sys_flag, born, conn, reconsume, it))
+            .map(|it| {
+                let mut inc =
+                    self.incoming(&topic, queue_id, sys_flag, born, conn, reconsume, it)?;
+                if dead_letter {
+                    // RocketMQ dead-letters at once (delay level 0).
+                    inc.deliver_at_ms = None;
+                }
+                Ok(inc)
+            })
             .collect();
         let mut ids = Vec::new();
         let placed = self.broker.send_checked(converted, &mut ids, false).await?;
