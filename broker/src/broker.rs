@@ -166,6 +166,8 @@ pub struct Broker {
     pub(crate) end_locks: EndLocks,
     /// Producers connected to this node, for transaction checks back.
     pub(crate) producers: Producers,
+    /// 4.x producers connected to this node's remoting port, for checks back.
+    pub(crate) remoting_producers: crate::transactions::remoting_producers::RemotingProducers,
 }
 
 impl Broker {
@@ -190,6 +192,7 @@ impl Broker {
             broadcast_clients: Mutex::new(BroadcastClients::default()),
             end_locks: EndLocks::default(),
             producers: Producers::default(),
+            remoting_producers: Default::default(),
         })
     }
 

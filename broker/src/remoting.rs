@@ -23,6 +23,9 @@
 //! - [`retry`]: CONSUMER_SEND_MSG_BACK (36) into `%RETRY%<group>` after a
 //!   delay level, or `%DLQ%<group>`.
 //!
+//! - [`transaction`]: END_TRANSACTION (37) and the check back (39) to a
+//!   producer of the half's group connected here.
+//!
 //! Anything else answers REQUEST_CODE_NOT_SUPPORTED.
 
 mod clients;
@@ -31,6 +34,7 @@ mod pull;
 mod query;
 mod retry;
 mod send;
+pub(crate) mod transaction;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -128,7 +132,10 @@ pub async fn serve(
             tokio::spawn(async move {
                 let on_close = {
                     let s = s.clone();
-                    move |c: &Conn| s.clients.connection_closed(c.id)
+                    move |c: &Conn| {
+                        s.clients.connection_closed(c.id);
+                        s.broker.remoting_producers.connection_closed(c.id);
+                    }
                 };
                 serve_connection(
                     stream,
@@ -196,6 +203,7 @@ impl Remoting {
             request::QUERY_CONSUMER_OFFSET => self.query_offset(&req),
             request::UPDATE_CONSUMER_OFFSET => self.update_offset(&req),
             request::CONSUMER_SEND_MSG_BACK => self.send_back(&req).await,
+            request::END_TRANSACTION => self.end_transaction(&req, conn.peer).await,
             request::QUERY_MESSAGE => self.query_message(&req),
             request::VIEW_MESSAGE_BY_ID => self.view_message(&req),
             request::LOCK_BATCH_MQ => self.lock(&req),

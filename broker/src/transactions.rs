@@ -21,6 +21,7 @@
 pub mod check;
 pub mod end;
 pub mod producers;
+pub mod remoting_producers;
 
 use ledgermq_store::half_index::{
     HalfEnd, HalfState, HALF_TOPIC, OP_HALF_TOPIC, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -34,11 +35,14 @@ use crate::timers::{put_real_queue, take_real_queue};
 
 /// The record that stores the transactional message `rec` (topic and queue
 /// chosen) until it is ended: under [`HALF_TOPIC`] queue 0, with RocketMQ's
-/// `REAL_TOPIC`, `REAL_QID`, `TRAN_MSG`, `PGROUP` (the topic, as the reference
-/// proxy names 5.x producers) and `CHECK_IMMUNITY_TIME_IN_SECONDS` properties.
+/// `REAL_TOPIC`, `REAL_QID`, `TRAN_MSG`, `PGROUP` (the producer group a 4.x
+/// producer sent it with; else the topic, as the reference proxy names 5.x
+/// producers) and `CHECK_IMMUNITY_TIME_IN_SECONDS` properties.
 pub fn into_half(mut rec: MessageRecord, check_immunity_s: u64) -> MessageRecord {
+    let topic = rec.topic.clone();
     rec.properties
-        .insert(PROPERTY_PRODUCER_GROUP.into(), rec.topic.clone());
+        .entry(PROPERTY_PRODUCER_GROUP.into())
+        .or_insert(topic);
     rec.properties
         .insert(PROPERTY_TRANSACTION_PREPARED.into(), "true".into());
     rec.properties.insert(

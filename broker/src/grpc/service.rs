@@ -91,7 +91,7 @@ const CALL_LEADER_WAIT: Duration = Duration::from_millis(2500);
 /// ack it copies it again (at least once). What the client is told is decided by
 /// [`Relay`]: once an attempt went unanswered, any failure is an unknown outcome;
 /// `failed` makes the call's answer of a failure status.
-async fn on_leader<Req, Resp>(
+pub(crate) async fn on_leader<Req, Resp>(
     b: &Broker,
     req: Request<Req>,
     local: impl AsyncFn(&Broker, &Req, Option<&str>) -> Resp,

@@ -71,6 +71,36 @@ async fn end(
         .await
 }
 
+/// EndTransaction on behalf of a 4.x producer (`remoting`'s END_TRANSACTION):
+/// served here when this node is the ready leader, else passed on to it, as a
+/// 5.x EndTransaction is, with `client_id` as the caller. The status it ended
+/// with.
+pub(crate) async fn end_from_remoting(
+    b: &Broker,
+    req: pb::EndTransactionRequest,
+    client_id: &str,
+) -> pb::Status {
+    let mut r = tonic::Request::new(req);
+    if let Ok(v) = client_id.parse() {
+        r.metadata_mut().insert(crate::broker::CLIENT_ID_HEADER, v);
+    }
+    let answer = crate::grpc::service::on_leader(
+        b,
+        r,
+        end_local,
+        async |mut c, r| c.end_transaction(r).await,
+        |s| pb::EndTransactionResponse { status: Some(s) },
+    )
+    .await;
+    match answer {
+        Ok(r) => r.into_inner().status.unwrap_or_else(pb::Status::ok),
+        Err(s) => pb::Status {
+            code: pb::Code::InternalError as i32,
+            message: s.message().to_owned(),
+        },
+    }
+}
+
 /// Passes the check back `command` (a RecoverOrphanedTransactionCommand) to
 /// member `node`, which hands it to one of its producers of `topic`: the client
 /// id of the producer that took it, None if it has none. Errors: the member

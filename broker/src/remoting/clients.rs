@@ -143,6 +143,15 @@ struct HeartbeatData {
     client_id: String,
     #[serde(default)]
     consumer_data_set: Vec<ConsumerData>,
+    #[serde(default)]
+    producer_data_set: Vec<ProducerData>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProducerData {
+    #[serde(default)]
+    group_name: String,
 }
 
 #[derive(Deserialize)]
@@ -246,6 +255,13 @@ impl Remoting {
                     format!("a heartbeat's clientID must be 1 to {MAX_NAME_BYTES} bytes"),
                 ));
             }
+            for p in &hb.producer_data_set {
+                if check_group(&p.group_name).is_ok() {
+                    self.broker
+                        .remoting_producers
+                        .register(&p.group_name, &hb.client_id, conn);
+                }
+            }
             for c in &hb.consumer_data_set {
                 if check_group(&c.group_name).is_err() {
                     continue;
@@ -290,6 +306,9 @@ impl Remoting {
     /// UNREGISTER_CLIENT: forgets the client in its consumer group.
     pub(super) fn unregister(&self, req: &RemotingCommand) -> Result<RemotingCommand, BrokerError> {
         let client = req_str(req, "clientID", None)?;
+        if let Some(group) = opt(req, "producerGroup", None) {
+            self.broker.remoting_producers.remove(group, client);
+        }
         if let Some(group) = opt(req, "consumerGroup", None) {
             let mut inner = self.clients.inner.lock().unwrap();
             let gone = inner

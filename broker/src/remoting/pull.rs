@@ -99,6 +99,61 @@ pub fn check_queue(topic: &ledgermq_meta::TopicConfig, queue_id: i32) -> Result<
     Ok(())
 }
 
+/// Appends `rec` in RocketMQ's stored layout with `sys_flag`, its queue
+/// offset and physical offset, and `store_host`. Error: the layout's
+/// (`ledgermq_remoting::message::encode_message`).
+fn encode_record(
+    out: &mut Vec<u8>,
+    rec: &ledgermq_store::MessageRecord,
+    sys_flag: i32,
+    queue_offset: u64,
+    physical_offset: u64,
+    store_host: SocketAddr,
+) -> Result<(), ledgermq_remoting::RemotingError> {
+    let props = ledgermq_store::record::encode_properties(&rec.properties);
+    let wire = WireMessage {
+        queue_id: rec.queue_id,
+        flag: rec.flag,
+        queue_offset: queue_offset as i64,
+        physical_offset: physical_offset as i64,
+        sys_flag,
+        born_timestamp_ms: rec.born_timestamp_ms,
+        born_host: rec.born_host,
+        store_timestamp_ms: rec.store_timestamp_ms,
+        store_host,
+        reconsume_times: rec.reconsume_times,
+        prepared_transaction_offset: rec.prepared_transaction_offset,
+        body: &rec.body,
+        topic: &rec.topic,
+        properties: &props,
+    };
+    encode_message(out, &wire)
+}
+
+/// `rec` alone in RocketMQ's stored layout (a check back's body); empty if it
+/// cannot be encoded (a stored record always can).
+pub fn wire_bytes(
+    rec: &ledgermq_store::MessageRecord,
+    queue_offset: u64,
+    physical_offset: u64,
+    store_host: SocketAddr,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    if encode_record(
+        &mut out,
+        rec,
+        rec.sys_flag,
+        queue_offset,
+        physical_offset,
+        store_host,
+    )
+    .is_err()
+    {
+        out.clear();
+    }
+    out
+}
+
 /// Encodes stored messages as a pull answer's body, each with `store_host`,
 /// bodies inflated up to `max_inflated_bytes` ([`for_4x_consumers`]). Stops
 /// after the message that takes the body past [`MAX_PULL_BYTES`], and before
@@ -119,25 +174,18 @@ pub fn pull_body(
         }
         let mut rec = m.view().to_record();
         let sys_flag = for_4x_consumers(&mut rec, max_inflated_bytes);
-        let props = ledgermq_store::record::encode_properties(&rec.properties);
-        let wire = WireMessage {
-            queue_id: rec.queue_id,
-            flag: rec.flag,
-            queue_offset: m.queue_offset.unwrap_or(0) as i64,
-            physical_offset: m.physical_offset as i64,
-            sys_flag,
-            born_timestamp_ms: rec.born_timestamp_ms,
-            born_host: rec.born_host,
-            store_timestamp_ms: rec.store_timestamp_ms,
-            store_host,
-            reconsume_times: rec.reconsume_times,
-            prepared_transaction_offset: rec.prepared_transaction_offset,
-            body: &rec.body,
-            topic: &rec.topic,
-            properties: &props,
-        };
         let mut one = Vec::new();
-        if encode_message(&mut one, &wire).is_ok() {
+        let queue_offset = m.queue_offset.unwrap_or(0);
+        if encode_record(
+            &mut one,
+            &rec,
+            sys_flag,
+            queue_offset,
+            m.physical_offset,
+            store_host,
+        )
+        .is_ok()
+        {
             if used > 0 && body.len() + one.len() > MAX_ANSWER_BYTES {
                 break;
             }

@@ -10,12 +10,14 @@
 //! `REAL_TOPIC` on), which a client cannot set. Delay: a `DELAY` level
 //! 1..=18 (levels above 18 count as 18, as RocketMQ clamps them) over
 //! [`DELAY_LEVELS_MS`], or 5.x's `TIMER_DELIVER_MS`, `TIMER_DELAY_SEC`,
-//! `TIMER_DELAY_MS`, becomes a timer. A zlib-compressed body (sysflag
+//! `TIMER_DELAY_MS`, becomes a timer. A transactional message (`TRAN_MSG`)
+//! is stored as a half message of its producer group (`PGROUP`), checked back
+//! after `CHECK_IMMUNITY_TIME_IN_SECONDS`; the answer carries its
+//! transaction id. A zlib-compressed body (sysflag
 //! COMPRESSED) is stored as sent and marked `__BODY_ENCODING=GZIP` for 5.x
 //! consumers. 4.x clients know no topic message type
 //! (`../shared/docs/rocketmq-remoting.md` §4), so the type check is the gRPC
-//! path's only. Transactional sends (`TRAN_MSG`) are refused: END_TRANSACTION
-//! and its check-back over remoting are not built.
+//! path's only.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +52,9 @@ const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
 const RETRY_PREFIX: &str = "%RETRY%";
 /// A transactional message's property (`MessageConst.PROPERTY_TRANSACTION_PREPARED`).
 const PROPERTY_TRAN_MSG: &str = "TRAN_MSG";
+use ledgermq_store::half_index::{
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, PROPERTY_PRODUCER_GROUP,
+};
 
 /// True if a 4.x sysflag says the body is zlib-compressed
 /// (`MessageSysFlag.COMPRESSED_FLAG` with compression type bits 8-10 ZLIB, 0x300,
@@ -98,7 +103,7 @@ pub fn deliver_at_ms(
 }
 
 impl Remoting {
-    /// Converts one message of a send.
+    /// Converts one message of a send of `producer_group`.
     #[allow(clippy::too_many_arguments)]
     fn incoming(
         &self,
@@ -108,17 +113,18 @@ impl Remoting {
         born_timestamp_ms: i64,
         conn: &Conn,
         reconsume_times: i32,
+        producer_group: &str,
         item: BatchItem,
     ) -> Result<Incoming, BrokerError> {
         check_body(item.body.len(), self.broker.settings.max_body_bytes)?;
         let mut props = item.properties;
-        if props.get(PROPERTY_TRAN_MSG).map(String::as_str) == Some("true") {
-            return Err(refuse(
-                ErrorKind::Unsupported,
-                "transactional messages over the remoting protocol are not supported yet; \
-                 use the 5.x gRPC protocol",
-            ));
-        }
+        let transaction = props.get(PROPERTY_TRAN_MSG).map(String::as_str) == Some("true");
+        // The first check back after this many seconds (the client's
+        // `CHECK_IMMUNITY_TIME_IN_SECONDS`), else the broker's timeout.
+        let check_immunity_ms = props
+            .get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(|s| s.saturating_mul(1000));
         let deliver_at = deliver_at_ms(&props, ledgermq_store::store::now_ms())?;
         // RocketMQ delivers a delay-level message without its level.
         props.remove(PROPERTY_DELAY);
@@ -142,6 +148,16 @@ impl Remoting {
             }
         };
         check_message_id(&message_id)?;
+        if transaction {
+            // A check back goes to a producer of this group (RocketMQ's PGROUP).
+            if producer_group.is_empty() || producer_group.len() > 255 {
+                return Err(refuse(
+                    ErrorKind::BadRequest,
+                    "a transactional message needs its producer group (1 to 255 bytes)",
+                ));
+            }
+            props.insert(PROPERTY_PRODUCER_GROUP.into(), producer_group.to_owned());
+        }
         let mut record = MessageRecord::message(topic, -1, item.body, 0);
         record.flag = item.flag;
         // The host bits are the store's; the transaction bits are refused above.
@@ -155,9 +171,9 @@ impl Remoting {
             message_id,
             message_group: None,
             client_queue_id: queue_id,
-            deliver_at_ms: deliver_at,
-            transaction: false,
-            check_immunity_ms: None,
+            deliver_at_ms: if transaction { None } else { deliver_at },
+            transaction,
+            check_immunity_ms,
         })
     }
 
@@ -174,6 +190,9 @@ impl Remoting {
         let mut queue_id: Option<i32> = opt_num(req, "queueId", short("e"))?;
         let sys_flag: i32 = opt_num(req, "sysFlag", short("f"))?.unwrap_or(0);
         let born: i64 = opt_num(req, "bornTimestamp", short("g"))?.unwrap_or(0);
+        let producer_group = opt(req, "producerGroup", short("a"))
+            .unwrap_or("")
+            .to_owned();
         let reconsume: i32 = opt_num(req, "reconsumeTimes", short("j"))?.unwrap_or(0);
         // A client's own retry (its send back failed) past the group's most
         // reconsumes goes to the dead-letter queue, as RocketMQ's
@@ -207,8 +226,16 @@ impl Remoting {
         let converted: Vec<Result<Incoming, BrokerError>> = items
             .into_iter()
             .map(|it| {
-                let mut inc =
-                    self.incoming(&topic, queue_id, sys_flag, born, conn, reconsume, it)?;
+                let mut inc = self.incoming(
+                    &topic,
+                    queue_id,
+                    sys_flag,
+                    born,
+                    conn,
+                    reconsume,
+                    &producer_group,
+                    it,
+                )?;
                 if dead_letter {
                     // RocketMQ dead-letters at once (delay level 0).
                     inc.deliver_at_ms = None;
@@ -235,6 +262,9 @@ impl Remoting {
         r.ext_fields.insert("queueId".into(), queue_id.to_string());
         r.ext_fields
             .insert("queueOffset".into(), first.queue_offset.to_string());
+        if let Some(id) = &first.transaction_id {
+            r.ext_fields.insert("transactionId".into(), id.clone());
+        }
         r.ext_fields
             .insert("MSG_REGION".into(), "DefaultRegion".into());
         r.ext_fields.insert("TRACE_ON".into(), "false".into());

@@ -14,7 +14,10 @@
 //! leader whose clock runs ahead, or one back after a long outage, checks once
 //! before it discards. The producer may be
 //! connected to any member: a check no producer on this node takes is passed to
-//! the others ([`crate::grpc::transaction::relay_check`]). Each check and where
+//! the others ([`crate::grpc::transaction::relay_check`]). A half a 4.x
+//! producer sent goes first to a producer of its group connected to this
+//! node's remoting port (CHECK_TRANSACTION_STATE; 4.x producers talk to the
+//! leader, broker id 0 of their route). Each check and where
 //! it went are logged; the answer is an EndTransaction, logged by
 //! [`Broker::end_transaction`].
 
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use ledgermq_store::half_index::{HalfEnd, PendingHalf};
+use ledgermq_store::half_index::{HalfEnd, PendingHalf, PROPERTY_PRODUCER_GROUP};
 use ledgermq_store::record::PROPERTY_UNIQ_KEY;
 use ledgermq_store::store::now_ms;
 use ledgermq_store::timer_index::PROPERTY_REAL_TOPIC;
@@ -182,6 +185,15 @@ impl TransactionCheck {
         };
         let max = self.broker.settings.transaction_check_max;
         let txid = transaction_id(h.half_queue_offset);
+        // A half a 4.x producer sent names its producer group (a 5.x one's
+        // PGROUP is its topic): a producer of that group connected to this
+        // node's remoting port is asked over it.
+        let group = rec
+            .properties
+            .get(PROPERTY_PRODUCER_GROUP)
+            .filter(|g| **g != topic)
+            .cloned();
+        let store_host = rec.store_host;
         let copy = match committed_copy(rec, h.half_queue_offset) {
             Ok(c) => c,
             Err(e) => {
@@ -189,6 +201,30 @@ impl TransactionCheck {
                 return;
             }
         };
+        if let Some(group) = group {
+            let command = crate::remoting::transaction::check_command(
+                &copy,
+                h.half_queue_offset,
+                h.physical_offset,
+                &message_id,
+                &txid,
+                store_host,
+            );
+            if let Some(client) = self.broker.remoting_producers.offer(&group, &command) {
+                tracing::info!(
+                    topic,
+                    message_id,
+                    transaction_id = txid,
+                    check = n,
+                    max,
+                    client,
+                    group,
+                    node = self.broker.node.id(),
+                    "transaction checked back over remoting"
+                );
+                return;
+            }
+        }
         let fields = DeliveryFields {
             receipt_handle: String::new(),
             queue_offset: h.half_queue_offset,
