@@ -106,6 +106,7 @@ pub async fn serve(
     if advertised.port() == 0 {
         advertised.set_port(local_addr.port());
     }
+    broker.remoting_producers.set_store_host(advertised);
     let state = Arc::new(Remoting {
         clients: Clients::default(),
         broker,

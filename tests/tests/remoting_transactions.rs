@@ -183,6 +183,19 @@ fn check(ns: &str) {
         .to_vec();
     assert_eq!(p.call(hb).code, 0);
 
+    // Refused: a producer group no check could reach, a transactional batch.
+    let mut bad = half("TX0", b"x");
+    bad.ext_fields.insert("a".into(), "no group!".into());
+    assert_ne!(p.call(bad).code, 0);
+    let mut batch = req(320, &[("a", "TxPG"), ("b", "TxTopic"), ("e", "0")]);
+    batch.body =
+        ledgermq_remoting::message::encode_batch(&[ledgermq_remoting::message::BatchItem {
+            flag: 0,
+            body: b"x".to_vec(),
+            properties: [("TRAN_MSG".to_owned(), "true".to_owned())].into(),
+        }]);
+    assert_ne!(p.call(batch).code, 0);
+
     // Committed through a follower: visible then, and not before.
     let sent = p.call(half("TX1", b"commit me"));
     assert_eq!(sent.code, 0, "{:?}", sent.remark);

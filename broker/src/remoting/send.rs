@@ -121,10 +121,15 @@ impl Remoting {
         let transaction = props.get(PROPERTY_TRAN_MSG).map(String::as_str) == Some("true");
         // The first check back after this many seconds (the client's
         // `CHECK_IMMUNITY_TIME_IN_SECONDS`), else the broker's timeout.
+        // At most an hour, as the gRPC path allows: a half never checked back
+        // would hold retention back.
         let check_immunity_ms = props
             .get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
             .and_then(|s| s.trim().parse::<u64>().ok())
-            .map(|s| s.saturating_mul(1000));
+            .map(|s| {
+                s.saturating_mul(1000)
+                    .min(crate::grpc::message::MAX_RECOVERY_MS)
+            });
         let deliver_at = deliver_at_ms(&props, ledgermq_store::store::now_ms())?;
         // RocketMQ delivers a delay-level message without its level.
         props.remove(PROPERTY_DELAY);
@@ -150,17 +155,20 @@ impl Remoting {
         check_message_id(&message_id)?;
         if transaction {
             // A check back goes to a producer of this group (RocketMQ's PGROUP).
-            if producer_group.is_empty() || producer_group.len() > 255 {
-                return Err(refuse(
+            crate::message::check_group(producer_group).map_err(|_| {
+                refuse(
                     ErrorKind::BadRequest,
-                    "a transactional message needs its producer group (1 to 255 bytes)",
-                ));
-            }
+                    format!(
+                        "a transactional message needs a producer group of 1 to 255 \
+                         characters of [%|a-zA-Z0-9_-], not {producer_group:?}"
+                    ),
+                )
+            })?;
             props.insert(PROPERTY_PRODUCER_GROUP.into(), producer_group.to_owned());
         }
         let mut record = MessageRecord::message(topic, -1, item.body, 0);
         record.flag = item.flag;
-        // The host bits are the store's; the transaction bits are refused above.
+        // The host bits are the store's; a transaction is told by TRAN_MSG.
         record.sys_flag = sys_flag & !0x3C;
         record.born_timestamp_ms = born_timestamp_ms;
         record.born_host = conn.peer;
@@ -213,7 +221,18 @@ impl Remoting {
             // Java writes booleans as "true", the C++ core as "1".
             || matches!(opt(req, "batch", short("m")), Some("true" | "1"));
         let items = if batch {
-            decode_batch(&req.body).map_err(|e| refuse(ErrorKind::BadRequest, e.to_string()))?
+            let items = decode_batch(&req.body)
+                .map_err(|e| refuse(ErrorKind::BadRequest, e.to_string()))?;
+            if items
+                .iter()
+                .any(|m| m.properties.get(PROPERTY_TRAN_MSG).map(String::as_str) == Some("true"))
+            {
+                return Err(refuse(
+                    ErrorKind::BadRequest,
+                    "a batch cannot hold transactional messages",
+                ));
+            }
+            items
         } else {
             let flag: i32 = req_num(req, "flag", short("h"))?;
             let props = opt(req, "properties", short("i")).unwrap_or("");

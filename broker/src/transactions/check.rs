@@ -193,7 +193,11 @@ impl TransactionCheck {
             .get(PROPERTY_PRODUCER_GROUP)
             .filter(|g| **g != topic)
             .cloned();
-        let store_host = rec.store_host;
+        let store_host = self
+            .broker
+            .remoting_producers
+            .store_host()
+            .unwrap_or(rec.store_host);
         let copy = match committed_copy(rec, h.half_queue_offset) {
             Ok(c) => c,
             Err(e) => {
@@ -224,6 +228,20 @@ impl TransactionCheck {
                 );
                 return;
             }
+            // Only a producer of its group knows a 4.x transaction: no 5.x
+            // producer of the topic is asked. 4.x producers talk to the
+            // leader; after a leader change one reconnects with its next
+            // route refresh, and a later check reaches it.
+            tracing::warn!(
+                topic,
+                message_id,
+                transaction_id = txid,
+                check = n,
+                max,
+                group,
+                "no 4.x producer of the group on this node to check the transaction back with"
+            );
+            return;
         }
         let fields = DeliveryFields {
             receipt_handle: String::new(),

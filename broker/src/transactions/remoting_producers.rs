@@ -20,9 +20,21 @@ const MAX_CLIENTS_PER_GROUP: usize = 4096;
 pub struct RemotingProducers {
     groups: Mutex<HashMap<String, BTreeMap<String, Conn>>>,
     rr: AtomicUsize,
+    store_host: Mutex<Option<std::net::SocketAddr>>,
 }
 
 impl RemotingProducers {
+    /// The address this node's remoting service announces (what a check's
+    /// offset message id names), once it serves one.
+    pub fn store_host(&self) -> Option<std::net::SocketAddr> {
+        *self.store_host.lock().unwrap()
+    }
+
+    /// Sets [`Self::store_host`] (the remoting service, when it starts).
+    pub fn set_store_host(&self, addr: std::net::SocketAddr) {
+        *self.store_host.lock().unwrap() = Some(addr);
+    }
+
     /// Records client `client_id` of producer group `group` on `conn` (a
     /// heartbeat); past the bounds a new group or client is not recorded.
     pub fn register(&self, group: &str, client_id: &str, conn: &Conn) {
