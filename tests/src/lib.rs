@@ -3,11 +3,12 @@
 //! demo programs: [`cluster`], a local cluster of real processes (from
 //! [`ledgermq_testkit`], the kit every harness shares), [`clocks`], one
 //! whose node clocks a test can move, and [`netns`], a network namespace with its
-//! own hosts file, and [`python`], which runs a check script of the official
-//! Python client.
+//! own hosts file, [`python`], which runs a check script of the official
+//! Python client, and [`remoting`], a blocking 4.x remoting client.
 
 #![deny(missing_docs)]
 pub mod clocks;
 pub use ledgermq_testkit::cluster;
 pub mod netns;
 pub mod python;
+pub mod remoting;

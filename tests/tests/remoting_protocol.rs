@@ -8,13 +8,14 @@
 //! never a dead process.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use ledgermq_remoting::message::decode_offset_message_id;
-use ledgermq_remoting::{split_frame, RemotingCommand, SerializeType};
+use ledgermq_remoting::{RemotingCommand, SerializeType};
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
+use ledgermq_tests::remoting::{call, read_answer};
 
 fn connect(addr: &str) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
@@ -22,38 +23,11 @@ fn connect(addr: &str) -> TcpStream {
     s
 }
 
-/// Reads the next answer, skipping the server's own requests (a
-/// NOTIFY_CONSUMER_IDS_CHANGED); `None` when the peer closed the connection.
-fn read_answer(s: &mut TcpStream) -> Option<RemotingCommand> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 65536];
-    loop {
-        if let Ok(Some((frame, used))) = split_frame(&buf, 64 << 20) {
-            let cmd = RemotingCommand::decode(frame).unwrap();
-            if cmd.is_response() {
-                return Some(cmd);
-            }
-            buf.drain(..used);
-            continue;
-        }
-        match s.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
 fn request(code: i32, fields: &[(&str, &str)], body: &[u8]) -> RemotingCommand {
     let mut r = RemotingCommand::request(code, fields.iter().copied());
     r.opaque = 7;
     r.body = body.to_vec();
     r
-}
-
-fn call(addr: &str, cmd: &RemotingCommand) -> RemotingCommand {
-    let mut s = connect(addr);
-    s.write_all(&cmd.encode().unwrap()).unwrap();
-    read_answer(&mut s).expect("an answer")
 }
 
 /// Sends raw bytes; the answer, or `None` if the connection was closed.

@@ -1,0 +1,38 @@
+//! A blocking 4.x remoting client for tests: one request, its answer.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use ledgermq_remoting::{split_frame, RemotingCommand};
+
+/// Reads the next answer on `s`, skipping the server's own requests (a
+/// NOTIFY_CONSUMER_IDS_CHANGED); `None` when the peer closed the connection
+/// or nothing came within its read timeout.
+pub fn read_answer(s: &mut TcpStream) -> Option<RemotingCommand> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Ok(Some((frame, used))) = split_frame(&buf, 64 << 20) {
+            let cmd = RemotingCommand::decode(frame).ok()?;
+            if cmd.is_response() {
+                return Some(cmd);
+            }
+            buf.drain(..used);
+            continue;
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Connects to `addr` (a 10 s read timeout), sends `cmd`, returns its answer.
+/// Panics when none comes.
+pub fn call(addr: &str, cmd: &RemotingCommand) -> RemotingCommand {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&cmd.encode().unwrap()).unwrap();
+    read_answer(&mut s).expect("an answer")
+}
