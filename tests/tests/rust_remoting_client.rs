@@ -109,7 +109,24 @@ async fn the_crates_io_remoting_client_sends_and_ends_transactions() {
             .as_str()
             .unwrap()
             .to_owned();
-        bodies(&leader, "RustRemoting")
+        // The checked-back commit is a oneway END_TRANSACTION: give it time.
+        let want = [
+            "commit-1",
+            "plain-0",
+            "plain-1",
+            "plain-2",
+            "plain-3",
+            "plain-4",
+            "unknown-1",
+        ];
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = bodies(&leader, "RustRemoting");
+            if got == want || std::time::Instant::now() >= deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     })
     .await
     .unwrap();

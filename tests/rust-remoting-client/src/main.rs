@@ -7,7 +7,8 @@
 //! `rollback-1` (rolls back) and `unknown-1` (answers UNKNOWN, so the broker
 //! checks it back, and the check commits it), then waits up to 30 s for that
 //! check. Prints one JSON line: `{"sent": N, "transactions": 3, "checked":
-//! [ids]}`; exits 1 if a send failed or no check came.
+//! [bodies]}`; exits 1 if a send failed, no check came, or a message other
+//! than `unknown-1` was checked back (its own end was not taken).
 
 #![recursion_limit = "256"]
 
@@ -25,7 +26,7 @@ use rocketmq_model::common::message::MessageTrait;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
 /// Commits `commit-*`, rolls back `rollback-*`, leaves the rest UNKNOWN; a
-/// check back commits, and is recorded.
+/// check back commits, and its message body is recorded.
 #[derive(Clone, Default)]
 struct Listener {
     checked: Arc<Mutex<Vec<String>>>,
@@ -51,11 +52,11 @@ impl TransactionListener for Listener {
     }
 
     fn check_local_transaction(&self, msg: &MessageExt) -> LocalTransactionState {
-        let id = msg
-            .get_transaction_id()
-            .map(|s| s.to_string())
+        let body = msg
+            .get_body()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default();
-        self.checked.lock().unwrap().push(id);
+        self.checked.lock().unwrap().push(body);
         LocalTransactionState::CommitMessage
     }
 }
@@ -108,7 +109,7 @@ async fn run(rt: Arc<ClientRuntime>, ns: String, topic: String) -> ClientResult<
         "{{\"sent\": {sent}, \"transactions\": 3, \"checked\": {:?}}}",
         checked
     );
-    Ok(sent == 5 && !checked.is_empty())
+    Ok(sent == 5 && !checked.is_empty() && checked.iter().all(|b| b == "unknown-1"))
 }
 
 fn main() {
