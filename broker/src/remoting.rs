@@ -47,7 +47,7 @@ use tokio::task::JoinHandle;
 
 use crate::broker::Broker;
 use crate::error::{BrokerError, ErrorKind};
-pub(crate) use clients::Clients;
+use clients::Clients;
 
 /// How often consumer offsets taken over remoting are committed through Raft.
 pub const OFFSET_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
@@ -188,10 +188,15 @@ pub(crate) fn error_answer(req: &RemotingCommand, e: &BrokerError) -> RemotingCo
 }
 
 impl Remoting {
-    async fn handle(self: Arc<Self>, req: RemotingCommand, conn: Conn) -> Option<RemotingCommand> {
+    async fn handle(
+        self: Arc<Self>,
+        mut req: RemotingCommand,
+        conn: Conn,
+    ) -> Option<RemotingCommand> {
         let answer = match req.code {
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
-                self.send(&req, &conn).await
+                let body = std::mem::take(&mut req.body);
+                self.send(&req, body, &conn).await
             }
             request::PULL_MESSAGE => self.pull(&req).await,
             request::GET_MAX_OFFSET

@@ -23,8 +23,6 @@ pub const SYSFLAG_COMPRESSED: i32 = 0x1;
 /// SYSFLAG bits of a transaction's state (`TRANSACTION_PREPARED_TYPE` 0x4,
 /// `COMMIT` 0x8, `ROLLBACK` 0xC).
 pub const SYSFLAG_TRANSACTION_MASK: i32 = 0xC;
-/// SYSFLAG value of a prepared (half) transactional message.
-pub const SYSFLAG_TRANSACTION_PREPARED: i32 = 0x4;
 /// Most messages one batch body may hold (a bound on what decoding allocates
 /// beyond the body's own bytes).
 pub const MAX_BATCH_MESSAGES: usize = 4096;
@@ -88,7 +86,8 @@ pub fn body_crc(body: &[u8]) -> i32 {
 
 /// Appends `m` in the stored layout (V1 magic, or V2 for a topic over 127
 /// bytes). Error: `TooLarge` (a topic over `i16::MAX` bytes, properties over
-/// `i16::MAX` bytes, a record over `i32::MAX` bytes).
+/// `i16::MAX` bytes, a record over `i32::MAX` bytes), found before anything is
+/// written: `out` is unchanged then.
 pub fn encode_message(out: &mut Vec<u8>, m: &WireMessage<'_>) -> Result<(), RemotingError> {
     let topic = m.topic.as_bytes();
     let props = m.properties.as_bytes();

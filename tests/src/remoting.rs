@@ -28,6 +28,34 @@ pub fn read_answer(s: &mut TcpStream) -> Option<RemotingCommand> {
     }
 }
 
+/// The bodies a PULL_MESSAGE of `topic`'s queue `queue_id` from offset 0 (at
+/// most 32) answers on `addr`, for consumer group `group`; none when it
+/// answers anything but SUCCESS.
+pub fn pull_bodies(addr: &str, group: &str, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
+    let q = queue_id.to_string();
+    let r = call(
+        addr,
+        &RemotingCommand::request(
+            11,
+            [
+                ("consumerGroup", group),
+                ("topic", topic),
+                ("queueId", &q),
+                ("queueOffset", "0"),
+                ("maxMsgNums", "32"),
+            ],
+        ),
+    );
+    if r.code != 0 {
+        return Vec::new();
+    }
+    ledgermq_remoting::message::decode_messages(&r.body)
+        .expect("a pull answer in RocketMQ's stored layout")
+        .into_iter()
+        .map(|m| m.body.to_vec())
+        .collect()
+}
+
 /// Connects to `addr` (a 10 s read timeout), sends `cmd`, returns its answer.
 /// Panics when none comes.
 pub fn call(addr: &str, cmd: &RemotingCommand) -> RemotingCommand {

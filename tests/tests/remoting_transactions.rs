@@ -123,25 +123,7 @@ fn half(id: &str, body: &[u8]) -> RemotingCommand {
 
 /// Bodies of queue 0 of TxTopic, as a pull from `addr` answers.
 fn bodies(addr: &str) -> Vec<Vec<u8>> {
-    let mut c = Client::connect(addr);
-    let r = c.call(req(
-        11,
-        &[
-            ("consumerGroup", "TxCG"),
-            ("topic", "TxTopic"),
-            ("queueId", "0"),
-            ("queueOffset", "0"),
-            ("maxMsgNums", "32"),
-        ],
-    ));
-    match r.code {
-        0 => decode_messages(&r.body)
-            .unwrap()
-            .into_iter()
-            .map(|m| m.body.to_vec())
-            .collect(),
-        _ => Vec::new(),
-    }
+    ledgermq_tests::remoting::pull_bodies(addr, "TxCG", "TxTopic", 0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

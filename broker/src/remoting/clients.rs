@@ -57,9 +57,12 @@ const MAX_NAME_BYTES: usize = 255;
 /// Most queue locks one node holds (a lock on a queue past it is refused).
 const MAX_LOCKS: usize = 65_536;
 
+/// The prefix of a consumer group's retry topic (`MixAll.RETRY_GROUP_TOPIC_PREFIX`).
+pub const RETRY_PREFIX: &str = "%RETRY%";
+
 /// The retry topic of a consumer group (`MixAll.getRetryTopic`).
 pub fn retry_topic(group: &str) -> String {
-    format!("%RETRY%{group}")
+    format!("{RETRY_PREFIX}{group}")
 }
 
 struct Member {

@@ -174,22 +174,21 @@ pub fn pull_body(
         }
         let mut rec = m.view().to_record();
         let sys_flag = for_4x_consumers(&mut rec, max_inflated_bytes);
-        let mut one = Vec::new();
+        // Encoded in place (one copy of the message's bytes; an encoding that
+        // fails writes nothing), taken back if it passes the frame's limit.
+        let before = body.len();
         let queue_offset = m.queue_offset.unwrap_or(0);
-        if encode_record(
-            &mut one,
+        let encoded = encode_record(
+            &mut body,
             &rec,
             sys_flag,
             queue_offset,
             m.physical_offset,
             store_host,
-        )
-        .is_ok()
-        {
-            if used > 0 && body.len() + one.len() > MAX_ANSWER_BYTES {
-                break;
-            }
-            body.extend_from_slice(&one);
+        );
+        if encoded.is_ok() && used > 0 && body.len() > MAX_ANSWER_BYTES {
+            body.truncate(before);
+            break;
         }
         used += 1;
     }

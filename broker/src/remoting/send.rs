@@ -23,7 +23,10 @@ use std::collections::BTreeMap;
 
 use ledgermq_remoting::codes::{request, response};
 use ledgermq_remoting::conn::Conn;
-use ledgermq_remoting::message::{decode_batch, offset_message_id, BatchItem, SYSFLAG_COMPRESSED};
+use ledgermq_remoting::message::{
+    decode_batch, offset_message_id, BatchItem, SYSFLAG_BORNHOST_V6, SYSFLAG_COMPRESSED,
+    SYSFLAG_STOREHOST_V6, SYSFLAG_TRANSACTION_MASK,
+};
 use ledgermq_remoting::RemotingCommand;
 use ledgermq_store::record::PROPERTY_UNIQ_KEY;
 use ledgermq_store::MessageRecord;
@@ -48,8 +51,7 @@ pub const PROPERTY_DELAY: &str = "DELAY";
 const PROPERTY_TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
 const PROPERTY_TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
 const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
-/// The prefix of a consumer group's retry topic (`MixAll.RETRY_GROUP_TOPIC_PREFIX`).
-const RETRY_PREFIX: &str = "%RETRY%";
+use super::clients::RETRY_PREFIX;
 /// A transactional message's property (`MessageConst.PROPERTY_TRANSACTION_PREPARED`).
 const PROPERTY_TRAN_MSG: &str = "TRAN_MSG";
 use ledgermq_store::half_index::{
@@ -169,7 +171,8 @@ impl Remoting {
         let mut record = MessageRecord::message(topic, -1, item.body, 0);
         record.flag = item.flag;
         // The host bits are the store's; a transaction is told by TRAN_MSG.
-        record.sys_flag = sys_flag & !0x3C;
+        record.sys_flag =
+            sys_flag & !(SYSFLAG_TRANSACTION_MASK | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6);
         record.born_timestamp_ms = born_timestamp_ms;
         record.born_host = conn.peer;
         record.reconsume_times = reconsume_times;
@@ -185,10 +188,12 @@ impl Remoting {
         })
     }
 
-    /// Answers a send (see the module doc).
+    /// Answers a send (see the module doc). `body` is the request's body,
+    /// taken out of it, so a single message's bytes are moved, not copied.
     pub(super) async fn send(
         &self,
         req: &RemotingCommand,
+        body: Vec<u8>,
         conn: &Conn,
     ) -> Result<RemotingCommand, BrokerError> {
         let v2 = req.code != request::SEND_MESSAGE;
@@ -221,8 +226,8 @@ impl Remoting {
             // Java writes booleans as "true", the C++ core as "1".
             || matches!(opt(req, "batch", short("m")), Some("true" | "1"));
         let items = if batch {
-            let items = decode_batch(&req.body)
-                .map_err(|e| refuse(ErrorKind::BadRequest, e.to_string()))?;
+            let items =
+                decode_batch(&body).map_err(|e| refuse(ErrorKind::BadRequest, e.to_string()))?;
             if items
                 .iter()
                 .any(|m| m.properties.get(PROPERTY_TRAN_MSG).map(String::as_str) == Some("true"))
@@ -238,7 +243,7 @@ impl Remoting {
             let props = opt(req, "properties", short("i")).unwrap_or("");
             vec![BatchItem {
                 flag,
-                body: req.body.clone(),
+                body,
                 properties: ledgermq_remoting::message::decode_properties(props),
             }]
         };
