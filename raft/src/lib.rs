@@ -10,7 +10,8 @@
 //!   through one, and that is the snapshot a lagging follower gets.
 //! - [`purge_point`]: the group's retention point (what a member proposes; every
 //!   member purges through the committed one).
-//! - [`network`], `server`: tonic peer transport with deadlines and lazy channels.
+//! - [`network`], `server`: tonic peer transport with deadlines and lazy channels;
+//!   [`framed`]: AppendEntries as length-prefixed frames on plain TCP, same port.
 //! - `contact`: whether a majority of the group was heard from lately (a cut-off
 //!   node refuses writes at once).
 //! - `elections`: holds on openraft's election timer, and retries of a campaign
@@ -35,6 +36,7 @@ mod contact;
 mod elections;
 pub mod error;
 pub mod format;
+pub mod framed;
 mod log_store;
 pub mod meta;
 pub mod meta_check;

@@ -277,6 +277,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             from: self.from,
             target,
             channel: lazy_channel(&node.addr, Duration::from_millis(500)),
+            framed: crate::framed::Link::new(node.addr.clone(), self.from),
             filter: self.filter.clone(),
             contacts: self.contacts.clone(),
             backoff: self.backoff,
@@ -291,6 +292,8 @@ pub struct PeerClient {
     from: NodeId,
     target: NodeId,
     channel: Result<Channel, String>,
+    /// AppendEntries go here unless the peer speaks only gRPC.
+    framed: crate::framed::Link,
     filter: NetworkFilter,
     contacts: crate::contact::Contacts,
     backoff: Duration,
@@ -366,6 +369,62 @@ impl PeerClient {
             decode(reply.get_ref()).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+
+    /// AppendEntries over the framed transport (`crate::framed`): `None` if the
+    /// peer speaks only gRPC, which the caller then uses. Filter, link shape,
+    /// deadline, contacts and log command set as [`PeerClient::call`].
+    async fn append_entries_framed(
+        &mut self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        ttl: Duration,
+    ) -> Option<Result<AppendEntriesResponse<NodeId>, RpcErr>> {
+        use crate::framed::{LinkError, STATUS_OK, STATUS_UNAVAILABLE};
+        if self.filter.is_blocked(self.from, self.target) {
+            return Some(Err(RPCError::Unreachable(Unreachable::new(
+                &TransportError("blocked by the network filter".into()),
+            ))));
+        }
+        let frame = match crate::framed::request_frame(rpc) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(RPCError::Network(NetworkError::new(&e)))),
+        };
+        let (filter, from, target) = (self.filter.clone(), self.from, self.target);
+        let link = &mut self.framed;
+        let call = async {
+            tokio::time::sleep(filter.transfer_delay(from, target, frame.len())).await;
+            let answer = link.exchange(&frame).await?;
+            let back = filter.transfer_delay(target, from, answer.payload.len());
+            tokio::time::sleep(back).await;
+            Ok::<_, LinkError>(answer)
+        };
+        let answer = match tokio::time::timeout(ttl, call).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(LinkError::Unsupported)) => return None,
+            Ok(Err(LinkError::Io(e))) => {
+                return Some(Err(RPCError::Unreachable(Unreachable::new(&e))))
+            }
+            Err(_) => {
+                let e = TransportError("peer call timed out".into());
+                return Some(Err(RPCError::Unreachable(Unreachable::new(&e))));
+            }
+        };
+        let reason = || TransportError(String::from_utf8_lossy(&answer.payload).into_owned());
+        match answer.status {
+            STATUS_OK => {}
+            STATUS_UNAVAILABLE => {
+                return Some(Err(RPCError::Unreachable(Unreachable::new(&reason()))))
+            }
+            _ => return Some(Err(RPCError::Network(NetworkError::new(&reason())))),
+        }
+        self.contacts.heard_from(self.target);
+        let term = rpc.vote.leader_id().term;
+        self.formats.record(self.target, answer.log_commands, term);
+        let result: Result<_, RaftError<NodeId>> = match postcard::from_bytes(&answer.payload) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(RPCError::Network(NetworkError::new(&e)))),
+        };
+        Some(result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))))
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -403,6 +462,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
+        if self.framed.usable() {
+            if let Some(res) = self.append_entries_framed(&rpc, option.hard_ttl()).await {
+                return res;
+            }
+        }
         let term = rpc.vote.leader_id().term;
         self.call(Method::AppendEntries { term }, &rpc, option.hard_ttl())
             .await
@@ -528,6 +592,7 @@ mod tests {
             from: 0,
             target: 1,
             channel: Err("not connected".into()),
+            framed: crate::framed::Link::new("127.0.0.1:1".into(), 0),
             filter: NetworkFilter::default(),
             contacts: crate::contact::Contacts::new(0, vec![0, 1], Duration::from_secs(1)),
             backoff: Duration::from_millis(100),

@@ -118,6 +118,8 @@ pub struct RaftNode {
     formats: crate::peer_formats::PeerFormats,
     /// Role, term, leader and readiness, changed only when one of them changes.
     status: tokio::sync::watch::Receiver<NodeStatus>,
+    /// Requests answered over the framed peer transport (`crate::framed`).
+    framed_answers: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl RaftNode {
@@ -216,30 +218,39 @@ impl RaftNode {
         // able to ask this node in turn (a group restarting together). Until
         // `core` is set it answers only `ReadEntry`.
         let core = Arc::new(std::sync::OnceLock::new());
+        let framed_answers = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let service = PeerService {
             node_id: cfg.node_id,
             core: core.clone(),
             filter: filter.clone(),
             store: store.clone(),
             contacts: contacts.clone(),
+            framed_answers: framed_answers.clone(),
         };
         let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
             .await
             .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            if let Err(e) = tonic::transport::Server::builder()
+            // One port: AppendEntries on the framed transport, the rest on gRPC
+            // (`crate::framed`). Dropping the accept loop closes its connections.
+            let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(64);
+            let accept = crate::framed::accept_loop(listener, service.clone(), grpc_tx);
+            let grpc = tonic::transport::Server::builder()
                 .initial_stream_window_size(Some(crate::network::HTTP2_STREAM_WINDOW_BYTES))
                 .initial_connection_window_size(Some(crate::network::HTTP2_CONNECTION_WINDOW_BYTES))
                 .add_service(RaftPeerServer::new(service).max_decoding_message_size(256 << 20))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                })
-                .await
-            {
-                tracing::error!(error = %e, "raft peer server stopped");
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::ReceiverStream::new(grpc_rx),
+                    async {
+                        let _ = stop_rx.await;
+                    },
+                );
+            tokio::select! {
+                res = grpc => if let Err(e) = res {
+                    tracing::error!(error = %e, "raft peer server stopped");
+                },
+                () = accept => {}
             }
         });
         let raft = match Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm).await {
@@ -319,6 +330,7 @@ impl RaftNode {
             stopping,
             elections,
             formats,
+            framed_answers,
             status,
         });
         // A crash between a snapshot build and its purge: finish the purge, so the
@@ -466,6 +478,13 @@ impl RaftNode {
     pub fn no_member_says_below(&self, set: u8) -> bool {
         self.formats
             .no_member_says_below_now(&self.raft, self.id, set)
+    }
+
+    /// AppendEntries requests this node has answered over the framed peer
+    /// transport since it started (`crate::framed`); the rest came over gRPC.
+    pub fn framed_answers(&self) -> u64 {
+        self.framed_answers
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// True if this node currently leads.

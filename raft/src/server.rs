@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use openraft::error::{InstallSnapshotError, RaftError};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest, VoteResponse};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest, VoteResponse,
+};
 use tonic::{Request, Response, Status};
 
 use crate::error::{ForwardRefusal, RaftNodeError};
@@ -43,6 +45,8 @@ pub struct PeerService {
     pub store: Arc<ledgermq_store::MessageStore>,
     /// Records each peer heard from.
     pub contacts: crate::contact::Contacts,
+    /// Requests answered over the framed transport since start (`crate::framed`).
+    pub framed_answers: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PeerService {
@@ -50,6 +54,22 @@ impl PeerService {
         self.core
             .get()
             .ok_or_else(|| Status::unavailable("starting: Raft is not running yet"))
+    }
+
+    /// Hands `rpc` to `core`'s Raft and notes a leader heard from; shared by the
+    /// gRPC service and the framed transport (`crate::framed`).
+    pub(crate) async fn append_entries_on(
+        &self,
+        core: &Core,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let res = core.raft.append_entries(rpc).await;
+        // Only a leader of the current term counts as heard: a deposed one is
+        // answered HigherVote (or an error) and must not keep this node trusting it.
+        if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.contacts.heard_from_leader();
+        }
+        res
     }
 
     fn admit(&self, req: &Request<Payload>) -> Result<(), Status> {
@@ -97,13 +117,7 @@ impl RaftPeer for PeerService {
         let core = self.core()?;
         self.admit(&req)?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
-        let res: Result<_, RaftError<NodeId>> = core.raft.append_entries(rpc).await;
-        // Only a leader of the current term counts as heard: a deposed one is
-        // answered HigherVote (or an error) and must not keep this node trusting it.
-        if matches!(&res, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
-        {
-            self.contacts.heard_from_leader();
-        }
+        let res = self.append_entries_on(core, rpc).await;
         let mut response = Response::new(encode(&res)?);
         // The log command set this node decodes (`crate::peer_formats`).
         response.metadata_mut().insert(

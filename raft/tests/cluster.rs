@@ -1,4 +1,4 @@
-//! Three real nodes on loopback (files, openraft, gRPC): election, failover, log
+//! Three real nodes on loopback (files, openraft, peer transport): election, failover, log
 //! truncation, catch-up and replica audits.
 
 mod common;
@@ -33,6 +33,12 @@ async fn elects_a_leader_and_commits_from_any_node() {
     }
     c.wait_converged(T).await;
     c.audit();
+    // Replication travels on the framed transport, not gRPC: every follower
+    // answered AppendEntries there.
+    let leader = c.wait_leader(T).await;
+    for id in (0..3u64).filter(|&id| id != leader) {
+        assert!(c.node(id).framed_answers() > 0, "node {id}");
+    }
     for q in 0..2 {
         let expect: Vec<String> = acked
             .iter()

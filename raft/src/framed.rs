@@ -1,0 +1,327 @@
+//! The framed peer transport for AppendEntries: length-prefixed postcard frames on
+//! a plain TCP connection, on the same port as the peer gRPC service.
+//!
+//! Replication is the group's busiest peer traffic, and HTTP/2 (HEADERS, DATA and
+//! trailers per call, flow control, h2's buffering) was a quarter of a follower's
+//! CPU (`docs/benchmarks.md`). openraft sends one AppendEntries at a time per
+//! replication stream, so one connection per stream with one request in flight
+//! needs no stream ids and no flow control of its own.
+//!
+//! **Port sharing.** The peer port peeks at each connection's first byte: an
+//! HTTP/2 client starts with the preface `PRI * HTTP/2.0`, so `P` goes to tonic;
+//! this transport starts with [`MAGIC`] (`L`). Votes, snapshots, forwarded writes
+//! and the rest stay on gRPC.
+//!
+//! **Wire format** (all integers little-endian):
+//! - handshake: the client sends [`MAGIC`] and its node id (u64); the server
+//!   answers [`MAGIC`]. A node of an earlier release serves only gRPC, and its
+//!   HTTP/2 server closes the connection (or answers a GOAWAY): the client then
+//!   uses gRPC for that peer for [`FALL_BACK_FOR`].
+//! - request: length (u32, of what follows), kind (u8, [`KIND_APPEND_ENTRIES`]),
+//!   the postcard encoding of openraft's `AppendEntriesRequest`;
+//! - answer: length (u32, of what follows), status (u8: [`STATUS_OK`],
+//!   [`STATUS_UNAVAILABLE`] or [`STATUS_BAD_REQUEST`]), the log command set this
+//!   node decodes (u8, [`crate::format::LOG_COMMANDS`], as the gRPC answer's
+//!   header carries it), then for OK the postcard encoding of
+//!   `Result<AppendEntriesResponse, RaftError>`, else a UTF-8 reason.
+//!
+//! A request over [`MAX_REQUEST_BYTES`] (the gRPC service's decoding limit) or an
+//! answer over [`MAX_ANSWER_BYTES`] closes the connection; buffers grow with the
+//! bytes that arrive, not with the length announced.
+
+use std::time::Duration;
+
+use openraft::error::RaftError;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::server::PeerService;
+use crate::types::{NodeId, TypeConfig};
+
+/// First bytes of a framed connection (its first byte is not HTTP/2's `P`).
+pub const MAGIC: &[u8; 8] = b"LMQRAFT1";
+/// Request kind: AppendEntries.
+pub const KIND_APPEND_ENTRIES: u8 = 1;
+/// Answer status: the payload is openraft's result.
+pub const STATUS_OK: u8 = 0;
+/// Answer status: not served now (Raft not started yet, or dropped by the network
+/// filter); the caller treats the peer as unreachable, as gRPC's UNAVAILABLE.
+pub const STATUS_UNAVAILABLE: u8 = 1;
+/// Answer status: the request could not be decoded or is of an unknown kind.
+pub const STATUS_BAD_REQUEST: u8 = 2;
+/// Largest request frame a server reads, bytes (as the gRPC service's limit).
+pub const MAX_REQUEST_BYTES: usize = 256 << 20;
+/// Largest answer frame a client reads, bytes.
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
+/// How long a client uses gRPC for a peer whose port did not speak this
+/// transport (a node of an earlier release) before it tries again.
+pub const FALL_BACK_FOR: Duration = Duration::from_secs(60);
+/// A server connection with no request for this long is closed (a leader sends
+/// heartbeats every few hundred ms at most; a silent client is gone).
+pub const IDLE_CLOSE: Duration = Duration::from_secs(30);
+/// How long a new connection has to send its first byte, or its handshake.
+pub const FIRST_BYTES_WAIT: Duration = Duration::from_secs(10);
+
+/// The request frame for `rpc`: header and postcard payload in one buffer.
+pub fn request_frame(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, postcard::Error> {
+    let mut frame = postcard::to_extend(rpc, vec![0, 0, 0, 0, KIND_APPEND_ENTRIES])?;
+    let len = u32::try_from(frame.len() - 4).map_err(|_| postcard::Error::SerializeBufferFull)?;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    Ok(frame)
+}
+
+/// An answer frame with `status` and `payload`.
+pub fn answer_frame(status: u8, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len() + 2).expect("answers are far below 4 GiB");
+    let mut frame = Vec::with_capacity(6 + payload.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.push(status);
+    frame.push(crate::format::LOG_COMMANDS);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// Reads one frame's body (what follows its length), at most `max_bytes` long.
+/// `Ok(None)` at a clean end of stream before a frame starts. Errors: I/O, a
+/// frame over `max_bytes` or cut short (`InvalidData`, `UnexpectedEof`).
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max_bytes: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read(&mut len[..1]).await? {
+        0 => return Ok(None),
+        _ => r.read_exact(&mut len[1..]).await?,
+    };
+    let len = u32::from_le_bytes(len) as usize;
+    if len > max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes is over the limit of {max_bytes}"),
+        ));
+    }
+    // Grows with the bytes that arrive, so an announced length costs nothing.
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    (&mut *r).take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(Some(body))
+}
+
+/// An answer as the client reads it.
+#[derive(Debug)]
+pub struct Answer {
+    /// [`STATUS_OK`], [`STATUS_UNAVAILABLE`] or [`STATUS_BAD_REQUEST`].
+    pub status: u8,
+    /// The log command set the peer decodes.
+    pub log_commands: u8,
+    /// openraft's result (OK) or a reason.
+    pub payload: Vec<u8>,
+}
+
+/// Why an exchange over a [`Link`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The peer's port does not speak this transport (an earlier release).
+    #[error("the peer does not speak the framed transport")]
+    Unsupported,
+    /// Connecting, writing or reading failed.
+    #[error("framed peer connection: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The client end for one peer: one connection, opened when first needed and
+/// dropped on any error (or when the caller gives up mid-exchange), so an answer
+/// is never matched with the wrong request.
+#[derive(Debug)]
+pub struct Link {
+    addr: String,
+    from: NodeId,
+    conn: Option<TcpStream>,
+    fall_back_until: Option<tokio::time::Instant>,
+}
+
+impl Link {
+    /// A link from node `from` to the peer port at `addr` (`host:port`).
+    pub fn new(addr: String, from: NodeId) -> Self {
+        Link {
+            addr,
+            from,
+            conn: None,
+            fall_back_until: None,
+        }
+    }
+
+    /// False while the peer is taken for one that speaks only gRPC.
+    pub fn usable(&self) -> bool {
+        self.fall_back_until
+            .is_none_or(|t| tokio::time::Instant::now() >= t)
+    }
+
+    /// Sends `frame` and reads its answer, connecting first if needed. Cancel
+    /// safe: a cancelled exchange leaves no connection behind.
+    pub async fn exchange(&mut self, frame: &[u8]) -> Result<Answer, LinkError> {
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => match self.connect().await {
+                Err(LinkError::Unsupported) => {
+                    self.fall_back_until = Some(tokio::time::Instant::now() + FALL_BACK_FOR);
+                    return Err(LinkError::Unsupported);
+                }
+                other => other?,
+            },
+        };
+        conn.write_all(frame).await?;
+        let body = read_frame(&mut conn, MAX_ANSWER_BYTES)
+            .await?
+            .ok_or(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        if body.len() < 2 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "answer frame shorter than its header",
+            )
+            .into());
+        }
+        self.conn = Some(conn);
+        Ok(Answer {
+            status: body[0],
+            log_commands: body[1],
+            payload: body[2..].to_vec(),
+        })
+    }
+
+    async fn connect(&self) -> Result<TcpStream, LinkError> {
+        let mut conn =
+            tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(&self.addr))
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        conn.set_nodelay(true)?;
+        let mut hello = Vec::with_capacity(16);
+        hello.extend_from_slice(MAGIC);
+        hello.extend_from_slice(&self.from.to_le_bytes());
+        conn.write_all(&hello).await?;
+        let mut back = [0u8; 8];
+        let mut got = 0;
+        while got < back.len() {
+            match conn.read(&mut back[got..]).await {
+                // Closed, or reset, before the whole magic: an HTTP/2-only server.
+                Ok(0) => return Err(LinkError::Unsupported),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Err(LinkError::Unsupported)
+                }
+                Ok(n) => got += n,
+                Err(e) => return Err(e.into()),
+            }
+            if back[..got] != MAGIC[..got] {
+                return Err(LinkError::Unsupported);
+            }
+        }
+        Ok(conn)
+    }
+}
+
+/// Serves one framed connection (its first byte already seen to be [`MAGIC`]'s)
+/// until the client closes it, it idles for [`IDLE_CLOSE`], a frame is malformed,
+/// or the task is aborted (node shutdown).
+pub async fn serve(mut stream: TcpStream, service: PeerService) {
+    let mut hello = [0u8; 16];
+    match tokio::time::timeout(FIRST_BYTES_WAIT, stream.read_exact(&mut hello)).await {
+        Ok(Ok(_)) if &hello[..8] == MAGIC => {}
+        _ => return,
+    }
+    let from = NodeId::from_le_bytes(hello[8..].try_into().expect("8 bytes"));
+    if stream.write_all(MAGIC).await.is_err() {
+        return;
+    }
+    loop {
+        let body = match tokio::time::timeout(
+            IDLE_CLOSE,
+            read_frame(&mut stream, MAX_REQUEST_BYTES),
+        )
+        .await
+        {
+            Ok(Ok(Some(body))) => body,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                tracing::debug!(from, error = %e, "framed peer connection closed");
+                return;
+            }
+            Err(_) => return,
+        };
+        let answer = answer(&service, from, &body).await;
+        service
+            .framed_answers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if stream.write_all(&answer).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The answer frame to one request `body` from node `from`.
+async fn answer(service: &PeerService, from: NodeId, body: &[u8]) -> Vec<u8> {
+    let Some(core) = service.core.get() else {
+        return answer_frame(STATUS_UNAVAILABLE, b"starting: Raft is not running yet");
+    };
+    if service.filter.is_blocked(from, service.node_id) {
+        return answer_frame(STATUS_UNAVAILABLE, b"dropped by the network filter");
+    }
+    service.contacts.heard_from(from);
+    let rpc: AppendEntriesRequest<TypeConfig> = match body.split_first() {
+        Some((&KIND_APPEND_ENTRIES, payload)) => match postcard::from_bytes(payload) {
+            Ok(rpc) => rpc,
+            Err(e) => return answer_frame(STATUS_BAD_REQUEST, format!("decode: {e}").as_bytes()),
+        },
+        _ => return answer_frame(STATUS_BAD_REQUEST, b"unknown request kind"),
+    };
+    let res: Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> =
+        service.append_entries_on(core, rpc).await;
+    match postcard::to_stdvec(&res) {
+        Ok(payload) => answer_frame(STATUS_OK, &payload),
+        Err(e) => answer_frame(STATUS_BAD_REQUEST, format!("encode: {e}").as_bytes()),
+    }
+}
+
+/// Accepts peer connections on `listener`: those starting with [`MAGIC`]'s first
+/// byte are served here (each on a task this loop owns, so dropping the loop
+/// closes them), every other one goes to the gRPC server through `grpc`.
+pub async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    service: PeerService,
+    grpc: tokio::sync::mpsc::Sender<std::io::Result<TcpStream>>,
+) {
+    let mut framed = tokio::task::JoinSet::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "peer accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            // Reap finished connections so the set does not grow.
+            Some(_) = framed.join_next(), if !framed.is_empty() => continue,
+        };
+        let _ = stream.set_nodelay(true);
+        let mut first = [0u8; 1];
+        // The peek runs on the connection's own task, so a silent client holds
+        // up nothing else.
+        let (service, grpc) = (service.clone(), grpc.clone());
+        framed.spawn(async move {
+            match tokio::time::timeout(FIRST_BYTES_WAIT, stream.peek(&mut first)).await {
+                Ok(Ok(1)) if first[0] == MAGIC[0] => serve(stream, service).await,
+                Ok(Ok(1)) => {
+                    let _ = grpc.send(Ok(stream)).await;
+                }
+                _ => {}
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use openraft::{EntryPayload, Vote};
+
+use super::*;
+use crate::codec::log_id;
+use crate::types::{Entry, Request};
+
+fn request() -> AppendEntriesRequest<TypeConfig> {
+    let msgs = vec![ledgermq_store::MessageRecord::message(
+        "T",
+        1,
+        vec![7; 3000],
+        5,
+    )];
+    AppendEntriesRequest {
+        vote: Vote::new_committed(3, 0),
+        prev_log_id: Some(log_id(3, 9)),
+        entries: vec![Entry {
+            log_id: log_id(3, 10),
+            payload: EntryPayload::Normal(Request::Messages(msgs)),
+        }],
+        leader_commit: Some(log_id(3, 9)),
+    }
+}
+
+/// A peer service with no Raft running yet, over a fresh store.
+fn service_without_raft(dir: &std::path::Path) -> PeerService {
+    PeerService {
+        node_id: 1,
+        core: Arc::new(std::sync::OnceLock::new()),
+        filter: crate::NetworkFilter::default(),
+        store: ledgermq_store::MessageStore::open(ledgermq_store::StoreConfig::new(dir)).unwrap(),
+        contacts: crate::contact::Contacts::new(1, vec![0, 1], Duration::from_secs(1)),
+        framed_answers: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_request_frame_reads_back_as_the_request() {
+    let rpc = request();
+    let frame = request_frame(&rpc).unwrap();
+    let body = read_frame(&mut &frame[..], MAX_REQUEST_BYTES)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(body.len() + 4, frame.len());
+    assert_eq!(body[0], KIND_APPEND_ENTRIES);
+    let back: AppendEntriesRequest<TypeConfig> = postcard::from_bytes(&body[1..]).unwrap();
+    assert_eq!(
+        (
+            back.vote,
+            back.prev_log_id,
+            back.leader_commit,
+            back.entries
+        ),
+        (rpc.vote, rpc.prev_log_id, rpc.leader_commit, rpc.entries)
+    );
+}
+
+#[tokio::test]
+async fn frames_over_the_limit_or_cut_short_are_errors_and_an_end_between_frames_is_not() {
+    let huge = u32::MAX.to_le_bytes();
+    let e = read_frame(&mut &huge[..], MAX_REQUEST_BYTES)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    // 100 bytes announced, 3 sent.
+    let cut = [100u8, 0, 0, 0, 1, 2, 3];
+    let e = read_frame(&mut &cut[..], MAX_REQUEST_BYTES)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    let e = read_frame(&mut &cut[..2], MAX_REQUEST_BYTES)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    assert!(read_frame(&mut &[][..], MAX_REQUEST_BYTES)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+/// A link to a port served by the peer gRPC server alone, as a node of an earlier
+/// release serves it, finds it does not speak frames and falls back for a while.
+#[tokio::test]
+async fn a_grpc_only_peer_is_recognised_and_left_to_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service_without_raft(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(crate::network::pb::raft_peer_server::RaftPeerServer::new(
+                service,
+            ))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let mut link = Link::new(addr, 0);
+    assert!(link.usable());
+    let frame = request_frame(&request()).unwrap();
+    let e = link.exchange(&frame).await.unwrap_err();
+    assert!(matches!(e, LinkError::Unsupported), "{e:?}");
+    assert!(!link.usable(), "gRPC is used for this peer for a while");
+}
+
+#[tokio::test]
+async fn a_closed_port_is_an_io_error_not_a_fall_back() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let mut link = Link::new(addr, 0);
+    let frame = request_frame(&request()).unwrap();
+    assert!(matches!(link.exchange(&frame).await, Err(LinkError::Io(_))));
+    assert!(link.usable());
+}
+
+/// The shared port: a framed client is served by the framed server (which
+/// answers UNAVAILABLE until Raft runs, on the same connection request after
+/// request), and a gRPC client on the same port still reaches the gRPC service.
+#[tokio::test]
+async fn one_port_serves_frames_and_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service_without_raft(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(accept_loop(listener, service.clone(), grpc_tx));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(crate::network::pb::raft_peer_server::RaftPeerServer::new(
+                service.clone(),
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(grpc_rx)),
+    );
+
+    let mut link = Link::new(addr.clone(), 0);
+    let answer = link
+        .exchange(&request_frame(&request()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(answer.status, STATUS_UNAVAILABLE);
+    assert_eq!(answer.log_commands, crate::format::LOG_COMMANDS);
+    // The connection is kept and answers the next request in turn.
+    let unknown = [1u8, 0, 0, 0, 99];
+    let answer = link.exchange(&unknown).await.unwrap();
+    // Raft is not running: that is checked before the kind.
+    assert_eq!(answer.status, STATUS_UNAVAILABLE);
+    assert!(link.usable());
+    assert_eq!(service.framed_answers.load(Ordering::Relaxed), 2);
+
+    let channel = crate::network::lazy_channel(&addr, Duration::from_secs(1)).unwrap();
+    let mut client = crate::network::pb::raft_peer_client::RaftPeerClient::new(channel);
+    let status = client
+        .ping(crate::network::peer_request(0, &(), Duration::from_secs(2)).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("not running yet"), "{status:?}");
+}
+
+#[tokio::test]
+async fn a_bad_handshake_or_an_oversized_frame_closes_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service_without_raft(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (grpc_tx, _grpc_rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(accept_loop(listener, service, grpc_tx));
+
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"LMQRAFT9\0\0\0\0\0\0\0\0").await.unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(
+        s.read_to_end(&mut buf).await.unwrap(),
+        0,
+        "closed, no answer"
+    );
+
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(MAGIC).await.unwrap();
+    s.write_all(&0u64.to_le_bytes()).await.unwrap();
+    let mut back = [0u8; 8];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, MAGIC);
+    s.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(
+        s.read_to_end(&mut buf).await.unwrap(),
+        0,
+        "closed, no answer"
+    );
+}
