@@ -7,16 +7,18 @@
 //! replication stream, so one connection per stream with one request in flight
 //! needs no stream ids and no flow control of its own.
 //!
-//! **Port sharing.** The peer port peeks at each connection's first byte: an
-//! HTTP/2 client starts with the preface `PRI * HTTP/2.0`, so `P` goes to tonic;
-//! this transport starts with [`MAGIC`] (`L`). Votes, snapshots, forwarded writes
-//! and the rest stay on gRPC.
+//! **Port sharing.** The peer port peeks at each connection's first byte: this
+//! transport starts with [`MAGIC`] (`L`); any other byte (an HTTP/2 client's
+//! preface starts with `P`) goes to tonic. Votes, snapshots, forwarded writes and
+//! the rest stay on gRPC.
 //!
 //! **Wire format** (all integers little-endian):
 //! - handshake: the client sends [`MAGIC`] and its node id (u64); the server
-//!   answers [`MAGIC`]. A node of an earlier release serves only gRPC, and its
-//!   HTTP/2 server closes the connection (or answers a GOAWAY): the client then
-//!   uses gRPC for that peer for [`FALL_BACK_FOR`].
+//!   answers [`MAGIC`]. A node of an earlier release serves only gRPC: its h2
+//!   server answers with its SETTINGS frame, not the magic, and the client then
+//!   uses gRPC for that peer for [`FALL_BACK_FOR`] ([`LinkError::Unsupported`]).
+//!   A handshake closed with no answer sends that one call over gRPC
+//!   ([`LinkError::Closed`]).
 //! - request: length (u32, of what follows), kind (u8, [`KIND_APPEND_ENTRIES`]),
 //!   the postcard encoding of openraft's `AppendEntriesRequest`;
 //! - answer: length (u32, of what follows), status (u8: [`STATUS_OK`],
@@ -124,12 +126,28 @@ pub struct Answer {
 /// Why an exchange over a [`Link`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
-    /// The peer's port does not speak this transport (an earlier release).
+    /// The peer answered the handshake with other bytes: its port speaks only
+    /// HTTP/2 (an earlier release; h2's server sends its SETTINGS first). The
+    /// link uses gRPC for [`FALL_BACK_FOR`].
     #[error("the peer does not speak the framed transport")]
     Unsupported,
+    /// The peer closed or reset a new connection before answering the handshake:
+    /// a peer stopping, or an HTTP/2-only one that sent nothing. This call goes
+    /// over gRPC; the next one tries frames again.
+    #[error("the peer closed the connection before its handshake")]
+    Closed,
     /// Connecting, writing or reading failed.
     #[error("framed peer connection: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// True for the errors of a connection the peer had already closed.
+fn closed_by_peer(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+    )
 }
 
 /// The client end for one peer: one connection, opened when first needed and
@@ -160,36 +178,31 @@ impl Link {
             .is_none_or(|t| tokio::time::Instant::now() >= t)
     }
 
-    /// Sends `frame` and reads its answer, connecting first if needed. Cancel
-    /// safe: a cancelled exchange leaves no connection behind.
+    /// Sends `frame` and reads its answer, connecting first if needed. A kept
+    /// connection the peer has closed meanwhile (its restart, or its idle close)
+    /// is replaced and the frame sent once more: AppendEntries may be repeated.
+    /// Cancel safe: a cancelled exchange leaves no connection behind.
     pub async fn exchange(&mut self, frame: &[u8]) -> Result<Answer, LinkError> {
-        let mut conn = match self.conn.take() {
-            Some(c) => c,
-            None => match self.connect().await {
-                Err(LinkError::Unsupported) => {
-                    self.fall_back_until = Some(tokio::time::Instant::now() + FALL_BACK_FOR);
-                    return Err(LinkError::Unsupported);
+        if let Some(conn) = self.conn.take() {
+            match round_trip(conn, frame).await {
+                Ok((conn, answer)) => {
+                    self.conn = Some(conn);
+                    return Ok(answer);
                 }
-                other => other?,
-            },
-        };
-        conn.write_all(frame).await?;
-        let body = read_frame(&mut conn, MAX_ANSWER_BYTES)
-            .await?
-            .ok_or(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
-        if body.len() < 2 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "answer frame shorter than its header",
-            )
-            .into());
+                Err(e) if closed_by_peer(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
+        let conn = match self.connect().await {
+            Err(LinkError::Unsupported) => {
+                self.fall_back_until = Some(tokio::time::Instant::now() + FALL_BACK_FOR);
+                return Err(LinkError::Unsupported);
+            }
+            other => other?,
+        };
+        let (conn, answer) = round_trip(conn, frame).await?;
         self.conn = Some(conn);
-        Ok(Answer {
-            status: body[0],
-            log_commands: body[1],
-            payload: body[2..].to_vec(),
-        })
+        Ok(answer)
     }
 
     async fn connect(&self) -> Result<TcpStream, LinkError> {
@@ -206,12 +219,9 @@ impl Link {
         let mut got = 0;
         while got < back.len() {
             match conn.read(&mut back[got..]).await {
-                // Closed, or reset, before the whole magic: an HTTP/2-only server.
-                Ok(0) => return Err(LinkError::Unsupported),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                    return Err(LinkError::Unsupported)
-                }
+                Ok(0) => return Err(LinkError::Closed),
                 Ok(n) => got += n,
+                Err(e) if closed_by_peer(&e) => return Err(LinkError::Closed),
                 Err(e) => return Err(e.into()),
             }
             if back[..got] != MAGIC[..got] {
@@ -220,6 +230,26 @@ impl Link {
         }
         Ok(conn)
     }
+}
+
+/// Writes `frame` on `conn` and reads one answer.
+async fn round_trip(mut conn: TcpStream, frame: &[u8]) -> std::io::Result<(TcpStream, Answer)> {
+    conn.write_all(frame).await?;
+    let body = read_frame(&mut conn, MAX_ANSWER_BYTES)
+        .await?
+        .ok_or(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+    if body.len() < 2 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "answer frame shorter than its header",
+        ));
+    }
+    let answer = Answer {
+        status: body[0],
+        log_commands: body[1],
+        payload: body[2..].to_vec(),
+    };
+    Ok((conn, answer))
 }
 
 /// Serves one framed connection (its first byte already seen to be [`MAGIC`]'s)
@@ -251,11 +281,14 @@ pub async fn serve(mut stream: TcpStream, service: PeerService) {
             Err(_) => return,
         };
         let answer = answer(&service, from, &body).await;
-        service
-            .framed_answers
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if stream.write_all(&answer).await.is_err() {
             return;
+        }
+        if answer[4] == STATUS_OK {
+            service
+                .appends
+                .framed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -278,23 +311,33 @@ async fn answer(service: &PeerService, from: NodeId, body: &[u8]) -> Vec<u8> {
     };
     let res: Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> =
         service.append_entries_on(core, rpc).await;
+    if let Err(RaftError::Fatal(e)) = &res {
+        // Stopping (or stopped by a storage error): the leader backs off, as from
+        // a node that is down, rather than resending at once.
+        return answer_frame(STATUS_UNAVAILABLE, format!("Raft stopped: {e}").as_bytes());
+    }
     match postcard::to_stdvec(&res) {
         Ok(payload) => answer_frame(STATUS_OK, &payload),
         Err(e) => answer_frame(STATUS_BAD_REQUEST, format!("encode: {e}").as_bytes()),
     }
 }
 
-/// Accepts peer connections on `listener`: those starting with [`MAGIC`]'s first
-/// byte are served here (each on a task this loop owns, so dropping the loop
-/// closes them), every other one goes to the gRPC server through `grpc`.
+/// Accepts peer connections on `listener` until `stop` turns true: those
+/// starting with [`MAGIC`]'s first byte are served here, every other one goes to
+/// the gRPC server through `grpc`. On `stop` it returns, which closes the
+/// listener and every framed connection (they run on tasks it owns).
 pub async fn accept_loop(
     listener: tokio::net::TcpListener,
     service: PeerService,
     grpc: tokio::sync::mpsc::Sender<std::io::Result<TcpStream>>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut framed = tokio::task::JoinSet::new();
+    let stop = stopped(stop);
+    tokio::pin!(stop);
     loop {
         let stream = tokio::select! {
+            () = &mut stop => return,
             accepted = listener.accept() => match accepted {
                 Ok((s, _)) => s,
                 Err(e) => {
@@ -320,6 +363,15 @@ pub async fn accept_loop(
                 _ => {}
             }
         });
+    }
+}
+
+/// Resolves once `stop` holds true, or its sender is gone.
+pub async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            return;
+        }
     }
 }
 

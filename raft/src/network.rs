@@ -399,7 +399,7 @@ impl PeerClient {
         };
         let answer = match tokio::time::timeout(ttl, call).await {
             Ok(Ok(a)) => a,
-            Ok(Err(LinkError::Unsupported)) => return None,
+            Ok(Err(LinkError::Unsupported | LinkError::Closed)) => return None,
             Ok(Err(LinkError::Io(e))) => {
                 return Some(Err(RPCError::Unreachable(Unreachable::new(&e))))
             }

@@ -99,7 +99,7 @@ pub struct RaftNode {
     shared: MetaView,
     writer: Arc<Writer>,
     filter: NetworkFilter,
-    server: std::sync::Mutex<Option<(JoinHandle<()>, tokio::sync::oneshot::Sender<()>)>>,
+    server: std::sync::Mutex<Option<(JoinHandle<()>, tokio::sync::watch::Sender<bool>)>>,
     write_timeout: Duration,
     /// One multiplexed channel per peer address, shared by forwarded writes.
     channels: std::sync::Mutex<BTreeMap<String, tonic::transport::Channel>>,
@@ -118,8 +118,8 @@ pub struct RaftNode {
     formats: crate::peer_formats::PeerFormats,
     /// Role, term, leader and readiness, changed only when one of them changes.
     status: tokio::sync::watch::Receiver<NodeStatus>,
-    /// Requests answered over the framed peer transport (`crate::framed`).
-    framed_answers: Arc<std::sync::atomic::AtomicU64>,
+    /// AppendEntries answered, by transport.
+    appends: Arc<crate::server::AppendCounts>,
 }
 
 impl RaftNode {
@@ -218,52 +218,44 @@ impl RaftNode {
         // able to ask this node in turn (a group restarting together). Until
         // `core` is set it answers only `ReadEntry`.
         let core = Arc::new(std::sync::OnceLock::new());
-        let framed_answers = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let appends = Arc::new(crate::server::AppendCounts::default());
         let service = PeerService {
             node_id: cfg.node_id,
             core: core.clone(),
             filter: filter.clone(),
             store: store.clone(),
             contacts: contacts.clone(),
-            framed_answers: framed_answers.clone(),
+            appends: appends.clone(),
         };
         let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
             .await
             .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(async move {
             // One port: AppendEntries on the framed transport, the rest on gRPC
             // (`crate::framed`). Dropping the accept loop closes its connections.
             let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(64);
-            let accept = crate::framed::accept_loop(listener, service.clone(), grpc_tx);
+            let accept =
+                crate::framed::accept_loop(listener, service.clone(), grpc_tx, stop_rx.clone());
             let grpc = tonic::transport::Server::builder()
                 .initial_stream_window_size(Some(crate::network::HTTP2_STREAM_WINDOW_BYTES))
                 .initial_connection_window_size(Some(crate::network::HTTP2_CONNECTION_WINDOW_BYTES))
                 .add_service(RaftPeerServer::new(service).max_decoding_message_size(256 << 20))
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::ReceiverStream::new(grpc_rx),
-                    async {
-                        let _ = stop_rx.await;
-                    },
+                    crate::framed::stopped(stop_rx),
                 );
-            tokio::select! {
-                res = grpc => if let Err(e) = res {
-                    tracing::error!(error = %e, "raft peer server stopped");
-                },
-                () = accept => {}
+            // Both end on the stop signal: the accept loop at once (closing the
+            // listener and the framed connections), gRPC once drained.
+            let (res, ()) = tokio::join!(grpc, accept);
+            if let Err(e) = res {
+                tracing::error!(error = %e, "raft peer server stopped");
             }
         });
         let raft = match Raft::new(cfg.node_id, Arc::new(config), network, log_store, sm).await {
             Ok(raft) => raft,
             Err(e) => {
-                let _ = stop_tx.send(());
-                let abort = server.abort_handle();
-                if tokio::time::timeout(Duration::from_secs(2), server)
-                    .await
-                    .is_err()
-                {
-                    abort.abort();
-                }
+                stop_server(server, &stop_tx).await;
                 return Err(RaftNodeError::Raft(e.to_string()));
             }
         };
@@ -330,7 +322,7 @@ impl RaftNode {
             stopping,
             elections,
             formats,
-            framed_answers,
+            appends,
             status,
         });
         // A crash between a snapshot build and its purge: finish the purge, so the
@@ -480,11 +472,12 @@ impl RaftNode {
             .no_member_says_below_now(&self.raft, self.id, set)
     }
 
-    /// AppendEntries requests this node has answered over the framed peer
-    /// transport since it started (`crate::framed`); the rest came over gRPC.
-    pub fn framed_answers(&self) -> u64 {
-        self.framed_answers
-            .load(std::sync::atomic::Ordering::Relaxed)
+    /// AppendEntries this node has answered since it started, as (over the
+    /// framed peer transport, over gRPC): a metric, and how tests see which
+    /// transport replication used.
+    pub fn append_entries_answered(&self) -> (u64, u64) {
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        (load(&self.appends.framed), load(&self.appends.grpc))
     }
 
     /// True if this node currently leads.
@@ -505,19 +498,26 @@ impl RaftNode {
         // whatever serves this address next).
         let server = self.server.lock().unwrap().take();
         if let Some((task, stop)) = server {
-            let _ = stop.send(());
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(2), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
+            stop_server(task, &stop).await;
         }
         if clean {
             self.meta.flush()?;
             self.store.shutdown()?;
         }
         Ok(())
+    }
+}
+
+/// Stops the peer server `task` through `stop`: the listener and the framed
+/// connections close at once, gRPC connections get up to 2 s to drain before
+/// the task is aborted. Returns once the task has ended, so the port is free.
+async fn stop_server(mut task: JoinHandle<()>, stop: &tokio::sync::watch::Sender<bool>) {
+    let _ = stop.send(true);
+    if tokio::time::timeout(Duration::from_secs(2), &mut task)
+        .await
+        .is_err()
+    {
+        task.abort();
+        let _ = task.await;
     }
 }

@@ -45,8 +45,18 @@ pub struct PeerService {
     pub store: Arc<ledgermq_store::MessageStore>,
     /// Records each peer heard from.
     pub contacts: crate::contact::Contacts,
-    /// Requests answered over the framed transport since start (`crate::framed`).
-    pub framed_answers: Arc<std::sync::atomic::AtomicU64>,
+    /// AppendEntries answered by Raft since start, by transport.
+    pub appends: Arc<AppendCounts>,
+}
+
+/// AppendEntries a node answered (Raft handled them and the answer went out),
+/// by the transport they came over.
+#[derive(Debug, Default)]
+pub struct AppendCounts {
+    /// Over the framed transport (`crate::framed`).
+    pub framed: std::sync::atomic::AtomicU64,
+    /// Over gRPC.
+    pub grpc: std::sync::atomic::AtomicU64,
 }
 
 impl PeerService {
@@ -118,6 +128,9 @@ impl RaftPeer for PeerService {
         self.admit(&req)?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode(req.get_ref())?;
         let res = self.append_entries_on(core, rpc).await;
+        self.appends
+            .grpc
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut response = Response::new(encode(&res)?);
         // The log command set this node decodes (`crate::peer_formats`).
         response.metadata_mut().insert(

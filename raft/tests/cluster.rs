@@ -34,10 +34,14 @@ async fn elects_a_leader_and_commits_from_any_node() {
     c.wait_converged(T).await;
     c.audit();
     // Replication travels on the framed transport, not gRPC: every follower
-    // answered AppendEntries there.
+    // answered AppendEntries there, and none over gRPC.
     let leader = c.wait_leader(T).await;
     for id in (0..3u64).filter(|&id| id != leader) {
-        assert!(c.node(id).framed_answers() > 0, "node {id}");
+        let (framed, grpc) = c.node(id).append_entries_answered();
+        assert!(
+            framed > 0 && grpc == 0,
+            "node {id}: {framed} framed, {grpc} gRPC"
+        );
     }
     for q in 0..2 {
         let expect: Vec<String> = acked

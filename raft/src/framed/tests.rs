@@ -33,7 +33,7 @@ fn service_without_raft(dir: &std::path::Path) -> PeerService {
         filter: crate::NetworkFilter::default(),
         store: ledgermq_store::MessageStore::open(ledgermq_store::StoreConfig::new(dir)).unwrap(),
         contacts: crate::contact::Contacts::new(1, vec![0, 1], Duration::from_secs(1)),
-        framed_answers: Default::default(),
+        appends: Default::default(),
     }
 }
 
@@ -126,7 +126,8 @@ async fn one_port_serves_frames_and_grpc() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(4);
-    tokio::spawn(accept_loop(listener, service.clone(), grpc_tx));
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(accept_loop(listener, service.clone(), grpc_tx, stop));
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(crate::network::pb::raft_peer_server::RaftPeerServer::new(
@@ -148,7 +149,8 @@ async fn one_port_serves_frames_and_grpc() {
     // Raft is not running: that is checked before the kind.
     assert_eq!(answer.status, STATUS_UNAVAILABLE);
     assert!(link.usable());
-    assert_eq!(service.framed_answers.load(Ordering::Relaxed), 2);
+    // Only answers Raft gave are counted.
+    assert_eq!(service.appends.framed.load(Ordering::Relaxed), 0);
 
     let channel = crate::network::lazy_channel(&addr, Duration::from_secs(1)).unwrap();
     let mut client = crate::network::pb::raft_peer_client::RaftPeerClient::new(channel);
@@ -167,7 +169,8 @@ async fn a_bad_handshake_or_an_oversized_frame_closes_the_connection() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (grpc_tx, _grpc_rx) = tokio::sync::mpsc::channel(4);
-    tokio::spawn(accept_loop(listener, service, grpc_tx));
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(accept_loop(listener, service, grpc_tx, stop));
 
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"LMQRAFT9\0\0\0\0\0\0\0\0").await.unwrap();
@@ -191,4 +194,79 @@ async fn a_bad_handshake_or_an_oversized_frame_closes_the_connection() {
         0,
         "closed, no answer"
     );
+}
+
+/// A framed server of its own: answers the handshake, then echoes each request
+/// body as an OK answer, after `delays[i]` for the i-th request of the
+/// connection; with `close_after`, closes each connection after that many.
+async fn echo_server(delays: Vec<Duration>, close_after: Option<usize>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let delays = delays.clone();
+            tokio::spawn(async move {
+                let mut hello = [0u8; 16];
+                s.read_exact(&mut hello).await.unwrap();
+                s.write_all(MAGIC).await.unwrap();
+                let mut n = 0;
+                while let Ok(Some(body)) = read_frame(&mut s, MAX_REQUEST_BYTES).await {
+                    tokio::time::sleep(delays.get(n).copied().unwrap_or_default()).await;
+                    if s.write_all(&answer_frame(STATUS_OK, &body)).await.is_err() {
+                        return;
+                    }
+                    n += 1;
+                    if close_after == Some(n) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn an_exchange_cut_by_its_deadline_never_hands_its_answer_to_the_next() {
+    let addr = echo_server(vec![Duration::from_millis(300)], None).await;
+    let mut link = Link::new(addr, 0);
+    let cut = tokio::time::timeout(Duration::from_millis(50), link.exchange(b"\x01\0\0\0A")).await;
+    assert!(cut.is_err(), "the first answer comes after the deadline");
+    let answer = link.exchange(b"\x01\0\0\0B").await.unwrap();
+    assert_eq!(answer.payload, b"B", "its own answer, not the late one");
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_peer_closed_is_replaced_and_the_request_sent_again() {
+    let addr = echo_server(vec![], Some(1)).await;
+    let mut link = Link::new(addr, 0);
+    assert_eq!(link.exchange(b"\x01\0\0\0A").await.unwrap().payload, b"A");
+    // The server has closed that connection by now.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(link.exchange(b"\x01\0\0\0B").await.unwrap().payload, b"B");
+}
+
+#[tokio::test]
+async fn stopping_the_accept_loop_closes_the_port_and_its_framed_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service_without_raft(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (grpc_tx, _grpc_rx) = tokio::sync::mpsc::channel(4);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let accept = tokio::spawn(accept_loop(listener, service, grpc_tx, stop));
+    let mut link = Link::new(addr.to_string(), 0);
+    let frame = request_frame(&request()).unwrap();
+    assert_eq!(
+        link.exchange(&frame).await.unwrap().status,
+        STATUS_UNAVAILABLE
+    );
+    stop_tx.send(true).unwrap();
+    accept.await.unwrap();
+    let mut conn = link.conn.take().expect("kept");
+    let mut buf = Vec::new();
+    let closed = conn.read_to_end(&mut buf).await;
+    assert!(matches!(closed, Ok(0)) || closed.is_err(), "{closed:?}");
+    assert!(TcpStream::connect(addr).await.is_err(), "nothing listens");
 }
