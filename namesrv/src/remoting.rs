@@ -7,7 +7,24 @@
 //!   (ids 1, 2, ... in node id order), at their remoting addresses; groups
 //!   whose nodes serve no remoting port are left out. Map keys are quoted
 //!   (standard JSON), which every client reads. TOPIC_NOT_EXIST when no group
-//!   serves the topic.
+//!   serves the topic. Each writable group also gets two write-only
+//!   [failover aliases](failover_aliases).
+//!
+//! **Failover aliases.** A 4.x producer sends only to broker id 0 of a broker
+//! name, and learns a new leader only at its next route refresh (every 30 s):
+//! after a leader dies, every send to that broker name fails until then. It
+//! does retry a failed send at once on a queue of *another* broker name (the
+//! C++ core up to 5 times, Java's `DefaultMQProducer` 3). So each writable
+//! group `G` is also listed as `G@1` (at the address of broker id 0, the
+//! leader) and `G@2` (at a follower heard from lately), with the same queue ids and
+//! permission WRITE only: consumers, which subscribe to readable queues only,
+//! never see them, and a send to queue `q` of an alias is stored in queue `q`
+//! of the topic like any other (any node takes a send and passes it to the
+//! leader). When the leader dies, a retry reaches `G@2`'s follower, which holds
+//! the send until the election is over. Two aliases, one of them at the
+//! leader, keep the producer's queue list the same length whatever the
+//! members' state (a keyed `MessageQueueSelector` keeps its mapping) and send
+//! a third of the sends through a follower rather than half.
 //! - GET_BROKER_CLUSTER_INFO (106): `ClusterInfo`.
 //! - GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): `TopicList`.
 //! - GET_KV_CONFIG (101): QUERY_NOT_FOUND (this name server keeps no KV
@@ -73,6 +90,44 @@ fn broker_addrs(g: &GroupRoute) -> BTreeMap<String, String> {
     out
 }
 
+/// Permission bits (RocketMQ's `PermName`): WRITE.
+const PERM_WRITE: u32 = 2;
+
+/// A member silent for longer than this is not chosen for `G@2` while a member
+/// heard from more lately is there (three of the brokers' default 3 s name
+/// server heartbeats, as the brokers' own routes judge staleness).
+const STALE_MEMBER_MS: u64 = 9_000;
+
+/// The failover aliases of group `g`, whose broker ids map to `addrs` (see the
+/// module doc): `(name, address)` for `G@1`, at broker id 0 (the leader; the
+/// lowest id without one), and `G@2`, at the next id heard from lately (the
+/// next id if none is; `G@1`'s address in a group of one).
+fn failover_aliases(g: &GroupRoute, addrs: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut ordered: Vec<(u64, &String)> = addrs
+        .iter()
+        .filter_map(|(id, a)| id.parse().ok().map(|id| (id, a)))
+        .collect();
+    ordered.sort();
+    let Some((first, rest)) = ordered.split_first() else {
+        return Vec::new();
+    };
+    let fresh = |addr: &String| {
+        g.members
+            .iter()
+            .any(|m| &m.remoting_addr == addr && m.silent_ms <= STALE_MEMBER_MS)
+    };
+    let second = rest
+        .iter()
+        .find(|(_, a)| fresh(a))
+        .or(rest.first())
+        .unwrap_or(first);
+    let group = &g.broker_group;
+    vec![
+        (format!("{group}@1"), first.1.clone()),
+        (format!("{group}@2"), second.1.clone()),
+    ]
+}
+
 fn json_answer(req: &RemotingCommand, body: &impl Serialize) -> RemotingCommand {
     let mut r = RemotingCommand::response_to(req, response::SUCCESS, None);
     r.body = serde_json::to_vec(body).expect("route JSON");
@@ -100,7 +155,12 @@ pub fn handle(registry: &Registry, req: &RemotingCommand, now_ms: u64) -> Remoti
                     )),
                 );
             }
-            let data = TopicRouteData {
+            let aliases: Vec<(&GroupRoute, Vec<(String, String)>)> = groups
+                .iter()
+                .filter(|(g, _)| g.perm & PERM_WRITE != 0)
+                .map(|(g, addrs)| (*g, failover_aliases(g, addrs)))
+                .collect();
+            let mut data = TopicRouteData {
                 order_topic_conf: None,
                 queue_datas: groups
                     .iter()
@@ -123,6 +183,23 @@ pub fn handle(registry: &Registry, req: &RemotingCommand, now_ms: u64) -> Remoti
                     .collect(),
                 filter_server_table: BTreeMap::new(),
             };
+            for (g, list) in &aliases {
+                for (name, addr) in list {
+                    data.queue_datas.push(QueueData {
+                        broker_name: name,
+                        read_queue_nums: 0,
+                        write_queue_nums: g.queue_count,
+                        perm: PERM_WRITE,
+                        topic_sys_flag: 0,
+                    });
+                    data.broker_datas.push(BrokerData {
+                        cluster: &g.cluster,
+                        broker_name: name,
+                        broker_addrs: BTreeMap::from([("0".to_owned(), addr.clone())]),
+                        enable_acting_master: false,
+                    });
+                }
+            }
             json_answer(req, &data)
         }
         request::GET_BROKER_CLUSTER_INFO => {
@@ -238,6 +315,23 @@ mod tests {
         assert_eq!(addrs["1"], "127.0.0.1:10911");
         assert_eq!(addrs["2"], "127.0.0.1:10913");
         assert_eq!(v["brokerDatas"][0]["cluster"], "C");
+        // The failover aliases: write-only, at the leader and at broker id 1.
+        for (i, (name, addr)) in [("g@1", "127.0.0.1:10912"), ("g@2", "127.0.0.1:10911")]
+            .into_iter()
+            .enumerate()
+        {
+            let q = &v["queueDatas"][i + 1];
+            assert_eq!(q["brokerName"], name);
+            assert_eq!(
+                (q["perm"].as_u64(), q["writeQueueNums"].as_u64()),
+                (Some(2), Some(4))
+            );
+            assert_eq!(q["readQueueNums"], 0);
+            let b = &v["brokerDatas"][i + 1];
+            assert_eq!(b["brokerName"], name);
+            assert_eq!(b["brokerAddrs"], serde_json::json!({ "0": addr }));
+        }
+        assert_eq!(v["queueDatas"].as_array().unwrap().len(), 3);
         let missing = handle(&r, &req(105, &[("topic", "U")]), 0);
         assert_eq!(missing.code, response::TOPIC_NOT_EXIST);
         assert_eq!(handle(&r, &req(9999, &[]), 0).code, 3);
@@ -254,6 +348,9 @@ mod tests {
         let addrs = v["brokerDatas"][0]["brokerAddrs"].as_object().unwrap();
         assert!(!addrs.contains_key("0"), "{addrs:?}");
         assert_eq!(addrs.len(), 2);
+        // Still two aliases, at the members there are.
+        assert_eq!(v["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10911");
+        assert_eq!(v["brokerDatas"][2]["brokerAddrs"]["0"], "127.0.0.1:10912");
         let mut grpc_only = Registry::default();
         grpc_only.register(node(0, Role::Leader, false), 0);
         assert_eq!(
@@ -276,5 +373,42 @@ mod tests {
         let t = handle(&r, &req(206, &[]), 0);
         let v: serde_json::Value = serde_json::from_slice(&t.body).unwrap();
         assert_eq!(v["topicList"][0], "T");
+    }
+
+    #[test]
+    fn a_group_of_one_has_both_aliases_at_it_and_a_read_only_topic_none() {
+        let mut r = Registry::default();
+        r.register(node(0, Role::Leader, true), 0);
+        let a = handle(&r, &req(105, &[("topic", "T")]), 0);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        let names: Vec<&str> = v["brokerDatas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["brokerName"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["g", "g@1", "g@2"]);
+        assert_eq!(v["brokerDatas"][2]["brokerAddrs"]["0"], "127.0.0.1:10911");
+        let mut read_only = node(0, Role::Leader, true);
+        read_only.topics[0].perm = 4;
+        let mut r = Registry::default();
+        r.register(read_only, 0);
+        let a = handle(&r, &req(105, &[("topic", "T")]), 0);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["brokerDatas"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_second_alias_skips_a_member_not_heard_from_lately() {
+        let mut r = Registry::default();
+        r.register(node(0, Role::Follower, true), 0);
+        r.register(node(1, Role::Leader, true), 20_000);
+        r.register(node(2, Role::Follower, true), 20_000);
+        let a = handle(&r, &req(105, &[("topic", "T")]), 20_000);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        // Broker id 1 is node 0, silent for 20 s: G@2 goes to node 2 (id 2).
+        assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["1"], "127.0.0.1:10911");
+        assert_eq!(v["brokerDatas"][2]["brokerName"], "g@2");
+        assert_eq!(v["brokerDatas"][2]["brokerAddrs"]["0"], "127.0.0.1:10913");
     }
 }
