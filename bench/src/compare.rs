@@ -194,13 +194,12 @@ async fn run_ledgermq(flush: &str, remoting: bool, spec: LoadSpec, dir: &Path) -
     let all_before = all_cpu(&pids);
     let before = pid.and_then(cpu_time_us);
     let summary = run(driver, spec).await;
-    let all_after = all_cpu(&pids);
-    if whole_run && summary.acked > 0 {
-        println!(
-            "[{label}] all three nodes' CPU: {:.1} µs per acknowledged send",
-            all_after.saturating_sub(all_before) as f64 / summary.acked as f64
-        );
-    }
+    print_nodes_cpu(
+        &label,
+        all_cpu(&pids).saturating_sub(all_before),
+        &summary,
+        whole_run,
+    );
     let after = pid.and_then(cpu_time_us);
     if let (Some(b), Some(a)) = (before, after) {
         let cpu_us = a.saturating_sub(b);
@@ -222,6 +221,54 @@ async fn run_ledgermq(flush: &str, remoting: bool, spec: LoadSpec, dir: &Path) -
     }
     drop(cluster);
     Ok(summary)
+}
+
+/// Prints the three nodes' CPU time per acknowledged send, `cpu_us` being what
+/// they used over the run; only for a run with no warm-up (`whole_run`), whose
+/// every acknowledged send the CPU time covers.
+fn print_nodes_cpu(label: &str, cpu_us: u64, summary: &Summary, whole_run: bool) {
+    if whole_run && summary.acked > 0 {
+        println!(
+            "[{label}] all three nodes' CPU: {:.1} µs per acknowledged send",
+            cpu_us as f64 / summary.acked as f64
+        );
+    }
+}
+
+/// Runs `spec` with `driver`, and prints the CPU time the servers in process
+/// groups `groups` used per acknowledged send.
+async fn run_counting_groups(
+    driver: Arc<dyn crate::runner::Driver>,
+    spec: LoadSpec,
+    groups: &[u32],
+) -> Summary {
+    let (label, whole_run) = (spec.label.clone(), spec.warmup.is_zero());
+    let before = group_cpu_time_us(groups);
+    let summary = run(driver, spec).await;
+    let used = group_cpu_time_us(groups).saturating_sub(before);
+    print_nodes_cpu(&label, used, &summary, whole_run);
+    summary
+}
+
+/// CPU time (user + system) used so far by every live process whose process
+/// group is one of `groups`, in µs, from `/proc/*/stat` (field 5 is the group;
+/// proc(5)). A process that exited is not counted.
+pub fn group_cpu_time_us(groups: &[u32]) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // Field 5 (the process group) is the third after the parenthesised name.
+            stat.rfind(')')
+                .and_then(|i| stat[i + 2..].split_whitespace().nth(2)?.parse::<u32>().ok())
+                .is_some_and(|g| groups.contains(&g))
+        })
+        .filter_map(cpu_time_us)
+        .sum()
 }
 
 /// CPU time (user + system, every thread) process `pid` has used so far, in µs,
@@ -250,7 +297,7 @@ async fn run_nats(spec: LoadSpec, dir: &Path) -> Result<Summary> {
     if let Some(i) = leader.and_then(|l| cluster.names.iter().position(|n| *n == l)) {
         driver.urls.rotate_left(i);
     }
-    let summary = run(Arc::new(driver), spec).await;
+    let summary = run_counting_groups(Arc::new(driver), spec, &cluster.process_groups()).await;
     cluster.stop();
     Ok(summary)
 }
@@ -273,7 +320,7 @@ async fn run_rabbit(spec: LoadSpec, dir: &Path) -> Result<Summary> {
         prefetch: 1000,
     };
     driver.prepare().await?;
-    let summary = run(Arc::new(driver), spec).await;
+    let summary = run_counting_groups(Arc::new(driver), spec, &cluster.process_groups()).await;
     cluster.stop();
     Ok(summary)
 }
@@ -299,5 +346,10 @@ mod tests {
         }
         std::hint::black_box(x);
         assert_eq!(cpu_time_us(u32::MAX), None);
+        // This test's own process group holds this process, so its CPU counts.
+        // SAFETY: getpgrp(2) has no preconditions.
+        let group = unsafe { libc::getpgrp() } as u32;
+        assert!(group_cpu_time_us(&[group]) >= cpu_time_us(pid).unwrap());
+        assert_eq!(group_cpu_time_us(&[u32::MAX]), 0);
     }
 }

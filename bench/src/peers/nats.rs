@@ -70,6 +70,12 @@ impl NatsCluster {
         Ok(cluster)
     }
 
+    /// The process group ids of the servers (each server runs in a group of
+    /// its own, with whatever it started).
+    pub fn process_groups(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(PeerProc::pid).collect()
+    }
+
     /// Kills every server.
     pub fn stop(&mut self) {
         for n in &mut self.nodes {

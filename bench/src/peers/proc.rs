@@ -50,6 +50,11 @@ impl PeerProc {
         })
     }
 
+    /// The process id, which is also its process group's id; None once stopped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// True while the process has not exited.
     pub fn is_running(&mut self) -> bool {
         self.child
