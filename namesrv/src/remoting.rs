@@ -7,24 +7,27 @@
 //!   (ids 1, 2, ... in node id order), at their remoting addresses; groups
 //!   whose nodes serve no remoting port are left out. Map keys are quoted
 //!   (standard JSON), which every client reads. TOPIC_NOT_EXIST when no group
-//!   serves the topic. Each writable group also gets two write-only
-//!   [failover aliases](failover_aliases).
+//!   serves the topic. A writable group of a topic that is neither FIFO nor
+//!   MIXED also gets a write-only [failover alias](failover_alias).
 //!
-//! **Failover aliases.** A 4.x producer sends only to broker id 0 of a broker
+//! **Failover alias.** A 4.x producer sends only to broker id 0 of a broker
 //! name, and learns a new leader only at its next route refresh (every 30 s):
 //! after a leader dies, every send to that broker name fails until then. It
 //! does retry a failed send at once on a queue of *another* broker name (the
-//! C++ core up to 5 times, Java's `DefaultMQProducer` 3). So each writable
-//! group `G` is also listed as `G@1` (at the address of broker id 0, the
-//! leader) and `G@2` (at a follower heard from lately), with the same queue ids and
-//! permission WRITE only: consumers, which subscribe to readable queues only,
-//! never see them, and a send to queue `q` of an alias is stored in queue `q`
-//! of the topic like any other (any node takes a send and passes it to the
-//! leader). When the leader dies, a retry reaches `G@2`'s follower, which holds
-//! the send until the election is over. Two aliases, one of them at the
-//! leader, keep the producer's queue list the same length whatever the
-//! members' state (a keyed `MessageQueueSelector` keeps its mapping) and send
-//! a third of the sends through a follower rather than half.
+//! C++ core makes up to 5 attempts, Java's `DefaultMQProducer` 3). So such a
+//! group `G` is also listed as `G@1`, at a follower heard from lately (broker
+//! id 1 if it is), with the same queue ids and permission WRITE only:
+//! consumers subscribe to readable queues only and never take its queues, and
+//! a send to queue `q` of `G@1` is stored in queue `q` of the topic like any
+//! other (any node takes a send and passes it to the leader). When the leader
+//! dies, the retry of a send to `G` reaches `G@1`'s follower, which holds it
+//! until the election is over; when that follower dies, the retry goes to `G`.
+//! The price: half of a 4.x producer's round-robin sends go through a
+//! follower. Per-key order across a failover: a retried keyed send (the C++
+//! core's `send_orderly` retries) moves to another broker name's queue, as it
+//! would in a RocketMQ cluster of several masters; FIFO (and MIXED) topics get
+//! no alias, so there a keyed send stays on its queue and waits for the route
+//! refresh. An alias whose name another group of the route has is left out.
 //! - GET_BROKER_CLUSTER_INFO (106): `ClusterInfo`.
 //! - GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): `TopicList`.
 //! - GET_KV_CONFIG (101): QUERY_NOT_FOUND (this name server keeps no KV
@@ -93,39 +96,36 @@ fn broker_addrs(g: &GroupRoute) -> BTreeMap<String, String> {
 /// Permission bits (RocketMQ's `PermName`): WRITE.
 const PERM_WRITE: u32 = 2;
 
-/// A member silent for longer than this is not chosen for `G@2` while a member
-/// heard from more lately is there (three of the brokers' default 3 s name
-/// server heartbeats, as the brokers' own routes judge staleness).
+/// A member silent for longer than this is passed over for the alias while
+/// one heard from more lately is there: three of the brokers' default 3 s name
+/// server heartbeats, as the brokers' own routes judge staleness (a group whose
+/// brokers heartbeat less often still gets an alias, at its lowest id).
 const STALE_MEMBER_MS: u64 = 9_000;
 
-/// The failover aliases of group `g`, whose broker ids map to `addrs` (see the
-/// module doc): `(name, address)` for `G@1`, at broker id 0 (the leader; the
-/// lowest id without one), and `G@2`, at the next id heard from lately (the
-/// next id if none is; `G@1`'s address in a group of one).
-fn failover_aliases(g: &GroupRoute, addrs: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    let mut ordered: Vec<(u64, &String)> = addrs
+/// The failover alias of group `g` for a topic of type `message_type`, whose
+/// broker ids map to `addrs` (see the module doc): `(G@1, address)` at the
+/// lowest broker id above 0 heard from lately, else at the lowest one; none
+/// for a FIFO or MIXED topic, a topic without WRITE, or a group of one.
+fn failover_alias(g: &GroupRoute, addrs: &BTreeMap<String, String>) -> Option<(String, String)> {
+    use crate::pb::MessageType;
+    if g.perm & PERM_WRITE == 0
+        || [MessageType::Fifo as i32, MessageType::Mixed as i32].contains(&g.message_type)
+    {
+        return None;
+    }
+    let mut others: Vec<(u64, &String)> = addrs
         .iter()
         .filter_map(|(id, a)| id.parse().ok().map(|id| (id, a)))
+        .filter(|&(id, _)| id != 0)
         .collect();
-    ordered.sort();
-    let Some((first, rest)) = ordered.split_first() else {
-        return Vec::new();
-    };
+    others.sort();
     let fresh = |addr: &String| {
         g.members
             .iter()
             .any(|m| &m.remoting_addr == addr && m.silent_ms <= STALE_MEMBER_MS)
     };
-    let second = rest
-        .iter()
-        .find(|(_, a)| fresh(a))
-        .or(rest.first())
-        .unwrap_or(first);
-    let group = &g.broker_group;
-    vec![
-        (format!("{group}@1"), first.1.clone()),
-        (format!("{group}@2"), second.1.clone()),
-    ]
+    let (_, addr) = others.iter().find(|(_, a)| fresh(a)).or(others.first())?;
+    Some((format!("{}@1", g.broker_group), (*addr).clone()))
 }
 
 fn json_answer(req: &RemotingCommand, body: &impl Serialize) -> RemotingCommand {
@@ -155,10 +155,10 @@ pub fn handle(registry: &Registry, req: &RemotingCommand, now_ms: u64) -> Remoti
                     )),
                 );
             }
-            let aliases: Vec<(&GroupRoute, Vec<(String, String)>)> = groups
+            let aliases: Vec<(&GroupRoute, (String, String))> = groups
                 .iter()
-                .filter(|(g, _)| g.perm & PERM_WRITE != 0)
-                .map(|(g, addrs)| (*g, failover_aliases(g, addrs)))
+                .filter_map(|(g, addrs)| Some((*g, failover_alias(g, addrs)?)))
+                .filter(|(_, (name, _))| !groups.iter().any(|(g, _)| &g.broker_group == name))
                 .collect();
             let mut data = TopicRouteData {
                 order_topic_conf: None,
@@ -183,22 +183,20 @@ pub fn handle(registry: &Registry, req: &RemotingCommand, now_ms: u64) -> Remoti
                     .collect(),
                 filter_server_table: BTreeMap::new(),
             };
-            for (g, list) in &aliases {
-                for (name, addr) in list {
-                    data.queue_datas.push(QueueData {
-                        broker_name: name,
-                        read_queue_nums: 0,
-                        write_queue_nums: g.queue_count,
-                        perm: PERM_WRITE,
-                        topic_sys_flag: 0,
-                    });
-                    data.broker_datas.push(BrokerData {
-                        cluster: &g.cluster,
-                        broker_name: name,
-                        broker_addrs: BTreeMap::from([("0".to_owned(), addr.clone())]),
-                        enable_acting_master: false,
-                    });
-                }
+            for (g, (name, addr)) in &aliases {
+                data.queue_datas.push(QueueData {
+                    broker_name: name,
+                    read_queue_nums: 0,
+                    write_queue_nums: g.queue_count,
+                    perm: PERM_WRITE,
+                    topic_sys_flag: 0,
+                });
+                data.broker_datas.push(BrokerData {
+                    cluster: &g.cluster,
+                    broker_name: name,
+                    broker_addrs: BTreeMap::from([("0".to_owned(), addr.clone())]),
+                    enable_acting_master: false,
+                });
             }
             json_answer(req, &data)
         }
@@ -315,23 +313,21 @@ mod tests {
         assert_eq!(addrs["1"], "127.0.0.1:10911");
         assert_eq!(addrs["2"], "127.0.0.1:10913");
         assert_eq!(v["brokerDatas"][0]["cluster"], "C");
-        // The failover aliases: write-only, at the leader and at broker id 1.
-        for (i, (name, addr)) in [("g@1", "127.0.0.1:10912"), ("g@2", "127.0.0.1:10911")]
-            .into_iter()
-            .enumerate()
-        {
-            let q = &v["queueDatas"][i + 1];
-            assert_eq!(q["brokerName"], name);
-            assert_eq!(
-                (q["perm"].as_u64(), q["writeQueueNums"].as_u64()),
-                (Some(2), Some(4))
-            );
-            assert_eq!(q["readQueueNums"], 0);
-            let b = &v["brokerDatas"][i + 1];
-            assert_eq!(b["brokerName"], name);
-            assert_eq!(b["brokerAddrs"], serde_json::json!({ "0": addr }));
-        }
-        assert_eq!(v["queueDatas"].as_array().unwrap().len(), 3);
+        // The failover alias: write-only, at broker id 1.
+        let q = &v["queueDatas"][1];
+        assert_eq!(q["brokerName"], "g@1");
+        assert_eq!(
+            (q["perm"].as_u64(), q["writeQueueNums"].as_u64()),
+            (Some(2), Some(4))
+        );
+        assert_eq!(q["readQueueNums"], 0);
+        let b = &v["brokerDatas"][1];
+        assert_eq!(b["brokerName"], "g@1");
+        assert_eq!(
+            b["brokerAddrs"],
+            serde_json::json!({ "0": "127.0.0.1:10911" })
+        );
+        assert_eq!(v["queueDatas"].as_array().unwrap().len(), 2);
         let missing = handle(&r, &req(105, &[("topic", "U")]), 0);
         assert_eq!(missing.code, response::TOPIC_NOT_EXIST);
         assert_eq!(handle(&r, &req(9999, &[]), 0).code, 3);
@@ -348,9 +344,8 @@ mod tests {
         let addrs = v["brokerDatas"][0]["brokerAddrs"].as_object().unwrap();
         assert!(!addrs.contains_key("0"), "{addrs:?}");
         assert_eq!(addrs.len(), 2);
-        // Still two aliases, at the members there are.
+        // The alias still takes sends, at broker id 1.
         assert_eq!(v["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10911");
-        assert_eq!(v["brokerDatas"][2]["brokerAddrs"]["0"], "127.0.0.1:10912");
         let mut grpc_only = Registry::default();
         grpc_only.register(node(0, Role::Leader, false), 0);
         assert_eq!(
@@ -375,40 +370,57 @@ mod tests {
         assert_eq!(v["topicList"][0], "T");
     }
 
-    #[test]
-    fn a_group_of_one_has_both_aliases_at_it_and_a_read_only_topic_none() {
-        let mut r = Registry::default();
-        r.register(node(0, Role::Leader, true), 0);
-        let a = handle(&r, &req(105, &[("topic", "T")]), 0);
+    fn broker_names(r: &Registry, now_ms: u64) -> Vec<String> {
+        let a = handle(r, &req(105, &[("topic", "T")]), now_ms);
         let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-        let names: Vec<&str> = v["brokerDatas"]
+        v["brokerDatas"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|b| b["brokerName"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["g", "g@1", "g@2"]);
-        assert_eq!(v["brokerDatas"][2]["brokerAddrs"]["0"], "127.0.0.1:10911");
-        let mut read_only = node(0, Role::Leader, true);
-        read_only.topics[0].perm = 4;
-        let mut r = Registry::default();
-        r.register(read_only, 0);
-        let a = handle(&r, &req(105, &[("topic", "T")]), 0);
-        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-        assert_eq!(v["brokerDatas"].as_array().unwrap().len(), 1);
+            .map(|b| b["brokerName"].as_str().unwrap().to_owned())
+            .collect()
     }
 
     #[test]
-    fn the_second_alias_skips_a_member_not_heard_from_lately() {
+    fn no_alias_for_a_group_of_one_a_read_only_fifo_or_mixed_topic_or_a_taken_name() {
+        let mut r = Registry::default();
+        r.register(node(0, Role::Leader, true), 0);
+        assert_eq!(broker_names(&r, 0), ["g"]);
+        for (perm, message_type) in [(4, 1), (6, 2), (6, 5)] {
+            let mut r = Registry::default();
+            for (id, role) in [(0, Role::Leader), (1, Role::Follower)] {
+                let mut n = node(id, role, true);
+                n.topics[0].perm = perm;
+                n.topics[0].message_type = message_type;
+                r.register(n, 0);
+            }
+            assert_eq!(
+                broker_names(&r, 0),
+                ["g"],
+                "perm {perm} type {message_type}"
+            );
+        }
+        let mut r = Registry::default();
+        r.register(node(0, Role::Leader, true), 0);
+        r.register(node(1, Role::Follower, true), 0);
+        assert_eq!(broker_names(&r, 0), ["g", "g@1"]);
+        let mut taken = node(5, Role::Leader, true);
+        taken.broker_group = "g@1".into();
+        r.register(taken, 0);
+        assert_eq!(broker_names(&r, 0), ["g", "g@1"], "the real group only");
+    }
+
+    #[test]
+    fn the_alias_skips_a_member_not_heard_from_lately() {
         let mut r = Registry::default();
         r.register(node(0, Role::Follower, true), 0);
         r.register(node(1, Role::Leader, true), 20_000);
         r.register(node(2, Role::Follower, true), 20_000);
         let a = handle(&r, &req(105, &[("topic", "T")]), 20_000);
         let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-        // Broker id 1 is node 0, silent for 20 s: G@2 goes to node 2 (id 2).
+        // Broker id 1 is node 0, silent for 20 s: the alias goes to node 2 (id 2).
         assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["1"], "127.0.0.1:10911");
-        assert_eq!(v["brokerDatas"][2]["brokerName"], "g@2");
-        assert_eq!(v["brokerDatas"][2]["brokerAddrs"]["0"], "127.0.0.1:10913");
+        assert_eq!(v["brokerDatas"][1]["brokerName"], "g@1");
+        assert_eq!(v["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10913");
     }
 }

@@ -178,11 +178,13 @@ def orderly(args):
     lock = threading.Lock()
     seen = {}  # key -> list of sequence numbers as first consumed
     first = set()
+    queues = {}  # key -> queue ids its messages were consumed from
 
     def on_message(m):
         body = m.body.decode()  # "key:seq"
         key, seq = body.split(":")
         with lock:
+            queues.setdefault(key, set()).add(m.queue_id)
             if body not in first:
                 first.add(body)
                 seen.setdefault(key, []).append(int(seq))
@@ -214,6 +216,8 @@ def orderly(args):
             errors.append("key k%d consumed out of order: %s" % (k, got))
         if sorted(set(got)) != list(range(per_key)):
             errors.append("key k%d: %d of %d messages" % (k, len(set(got)), per_key))
+        if len(queues.get("k%d" % k, ())) > 1:
+            errors.append("key k%d stored in more than one queue: %s" % (k, sorted(queues["k%d" % k])))
     summary = {"mode": "orderly", "sent": sent, "failed_attempts": failed, "received": len(first),
                "complete": complete, "max_send_pause_ms": int(max_pause * 1000), "errors": errors}
     print(json.dumps(summary))

@@ -6,17 +6,20 @@
 //!
 //! The client refreshes routes only every 30 s (C++ core) and sends to broker
 //! id 0 of its last route until then; a send that fails is retried at once on
-//! another broker name, which the name server's failover aliases provide
-//! (`namesrv/src/remoting.rs`). So a plain sync send pauses for the election,
-//! not the refresh: asserted below. An orderly send is not retried elsewhere
-//! (its queue is chosen by key): its pause is printed, not asserted.
+//! another broker name, which the name server's failover alias provides
+//! (`namesrv/src/remoting.rs`). So a sync send pauses for the client's 3 s
+//! send timeout on its connection to the dead node, not the refresh: asserted
+//! below. The orderly run's topic is FIFO, which gets no alias, so a keyed send
+//! stays on its key's queue (asserted) and waits for the refresh (printed).
 
 use std::time::Duration;
 
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
 use ledgermq_tests::python::{json_int, remoting_client_path, run_check, run_check_env};
 
-async fn cluster(dir: &std::path::Path, topics: &[&str]) -> (LocalCluster, usize) {
+/// A 3-node group serving remoting, with `topics` of 4 queues (each name
+/// paired with extra `updateTopic` arguments).
+async fn cluster(dir: &std::path::Path, topics: &[(&str, &[&str])]) -> (LocalCluster, usize) {
     let cluster = LocalCluster::start(
         dir,
         &ClusterOptions {
@@ -28,7 +31,7 @@ async fn cluster(dir: &std::path::Path, topics: &[&str]) -> (LocalCluster, usize
     .unwrap();
     let cmds: Vec<Vec<&str>> = topics
         .iter()
-        .map(|t| vec!["updateTopic", "-t", t, "-q", "4"])
+        .map(|(t, extra)| [&["updateTopic", "-t", t, "-q", "4"][..], extra].concat())
         .collect();
     let cmds: Vec<&[&str]> = cmds.iter().map(Vec::as_slice).collect();
     let leader = cluster.prepare("broker-a", &cmds).await.unwrap();
@@ -49,7 +52,7 @@ async fn remoting(args: &[&str], limit_s: u64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remoting_producer_and_push_consumer_ride_out_a_leader_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let (cluster, leader) = cluster(dir.path(), &["RemTopic"]).await;
+    let (cluster, leader) = cluster(dir.path(), &[("RemTopic", &[])]).await;
     let pid = cluster.nodes[leader].pid().unwrap().to_string();
     let summary = remoting(
         &[
@@ -65,7 +68,7 @@ async fn remoting_producer_and_push_consumer_ride_out_a_leader_kill() {
     )
     .await;
     assert!(json_int(&summary, "received").unwrap() >= json_int(&summary, "sent").unwrap());
-    // The election (about a second), not the client's 30 s route refresh.
+    // The client's send timeout and a retry, not its 30 s route refresh.
     let pause_ms = json_int(&summary, "max_send_pause_ms").unwrap();
     assert!(pause_ms < 5_000, "sends paused {pause_ms} ms: {summary}");
 }
@@ -73,7 +76,8 @@ async fn remoting_producer_and_push_consumer_ride_out_a_leader_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remoting_orderly_consumer_keeps_each_key_in_order_through_a_leader_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let (cluster, leader) = cluster(dir.path(), &["RemOrder"]).await;
+    let (cluster, leader) =
+        cluster(dir.path(), &[("RemOrder", &["-a", "+message.type=FIFO"])]).await;
     let pid = cluster.nodes[leader].pid().unwrap().to_string();
     remoting(
         &[
@@ -93,7 +97,7 @@ async fn remoting_orderly_consumer_keeps_each_key_in_order_through_a_leader_kill
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_cross_between_remoting_and_grpc_both_ways() {
     let dir = tempfile::tempdir().unwrap();
-    let (cluster, _) = cluster(dir.path(), &["CrossA", "CrossB"]).await;
+    let (cluster, _) = cluster(dir.path(), &[("CrossA", &[]), ("CrossB", &[])]).await;
     let ns = cluster.namesrv_addr.clone();
     let access = cluster.nodes[1].client_addr.clone();
     let common = |topic: &'static str, prefix: &'static str| {
