@@ -3,8 +3,8 @@
 //! answered from the [`Registry`] with no I/O:
 //!
 //! - GET_ROUTEINFO_BY_TOPIC (105): `TopicRouteData` with each broker group as
-//!   a broker name, its leader as broker id 0 and the other members after it
-//!   (ids 1, 2, ... in node id order), at their remoting addresses; groups
+//!   a broker name, its leader as broker id 0 and each other member heard from
+//!   lately as its node id + 1 ([`broker_addrs`]), at their remoting addresses; groups
 //!   whose nodes serve no remoting port are left out. Map keys are quoted
 //!   (standard JSON), which every client reads. TOPIC_NOT_EXIST when no group
 //!   serves the topic. A writable group of a topic that is neither FIFO nor
@@ -71,24 +71,24 @@ struct TopicRouteData<'a> {
     filter_server_table: BTreeMap<String, Vec<String>>,
 }
 
-/// Broker id → remoting address of one group: the leader as 0, the others
-/// from 1 in node id order. Members without a remoting address are left out.
+/// Broker id → remoting address of one group: the leader as 0, every other
+/// member as its node id + 1, so that a member keeps its id whichever member
+/// leads or is left out, and a broker's pull answer can name one
+/// (`suggestWhichBrokerId`, `broker/src/remoting/pull.rs`). Members without a
+/// remoting address are left out, and so are members other than the leader
+/// not heard from within [`STALE_MEMBER_MS`] while the group has a leader
+/// (a consumer told to pull from one then pulls from the leader).
 fn broker_addrs(g: &GroupRoute) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    let mut next = 1;
-    let mut members: Vec<_> = g
-        .members
-        .iter()
-        .filter(|m| !m.remoting_addr.is_empty())
-        .collect();
-    members.sort_by_key(|m| m.node_id);
-    for m in members {
-        if g.has_leader && m.node_id == g.leader_node_id {
-            out.insert("0".to_owned(), m.remoting_addr.clone());
+    for m in g.members.iter().filter(|m| !m.remoting_addr.is_empty()) {
+        let id = if g.has_leader && m.node_id == g.leader_node_id {
+            0
+        } else if g.has_leader && m.silent_ms > STALE_MEMBER_MS {
+            continue;
         } else {
-            out.insert(next.to_string(), m.remoting_addr.clone());
-            next += 1;
-        }
+            m.node_id + 1
+        };
+        out.insert(id.to_string(), m.remoting_addr.clone());
     }
     out
 }
@@ -309,9 +309,11 @@ mod tests {
         assert_eq!(v["queueDatas"][0]["writeQueueNums"], 4);
         assert_eq!(v["queueDatas"][0]["perm"], 6);
         let addrs = &v["brokerDatas"][0]["brokerAddrs"];
+        // The leader is 0; the others keep their node id + 1.
         assert_eq!(addrs["0"], "127.0.0.1:10912");
         assert_eq!(addrs["1"], "127.0.0.1:10911");
-        assert_eq!(addrs["2"], "127.0.0.1:10913");
+        assert_eq!(addrs["3"], "127.0.0.1:10913");
+        assert_eq!(addrs.as_object().unwrap().len(), 3);
         assert_eq!(v["brokerDatas"][0]["cluster"], "C");
         // The failover alias: write-only, at broker id 1.
         let q = &v["queueDatas"][1];
@@ -411,15 +413,20 @@ mod tests {
     }
 
     #[test]
-    fn the_alias_skips_a_member_not_heard_from_lately() {
+    fn a_member_not_heard_from_lately_is_left_out_and_gets_no_alias() {
         let mut r = Registry::default();
         r.register(node(0, Role::Follower, true), 0);
         r.register(node(1, Role::Leader, true), 20_000);
         r.register(node(2, Role::Follower, true), 20_000);
         let a = handle(&r, &req(105, &[("topic", "T")]), 20_000);
         let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-        // Broker id 1 is node 0, silent for 20 s: the alias goes to node 2 (id 2).
-        assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["1"], "127.0.0.1:10911");
+        // Node 0 (broker id 1), silent for 20 s, is left out; the alias goes to
+        // node 2 (broker id 3).
+        let addrs = &v["brokerDatas"][0]["brokerAddrs"];
+        assert_eq!(
+            addrs,
+            &serde_json::json!({"0": "127.0.0.1:10912", "3": "127.0.0.1:10913"})
+        );
         assert_eq!(v["brokerDatas"][1]["brokerName"], "g@1");
         assert_eq!(v["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10913");
     }

@@ -139,6 +139,20 @@ impl Contacts {
         )
     }
 
+    /// The other members heard from within the window, in id order.
+    pub fn peers_in_contact(&self) -> Vec<NodeId> {
+        let heard = self.last_heard.lock().unwrap();
+        let mut peers: Vec<NodeId> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|&m| m != self.self_id)
+            .filter(|m| heard.get(m).is_some_and(|t| t.elapsed() <= self.window))
+            .collect();
+        peers.sort_unstable();
+        peers
+    }
+
     /// The window, in ms.
     pub fn window_ms(&self) -> u64 {
         self.window.as_millis() as u64

@@ -436,6 +436,20 @@ impl RaftNode {
         self.contacts.in_contact_with_quorum()
     }
 
+    /// The other members this node heard from within the contact window (its
+    /// view of which peers are up), in id order.
+    pub fn peers_in_contact(&self) -> Vec<NodeId> {
+        self.contacts.peers_in_contact()
+    }
+
+    /// True if this node, a follower, hears from its leader within the contact
+    /// window and is in contact with a majority: its applied state keeps up.
+    pub fn follows_in_contact(&self) -> bool {
+        !self.is_leader()
+            && self.contacts.leader_heard_lately()
+            && self.contacts.in_contact_with_quorum()
+    }
+
     fn check_in_contact(&self) -> Result<(), RaftNodeError> {
         let window_ms = self.contacts.window_ms();
         if !self.contacts.in_contact_with_quorum() {

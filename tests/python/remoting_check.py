@@ -157,6 +157,10 @@ def failover(args):
     early = [(b, got[b][0] - t) for b, t in delay_sent.items() if b in got and got[b][0] - t < 5.0]
     if early:
         errors.append("delay-level messages consumed before 5 s: %s" % early)
+    # Sent after the leader's kill: consumers pulling from followers go on.
+    late = [(b, got[b][0] - t - 5.0) for b, t in delay_sent.items() if b in got and got[b][0] - t > 10.0]
+    if late:
+        errors.append("delay-level messages consumed over 5 s after their time: %s" % late)
     not_retried = [b for b in ("r-0", "r-1", "r-2") if b in got and got[b][1] < 1]
     if not_retried:
         errors.append("failed messages not consumed again with reconsume_times >= 1: %s" % not_retried)

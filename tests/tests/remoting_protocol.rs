@@ -82,7 +82,12 @@ fn check(ns: &str) {
         .clone();
     assert_eq!(addrs.len(), 3, "{addrs:?}");
     let leader = addrs["0"].as_str().unwrap().to_owned();
-    let follower = addrs["1"].as_str().unwrap().to_owned();
+    // The others are numbered by node id + 1.
+    let (follower_id, follower) = addrs
+        .iter()
+        .find(|(id, _)| *id != "0")
+        .map(|(id, a)| (id.clone(), a.as_str().unwrap().to_owned()))
+        .unwrap();
     assert_eq!(call(ns, &request(105, &[("topic", "Nope")], b"")).code, 17);
 
     // A send to a follower in the ROCKETMQ header is passed on, committed, and
@@ -114,27 +119,39 @@ fn check(ns: &str) {
     assert_eq!(sent.ext_fields["queueId"], "1");
 
     // Pulled back from the leader, in RocketMQ's stored layout.
-    let pull = call(
-        &leader,
-        &request(
-            11,
-            &[
-                ("consumerGroup", "CG"),
-                ("topic", "Wire"),
-                ("queueId", "1"),
-                ("queueOffset", "0"),
-                ("maxMsgNums", "32"),
-                ("sysFlag", "0"),
-                ("commitOffset", "0"),
-                ("suspendTimeoutMillis", "0"),
-                ("subscription", "T1"),
-                ("subVersion", "0"),
-            ],
-            b"",
-        ),
+    let pull_req = request(
+        11,
+        &[
+            ("consumerGroup", "CG"),
+            ("topic", "Wire"),
+            ("queueId", "1"),
+            ("queueOffset", "0"),
+            ("maxMsgNums", "32"),
+            ("sysFlag", "0"),
+            ("commitOffset", "0"),
+            ("suspendTimeoutMillis", "0"),
+            ("subscription", "T1"),
+            ("subVersion", "0"),
+        ],
+        b"",
     );
+    // A follower keeps the consumers that pull from it (the route numbers it
+    // by node id + 1, as the answer does).
+    let from_follower = call(&follower, &pull_req);
+    assert_eq!(
+        from_follower.ext_fields["suggestWhichBrokerId"], follower_id,
+        "{:?}",
+        from_follower.remark
+    );
+    let pull = call(&leader, &pull_req);
     assert_eq!(pull.code, 0, "{:?}", pull.remark);
     assert_eq!(pull.ext_fields["nextBeginOffset"], "1");
+    // The leader sends its consumers on to a follower of the route.
+    let suggested = &pull.ext_fields["suggestWhichBrokerId"];
+    assert!(
+        suggested != "0" && addrs.contains_key(suggested.as_str()),
+        "{suggested} in {addrs:?}"
+    );
     let b = &pull.body;
     let total = i32::from_be_bytes(b[0..4].try_into().unwrap()) as usize;
     assert_eq!(total, b.len());

@@ -156,7 +156,13 @@ fn check(ns: &str) {
     let v: serde_json::Value = serde_json::from_slice(&route.body).unwrap();
     let addrs = &v["brokerDatas"][0]["brokerAddrs"];
     let leader = addrs["0"].as_str().unwrap().to_owned();
-    let follower = addrs["1"].as_str().unwrap().to_owned();
+    let follower = addrs
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(id, _)| *id != "0")
+        .map(|(_, a)| a.as_str().unwrap().to_owned())
+        .unwrap();
 
     // The producer's connection to the leader, known by its heartbeat.
     let mut p = Client::connect(&leader);

@@ -19,6 +19,11 @@
 //!   woken by every applied entry, then PULL_NOT_FOUND. An offset past the
 //!   queue's end is kept, not corrected: a new leader may not have applied
 //!   every committed entry yet, and moving a consumer back would redeliver.
+//!
+//! Every answer names the member to pull from next (`suggestWhichBrokerId`,
+//! which 4.x clients follow: [`suggested_broker_id`]): followers, so that a
+//! consumer keeps reading when the leader dies instead of waiting for its
+//! 30 s route refresh, and the leader serves fewer pulls.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -34,6 +39,30 @@ use super::Remoting;
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::filter::{FilterExpr, TagFilter};
 use crate::message::{check_group, PROPERTY_BODY_ENCODING};
+
+/// The broker id a 4.x consumer should pull `queue_id` from next
+/// (`suggestWhichBrokerId`), in the name server's numbering (the leader 0, any
+/// other member its node id + 1; `namesrv/src/remoting.rs`). A follower that
+/// follows its leader in contact (`following`) names itself (`self_id`), so
+/// its consumers stay; the leader (`leader`) spreads queues over the followers
+/// it hears from (`peers_in_contact`, by `queue_id` modulo their number);
+/// otherwise 0, the leader. A consumer whose route does not list the id named
+/// pulls from broker id 0. No I/O.
+pub fn suggested_broker_id(
+    self_id: u64,
+    leader: bool,
+    following: bool,
+    peers_in_contact: &[u64],
+    queue_id: i32,
+) -> u64 {
+    if following {
+        return self_id + 1;
+    }
+    match (leader, peers_in_contact.len()) {
+        (true, n) if n > 0 => peers_in_contact[queue_id.unsigned_abs() as usize % n] + 1,
+        _ => 0,
+    }
+}
 
 /// Most messages one pull answers with (RocketMQ's
 /// `maxTransferCountOnMessageInMemory`).
@@ -236,6 +265,15 @@ impl Remoting {
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let store = self.broker.node.store().clone();
         let mut metrics = self.broker.node.raft().metrics();
+        let raft = &self.broker.node;
+        let suggest = suggested_broker_id(
+            raft.id(),
+            raft.is_leader(),
+            raft.follows_in_contact(),
+            &raft.peers_in_contact(),
+            queue_id,
+        )
+        .to_string();
         loop {
             let (min, max_offset) = store.queue_offsets(&topic.name, queue_id);
             let answer = |code: i32, next: u64| {
@@ -246,7 +284,7 @@ impl Remoting {
                 r.ext_fields
                     .insert("maxOffset".into(), max_offset.to_string());
                 r.ext_fields
-                    .insert("suggestWhichBrokerId".into(), "0".into());
+                    .insert("suggestWhichBrokerId".into(), suggest.clone());
                 r
             };
             if offset < min {
@@ -350,6 +388,22 @@ impl Remoting {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn consumers_are_sent_to_followers_in_contact() {
+        // A follower following its leader keeps its consumers.
+        assert_eq!(suggested_broker_id(2, false, true, &[0, 1], 3), 3);
+        // The leader spreads queues over the followers it hears from.
+        assert_eq!(suggested_broker_id(1, true, false, &[0, 2], 0), 1);
+        assert_eq!(suggested_broker_id(1, true, false, &[0, 2], 1), 3);
+        assert_eq!(suggested_broker_id(1, true, false, &[0, 2], 2), 1);
+        assert_eq!(suggested_broker_id(1, true, false, &[2], 7), 3);
+        // A leader alone, or a follower out of touch: the leader.
+        assert_eq!(suggested_broker_id(1, true, false, &[], 0), 0);
+        assert_eq!(suggested_broker_id(2, false, false, &[0, 1], 0), 0);
+        assert_eq!(suggested_broker_id(1, true, false, &[0], -1), 1);
+    }
+
     use super::*;
     use std::io::Write;
 
