@@ -15,8 +15,8 @@
 //! after a leader dies, every send to that broker name fails until then. It
 //! does retry a failed send at once on a queue of *another* broker name (the
 //! C++ core makes up to 5 attempts, Java's `DefaultMQProducer` 3). So such a
-//! group `G` is also listed as `G@1`, at a follower heard from lately (broker
-//! id 1 if it is), with the same queue ids and permission WRITE only:
+//! group `G` is also listed as `G@1`, at the route's follower with the lowest
+//! node id, with the same queue ids and permission WRITE only:
 //! consumers subscribe to readable queues only and never take its queues, and
 //! a send to queue `q` of `G@1` is stored in queue `q` of the topic like any
 //! other (any node takes a send and passes it to the leader). When the leader
@@ -96,10 +96,12 @@ fn broker_addrs(g: &GroupRoute) -> BTreeMap<String, String> {
 /// Permission bits (RocketMQ's `PermName`): WRITE.
 const PERM_WRITE: u32 = 2;
 
-/// A member silent for longer than this is passed over for the alias while
-/// one heard from more lately is there: three of the brokers' default 3 s name
-/// server heartbeats, as the brokers' own routes judge staleness (a group whose
-/// brokers heartbeat less often still gets an alias, at its lowest id).
+/// A member other than the leader silent for longer than this is left out of a
+/// group with a leader ([`broker_addrs`]): three of the brokers' default 3 s
+/// name server heartbeats, as the brokers' own routes judge staleness. Brokers
+/// configured to heartbeat every 9 s or less often drop out of routes for part
+/// of each period: their consumers then pull from the leader, and the group
+/// may lose its alias meanwhile.
 const STALE_MEMBER_MS: u64 = 9_000;
 
 /// The failover alias of group `g` for a topic of type `message_type`, whose

@@ -139,7 +139,8 @@ impl Contacts {
         )
     }
 
-    /// The other members heard from within the window, in id order.
+    /// The other members heard from within the window, in id order (the
+    /// members are counted as heard from at start).
     pub fn peers_in_contact(&self) -> Vec<NodeId> {
         let heard = self.last_heard.lock().unwrap();
         let mut peers: Vec<NodeId> = self

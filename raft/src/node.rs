@@ -436,18 +436,25 @@ impl RaftNode {
         self.contacts.in_contact_with_quorum()
     }
 
-    /// The other members this node heard from within the contact window (its
-    /// view of which peers are up), in id order.
-    pub fn peers_in_contact(&self) -> Vec<NodeId> {
-        self.contacts.peers_in_contact()
-    }
-
-    /// True if this node, a follower, hears from its leader within the contact
-    /// window and is in contact with a majority: its applied state keeps up.
-    pub fn follows_in_contact(&self) -> bool {
-        !self.is_leader()
-            && self.contacts.leader_heard_lately()
-            && self.contacts.in_contact_with_quorum()
+    /// The followers of this node, if it leads, heard from within the contact
+    /// window and whose log matches the leader's to within `max_lag` entries
+    /// (openraft's replication metrics), in id order; empty unless it leads.
+    pub fn followers_caught_up(&self, max_lag: u64) -> Vec<NodeId> {
+        let in_contact = self.contacts.peers_in_contact();
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let (Some(replication), Some(last)) = (&m.replication, m.last_log_index) else {
+            return Vec::new();
+        };
+        in_contact
+            .into_iter()
+            .filter(|id| {
+                replication
+                    .get(id)
+                    .and_then(|matched| matched.as_ref())
+                    .is_some_and(|l| l.index.saturating_add(max_lag) >= last)
+            })
+            .collect()
     }
 
     fn check_in_contact(&self) -> Result<(), RaftNodeError> {

@@ -40,28 +40,45 @@ use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::filter::{FilterExpr, TagFilter};
 use crate::message::{check_group, PROPERTY_BODY_ENCODING};
 
-/// The broker id a 4.x consumer should pull `queue_id` from next
-/// (`suggestWhichBrokerId`), in the name server's numbering (the leader 0, any
-/// other member its node id + 1; `namesrv/src/remoting.rs`). A follower that
-/// follows its leader in contact (`following`) names itself (`self_id`), so
-/// its consumers stay; the leader (`leader`) spreads queues over the followers
-/// it hears from (`peers_in_contact`, by `queue_id` modulo their number);
-/// otherwise 0, the leader. A consumer whose route does not list the id named
-/// pulls from broker id 0. No I/O.
+/// How far behind the leader's log (entries) a follower may be and still be
+/// given the leader's consumers.
+pub const CAUGHT_UP_ENTRIES: u64 = 1024;
+
+/// The broker id a 4.x consumer should pull queue `queue_id` of `topic` from
+/// next (`suggestWhichBrokerId`), in the name server's numbering (the leader
+/// 0, any other member its node id + 1; `namesrv/src/remoting.rs`):
+/// - a member other than the leader (`leader` false) names itself (`self_id`)
+///   while it is in contact with a majority (`in_quorum`) and has applied up
+///   to the consumer's offset (`behind` false), so its consumers stay, through
+///   an election too; else 0;
+/// - the leader spreads queues over `followers` (caught up and in contact),
+///   by a hash of topic and queue; 0 if there are none.
+///
+/// A consumer whose route does not list the id named pulls from another
+/// member it lists (the C++ client: broker id 0). No I/O.
 pub fn suggested_broker_id(
     self_id: u64,
     leader: bool,
-    following: bool,
-    peers_in_contact: &[u64],
+    in_quorum: bool,
+    behind: bool,
+    followers: &[u64],
+    topic: &str,
     queue_id: i32,
 ) -> u64 {
-    if following {
-        return self_id + 1;
+    use std::hash::{Hash, Hasher};
+    if !leader {
+        return if in_quorum && !behind {
+            self_id.saturating_add(1)
+        } else {
+            0
+        };
     }
-    match (leader, peers_in_contact.len()) {
-        (true, n) if n > 0 => peers_in_contact[queue_id.unsigned_abs() as usize % n] + 1,
-        _ => 0,
+    if followers.is_empty() {
+        return 0;
     }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (topic, queue_id).hash(&mut h);
+    followers[(h.finish() % followers.len() as u64) as usize].saturating_add(1)
 }
 
 /// Most messages one pull answers with (RocketMQ's
@@ -265,15 +282,14 @@ impl Remoting {
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let store = self.broker.node.store().clone();
         let mut metrics = self.broker.node.raft().metrics();
-        let raft = &self.broker.node;
-        let suggest = suggested_broker_id(
-            raft.id(),
-            raft.is_leader(),
-            raft.follows_in_contact(),
-            &raft.peers_in_contact(),
-            queue_id,
-        )
-        .to_string();
+        let node = &self.broker.node;
+        let leader = node.is_leader();
+        let followers = if leader {
+            node.followers_caught_up(CAUGHT_UP_ENTRIES)
+        } else {
+            Vec::new()
+        };
+        let in_quorum = node.in_contact_with_quorum();
         loop {
             let (min, max_offset) = store.queue_offsets(&topic.name, queue_id);
             let answer = |code: i32, next: u64| {
@@ -283,8 +299,18 @@ impl Remoting {
                 r.ext_fields.insert("minOffset".into(), min.to_string());
                 r.ext_fields
                     .insert("maxOffset".into(), max_offset.to_string());
+                let behind = offset > max_offset;
+                let suggest = suggested_broker_id(
+                    node.id(),
+                    leader,
+                    in_quorum,
+                    behind,
+                    &followers,
+                    &topic.name,
+                    queue_id,
+                );
                 r.ext_fields
-                    .insert("suggestWhichBrokerId".into(), suggest.clone());
+                    .insert("suggestWhichBrokerId".into(), suggest.to_string());
                 r
             };
             if offset < min {
@@ -390,18 +416,26 @@ impl Remoting {
 mod tests {
 
     #[test]
-    fn consumers_are_sent_to_followers_in_contact() {
-        // A follower following its leader keeps its consumers.
-        assert_eq!(suggested_broker_id(2, false, true, &[0, 1], 3), 3);
-        // The leader spreads queues over the followers it hears from.
-        assert_eq!(suggested_broker_id(1, true, false, &[0, 2], 0), 1);
-        assert_eq!(suggested_broker_id(1, true, false, &[0, 2], 1), 3);
-        assert_eq!(suggested_broker_id(1, true, false, &[0, 2], 2), 1);
-        assert_eq!(suggested_broker_id(1, true, false, &[2], 7), 3);
-        // A leader alone, or a follower out of touch: the leader.
-        assert_eq!(suggested_broker_id(1, true, false, &[], 0), 0);
-        assert_eq!(suggested_broker_id(2, false, false, &[0, 1], 0), 0);
-        assert_eq!(suggested_broker_id(1, true, false, &[0], -1), 1);
+    fn consumers_are_sent_to_followers_that_keep_up() {
+        // A member other than the leader keeps its consumers, even between
+        // leaders, unless cut off or behind the consumer's offset.
+        assert_eq!(suggested_broker_id(2, false, true, false, &[], "T", 3), 3);
+        assert_eq!(suggested_broker_id(2, false, false, false, &[], "T", 3), 0);
+        assert_eq!(suggested_broker_id(2, false, true, true, &[], "T", 3), 0);
+        // The leader spreads queues over its caught-up followers, every one of
+        // them used, the same queue always to the same follower.
+        let named: std::collections::BTreeSet<u64> = (0..64)
+            .map(|q| suggested_broker_id(1, true, true, false, &[0, 2], "T", q))
+            .collect();
+        assert_eq!(named, [1, 3].into());
+        let once = suggested_broker_id(1, true, true, false, &[0, 2], "%RETRY%G", 0);
+        assert_eq!(
+            once,
+            suggested_broker_id(1, true, true, false, &[0, 2], "%RETRY%G", 0)
+        );
+        assert_eq!(suggested_broker_id(1, true, true, false, &[2], "T", 7), 3);
+        // A leader without a follower that keeps up: itself.
+        assert_eq!(suggested_broker_id(1, true, true, false, &[], "T", 0), 0);
     }
 
     use super::*;

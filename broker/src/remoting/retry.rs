@@ -84,6 +84,17 @@ impl Remoting {
             opt_num(req, "maxReconsumeTimes", None)?.unwrap_or(DEFAULT_MAX_RECONSUME_TIMES);
         let stored = self.committed_message_at(offset)?;
         let mut rec: MessageRecord = stored.view().to_record();
+        if let Some(origin) = opt(req, "originMsgId", None) {
+            let uniq = rec
+                .properties
+                .get(ledgermq_store::record::PROPERTY_UNIQ_KEY);
+            if !is_message_sent_back(origin, uniq.map(String::as_str), offset) {
+                return Err(refuse(
+                    ErrorKind::MessageNotFound,
+                    format!("the message at offset {offset} is not {origin}"),
+                ));
+            }
+        }
         // RocketMQ keeps the first message's id through every retry: the
         // stored one's, else the offset message id of the message sent back.
         let offset_id = offset_message_id(self.advertised, stored.physical_offset);
@@ -133,8 +144,36 @@ impl Remoting {
     }
 }
 
+/// True if the message a send-back names (`originMsgId`: its unique key, or
+/// an offset message id) is the one stored at `offset` (whose unique key is
+/// `uniq_key`): a consumer that pulled from a follower names that follower's
+/// CommitLog offset, which is the same on every member unless a member's log
+/// restarted from a snapshot. No I/O.
+pub fn is_message_sent_back(origin: &str, uniq_key: Option<&str>, offset: u64) -> bool {
+    uniq_key.is_some_and(|k| k.eq_ignore_ascii_case(origin))
+        || ledgermq_remoting::message::decode_offset_message_id(origin)
+            .is_some_and(|(_, at)| at == offset)
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_send_back_names_the_message_at_its_offset_by_key_or_offset_id() {
+        let key = "7F0000010C8D18B4AAC2536AD1A20000";
+        assert!(is_message_sent_back(key, Some(key), 5));
+        let offset_id =
+            ledgermq_remoting::message::offset_message_id("127.0.0.1:10912".parse().unwrap(), 4096);
+        assert!(is_message_sent_back(&offset_id, Some(key), 4096));
+        assert!(is_message_sent_back(&offset_id, None, 4096));
+        assert!(!is_message_sent_back(&offset_id, Some(key), 4097));
+        assert!(!is_message_sent_back(
+            "7F0000010C8D18B4AAC2536AD1A29999",
+            Some(key),
+            4096
+        ));
+    }
+
     use super::*;
 
     #[test]
