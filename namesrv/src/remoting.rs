@@ -15,8 +15,9 @@
 //! after a leader dies, every send to that broker name fails until then. It
 //! does retry a failed send at once on a queue of *another* broker name (the
 //! C++ core makes up to 5 attempts, Java's `DefaultMQProducer` 3). So such a
-//! group `G` is also listed as `G@1`, at the route's follower with the lowest
-//! node id, with the same queue ids and permission WRITE only:
+//! group `G` is also listed as `G@1`, at a follower of the route (the one
+//! with the lowest node id heard from lately), with the same queue ids and
+//! permission WRITE only:
 //! consumers subscribe to readable queues only and never take its queues, and
 //! a send to queue `q` of `G@1` is stored in queue `q` of the topic like any
 //! other (any node takes a send and passes it to the leader). When the leader

@@ -118,6 +118,12 @@ impl Contacts {
         self.last_leader.lock().unwrap().elapsed() <= self.window
     }
 
+    /// True if a leader (or a candidate this node voted for) was heard from
+    /// within `within`.
+    pub fn leader_heard_within(&self, within: Duration) -> bool {
+        self.last_leader.lock().unwrap().elapsed() <= within
+    }
+
     /// True if `peer` was heard from within `within`.
     pub fn heard_within(&self, peer: NodeId, within: Duration) -> bool {
         self.last_heard

@@ -2,8 +2,8 @@
 //! a plain TCP connection, on the same port as the peer gRPC service.
 //!
 //! Replication is the group's busiest peer traffic, and HTTP/2 (HEADERS, DATA and
-//! trailers per call, flow control, h2's buffering) was a quarter of a follower's
-//! CPU (`docs/benchmarks.md`). openraft sends one AppendEntries at a time per
+//! trailers per call, flow control, h2's buffering) was 16 % of a follower's
+//! CPU, 26 % with the TCP under it (`docs/benchmarks.md`). openraft sends one AppendEntries at a time per
 //! replication stream, so one connection per stream with one request in flight
 //! needs no stream ids and no flow control of its own.
 //!

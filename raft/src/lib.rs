@@ -53,7 +53,7 @@ mod writer;
 
 pub use error::{ForwardRefusal, RaftNodeError};
 pub use network::{LinkShape, NetworkFilter};
-pub use node::{NodeRole, NodeStatus, RaftNode, RaftNodeConfig, RaftTiming};
+pub use node::{NodeRole, NodeStatus, RaftNode, RaftNodeConfig, RaftTiming, ReplicaView};
 pub use types::{
     Command, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response,
     TimedFifoLease, TopicConfig, TopicMessageType, TopicPerm,

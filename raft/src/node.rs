@@ -436,25 +436,35 @@ impl RaftNode {
         self.contacts.in_contact_with_quorum()
     }
 
-    /// The followers of this node, if it leads, heard from within the contact
-    /// window and whose log matches the leader's to within `max_lag` entries
-    /// (openraft's replication metrics), in id order; empty unless it leads.
-    pub fn followers_caught_up(&self, max_lag: u64) -> Vec<NodeId> {
+    /// Where this node stands, for deciding which member readers should use
+    /// ([`ReplicaView`]): followers within `max_lag` entries count as caught
+    /// up; a follower follows while it hears from a leader within
+    /// `leader_grace` (longer than an election, so it keeps its readers
+    /// through one) and from a majority within the contact window.
+    pub fn replica_view(&self, max_lag: u64, leader_grace: Duration) -> ReplicaView {
         let in_contact = self.contacts.peers_in_contact();
+        let follows_leader = self.contacts.in_contact_with_quorum()
+            && self.contacts.leader_heard_within(leader_grace);
         let m = self.raft.metrics();
         let m = m.borrow();
-        let (Some(replication), Some(last)) = (&m.replication, m.last_log_index) else {
-            return Vec::new();
+        let leads = m.state == ServerState::Leader && m.current_leader == Some(self.id);
+        let caught_up = match (leads, &m.replication, m.last_log_index) {
+            (true, Some(replication), Some(last)) => in_contact
+                .into_iter()
+                .filter(|id| {
+                    replication
+                        .get(id)
+                        .and_then(|matched| matched.as_ref())
+                        .is_some_and(|l| l.index.saturating_add(max_lag) >= last)
+                })
+                .collect(),
+            _ => Vec::new(),
         };
-        in_contact
-            .into_iter()
-            .filter(|id| {
-                replication
-                    .get(id)
-                    .and_then(|matched| matched.as_ref())
-                    .is_some_and(|l| l.index.saturating_add(max_lag) >= last)
-            })
-            .collect()
+        ReplicaView {
+            leads,
+            caught_up,
+            follows: !leads && follows_leader,
+        }
     }
 
     fn check_in_contact(&self) -> Result<(), RaftNodeError> {
@@ -541,4 +551,17 @@ async fn stop_server(mut task: JoinHandle<()>, stop: &tokio::sync::watch::Sender
         task.abort();
         let _ = task.await;
     }
+}
+
+/// A node's place in its group as [`RaftNode::replica_view`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaView {
+    /// This node leads.
+    pub leads: bool,
+    /// If it leads: the followers heard from within the contact window whose
+    /// log is within the given lag of its own, in id order.
+    pub caught_up: Vec<NodeId>,
+    /// If it does not lead: it hears from a majority, and from a leader within
+    /// the given grace.
+    pub follows: bool,
 }

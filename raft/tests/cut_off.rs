@@ -258,3 +258,48 @@ async fn writes_in_flight_when_the_leader_is_cut_off_are_answered_before_the_wri
     c.filter.heal();
     c.wait_leader(T).await;
 }
+
+/// `replica_view`, which sends 4.x consumers to followers: a follower cut off
+/// from its leader alone (it still hears the other follower, so it counts a
+/// majority) stops following once no leader is heard for the grace, and the
+/// leader no longer counts it as caught up; healed, both come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_from_its_leader_alone_stops_following() {
+    let c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(T).await;
+    let (f, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    c.node(leader)
+        .write_messages(vec![message("TopicV", 0, "ok")])
+        .await
+        .unwrap();
+    let grace = Duration::from_millis(1000);
+    let view = c.node(leader).replica_view(1024, grace);
+    assert!(view.leads && view.caught_up.contains(&f), "{view:?}");
+    assert!(c.node(f).replica_view(1024, grace).follows);
+    c.filter.block(leader, f);
+    c.filter.block(f, leader);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Unless the cut-off follower won an election meanwhile (without pre-vote
+    // it may campaign; the other follower refuses it while it hears a leader).
+    if c.wait_leader(T).await == leader {
+        let view = c.node(f).replica_view(1024, grace);
+        assert!(!view.leads && !view.follows, "{view:?}");
+        assert!(
+            c.node(f).in_contact_with_quorum(),
+            "it hears the other follower"
+        );
+        let view = c.node(leader).replica_view(1024, grace);
+        assert_eq!(view.caught_up, vec![other], "{view:?}");
+    }
+    c.filter.heal();
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let l = c.wait_leader(T).await;
+        let view = c.node(l).replica_view(1024, grace);
+        if view.caught_up.len() == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{view:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -44,41 +44,48 @@ use crate::message::{check_group, PROPERTY_BODY_ENCODING};
 /// given the leader's consumers.
 pub const CAUGHT_UP_ENTRIES: u64 = 1024;
 
+/// How long a follower keeps its consumers without hearing from a leader:
+/// longer than an election, shorter than a consumer's route refresh.
+pub const LEADER_GRACE: Duration = Duration::from_secs(5);
+
 /// The broker id a 4.x consumer should pull queue `queue_id` of `topic` from
 /// next (`suggestWhichBrokerId`), in the name server's numbering (the leader
-/// 0, any other member its node id + 1; `namesrv/src/remoting.rs`):
-/// - a member other than the leader (`leader` false) names itself (`self_id`)
-///   while it is in contact with a majority (`in_quorum`) and has applied up
-///   to the consumer's offset (`behind` false), so its consumers stay, through
-///   an election too; else 0;
-/// - the leader spreads queues over `followers` (caught up and in contact),
-///   by a hash of topic and queue; 0 if there are none.
+/// 0, any other member its node id + 1; `namesrv/src/remoting.rs`), from this
+/// node's `view` of its group:
+/// - a member other than the leader names itself (`self_id`) while it follows
+///   (hears from a majority, and from a leader within [`LEADER_GRACE`], so
+///   through an election too) and has applied up to the consumer's offset
+///   (`behind` false); else 0;
+/// - the leader spreads a topic's queues evenly over the followers that keep
+///   up (`view.caught_up`), starting at a follower chosen by a hash of the
+///   topic; 0 if there are none.
 ///
 /// A consumer whose route does not list the id named pulls from another
-/// member it lists (the C++ client: broker id 0). No I/O.
+/// member it lists (the C++ client: the lowest id, which is 0 while the group
+/// has a leader). No I/O.
 pub fn suggested_broker_id(
     self_id: u64,
-    leader: bool,
-    in_quorum: bool,
+    view: &ledgermq_raft::ReplicaView,
     behind: bool,
-    followers: &[u64],
     topic: &str,
     queue_id: i32,
 ) -> u64 {
     use std::hash::{Hash, Hasher};
-    if !leader {
-        return if in_quorum && !behind {
+    if !view.leads {
+        return if view.follows && !behind {
             self_id.saturating_add(1)
         } else {
             0
         };
     }
-    if followers.is_empty() {
+    let n = view.caught_up.len() as u64;
+    if n == 0 {
         return 0;
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (topic, queue_id).hash(&mut h);
-    followers[(h.finish() % followers.len() as u64) as usize].saturating_add(1)
+    topic.hash(&mut h);
+    let at = h.finish().wrapping_add(u64::from(queue_id.unsigned_abs())) % n;
+    view.caught_up[at as usize].saturating_add(1)
 }
 
 /// Most messages one pull answers with (RocketMQ's
@@ -283,14 +290,8 @@ impl Remoting {
         let store = self.broker.node.store().clone();
         let mut metrics = self.broker.node.raft().metrics();
         let node = &self.broker.node;
-        let leader = node.is_leader();
-        let followers = if leader {
-            node.followers_caught_up(CAUGHT_UP_ENTRIES)
-        } else {
-            Vec::new()
-        };
-        let in_quorum = node.in_contact_with_quorum();
         loop {
+            let view = node.replica_view(CAUGHT_UP_ENTRIES, LEADER_GRACE);
             let (min, max_offset) = store.queue_offsets(&topic.name, queue_id);
             let answer = |code: i32, next: u64| {
                 let mut r = RemotingCommand::response_to(req, code, None);
@@ -300,15 +301,7 @@ impl Remoting {
                 r.ext_fields
                     .insert("maxOffset".into(), max_offset.to_string());
                 let behind = offset > max_offset;
-                let suggest = suggested_broker_id(
-                    node.id(),
-                    leader,
-                    in_quorum,
-                    behind,
-                    &followers,
-                    &topic.name,
-                    queue_id,
-                );
+                let suggest = suggested_broker_id(node.id(), &view, behind, &topic.name, queue_id);
                 r.ext_fields
                     .insert("suggestWhichBrokerId".into(), suggest.to_string());
                 r
@@ -362,7 +355,11 @@ impl Remoting {
                 return Ok(r);
             }
             let now = Instant::now();
-            if now >= deadline {
+            // A member that sends the consumer elsewhere does so at once, not
+            // after a long poll: it does not follow a leader, or has not
+            // applied up to the consumer's offset.
+            let elsewhere = !view.leads && (!view.follows || offset > max_offset);
+            if now >= deadline || elsewhere {
                 return Ok(answer(response::PULL_NOT_FOUND, offset));
             }
             let tick = Duration::from_millis(100).min(deadline - now);
@@ -417,25 +414,38 @@ mod tests {
 
     #[test]
     fn consumers_are_sent_to_followers_that_keep_up() {
-        // A member other than the leader keeps its consumers, even between
-        // leaders, unless cut off or behind the consumer's offset.
-        assert_eq!(suggested_broker_id(2, false, true, false, &[], "T", 3), 3);
-        assert_eq!(suggested_broker_id(2, false, false, false, &[], "T", 3), 0);
-        assert_eq!(suggested_broker_id(2, false, true, true, &[], "T", 3), 0);
-        // The leader spreads queues over its caught-up followers, every one of
-        // them used, the same queue always to the same follower.
-        let named: std::collections::BTreeSet<u64> = (0..64)
-            .map(|q| suggested_broker_id(1, true, true, false, &[0, 2], "T", q))
-            .collect();
-        assert_eq!(named, [1, 3].into());
-        let once = suggested_broker_id(1, true, true, false, &[0, 2], "%RETRY%G", 0);
-        assert_eq!(
-            once,
-            suggested_broker_id(1, true, true, false, &[0, 2], "%RETRY%G", 0)
-        );
-        assert_eq!(suggested_broker_id(1, true, true, false, &[2], "T", 7), 3);
+        use ledgermq_raft::ReplicaView;
+        let follower = |follows| ReplicaView {
+            leads: false,
+            caught_up: vec![],
+            follows,
+        };
+        let leader = |caught_up: &[u64]| ReplicaView {
+            leads: true,
+            caught_up: caught_up.to_vec(),
+            follows: false,
+        };
+        // A follower keeps its consumers, unless it does not follow a leader
+        // (cut off, or no leader heard for LEADER_GRACE) or is behind.
+        assert_eq!(suggested_broker_id(2, &follower(true), false, "T", 3), 3);
+        assert_eq!(suggested_broker_id(2, &follower(false), false, "T", 3), 0);
+        assert_eq!(suggested_broker_id(2, &follower(true), true, "T", 3), 0);
+        // The leader spreads a topic's queues evenly over the followers that
+        // keep up, the same queue always to the same one.
+        for topic in ["T", "U", "%RETRY%G"] {
+            let named: Vec<u64> = (0..4)
+                .map(|q| suggested_broker_id(1, &leader(&[0, 2]), false, topic, q))
+                .collect();
+            assert_eq!(named.iter().filter(|&&id| id == 1).count(), 2, "{named:?}");
+            assert_eq!(named.iter().filter(|&&id| id == 3).count(), 2, "{named:?}");
+            assert_eq!(
+                named[0],
+                suggested_broker_id(1, &leader(&[0, 2]), false, topic, 0)
+            );
+        }
+        assert_eq!(suggested_broker_id(1, &leader(&[2]), false, "T", 7), 3);
         // A leader without a follower that keeps up: itself.
-        assert_eq!(suggested_broker_id(1, true, true, false, &[], "T", 0), 0);
+        assert_eq!(suggested_broker_id(1, &leader(&[]), false, "T", 0), 0);
     }
 
     use super::*;

@@ -8,7 +8,8 @@
 //! `3 + reconsumeTimes` (10 s, 30 s, 1 min, ...), a negative one the DLQ at
 //! once. The copy keeps the message id (`UNIQ_KEY`) and properties, counts
 //! one more reconsume, and names the original topic in `RETRY_TOPIC` and the
-//! original id in `ORIGIN_MESSAGE_ID`.
+//! original id in `ORIGIN_MESSAGE_ID`. A send-back whose `originMsgId` is not
+//! the message at its offset is refused ([`is_message_sent_back`]).
 
 use ledgermq_remoting::codes::response;
 use ledgermq_remoting::RemotingCommand;
@@ -84,7 +85,7 @@ impl Remoting {
             opt_num(req, "maxReconsumeTimes", None)?.unwrap_or(DEFAULT_MAX_RECONSUME_TIMES);
         let stored = self.committed_message_at(offset)?;
         let mut rec: MessageRecord = stored.view().to_record();
-        if let Some(origin) = opt(req, "originMsgId", None) {
+        if let Some(origin) = opt(req, "originMsgId", None).filter(|o| !o.is_empty()) {
             let uniq = rec
                 .properties
                 .get(ledgermq_store::record::PROPERTY_UNIQ_KEY);
@@ -148,7 +149,10 @@ impl Remoting {
 /// an offset message id) is the one stored at `offset` (whose unique key is
 /// `uniq_key`): a consumer that pulled from a follower names that follower's
 /// CommitLog offset, which is the same on every member unless a member's log
-/// restarted from a snapshot. No I/O.
+/// restarted from a snapshot. The Java and C++ clients send the unique key,
+/// which every stored message has, so a mismatch is caught; a client that
+/// sends the offset message id (crates.io `rocketmq-client-rust`) derives it
+/// from the same offset, so for it the check proves nothing. No I/O.
 pub fn is_message_sent_back(origin: &str, uniq_key: Option<&str>, offset: u64) -> bool {
     uniq_key.is_some_and(|k| k.eq_ignore_ascii_case(origin))
         || ledgermq_remoting::message::decode_offset_message_id(origin)
