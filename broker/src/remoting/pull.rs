@@ -50,19 +50,22 @@ pub const LEADER_GRACE: Duration = Duration::from_secs(5);
 
 /// The broker id a 4.x consumer should pull queue `queue_id` of `topic` from
 /// next (`suggestWhichBrokerId`), in the name server's numbering (the leader
-/// 0, any other member its node id + 1; `namesrv/src/remoting.rs`), from this
-/// node's `view` of its group:
-/// - a member other than the leader names itself (`self_id`) while it follows
-///   (hears from a majority, and from a leader within [`LEADER_GRACE`], so
-///   through an election too) and has applied up to the consumer's offset
-///   (`behind` false); else 0;
+/// 0, any other member its node id + 1, its *member id*;
+/// `namesrv/src/remoting.rs`), from this node's `view` of its group:
+/// - a member other than the leader names itself while it follows (hears
+///   from a majority, and from a leader within [`LEADER_GRACE`], so through an
+///   election too) and has applied up to the consumer's offset (`behind`
+///   false); else the leader it follows; else 0;
 /// - the leader spreads a topic's queues evenly over the followers that keep
 ///   up (`view.caught_up`), starting at a follower chosen by a hash of the
-///   topic; 0 if there are none.
+///   topic; itself if there are none.
 ///
-/// A consumer whose route does not list the id named pulls from another
-/// member it lists (the C++ client: the lowest id, which is 0 while the group
-/// has a leader). No I/O.
+/// Members are named by member id, never 0: a consumer refreshes its route
+/// only every 30 s, and a route from before an election lists the dead leader
+/// as 0 and the new one by its member id. In a newer route, which lists the
+/// leader as 0 only, a consumer falls back to another member it lists: the
+/// C++ client to the lowest id (0, the leader); the Java client first to the
+/// next id, then to the lowest. No I/O.
 pub fn suggested_broker_id(
     self_id: u64,
     view: &ledgermq_raft::ReplicaView,
@@ -71,21 +74,22 @@ pub fn suggested_broker_id(
     queue_id: i32,
 ) -> u64 {
     use std::hash::{Hash, Hasher};
+    let member_id = |node_id: u64| node_id.saturating_add(1);
     if !view.leads {
-        return if view.follows && !behind {
-            self_id.saturating_add(1)
-        } else {
-            0
+        return match view.leader {
+            _ if view.follows && !behind => member_id(self_id),
+            Some(leader) => member_id(leader),
+            None => 0,
         };
     }
     let n = view.caught_up.len() as u64;
     if n == 0 {
-        return 0;
+        return member_id(self_id);
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
     topic.hash(&mut h);
     let at = h.finish().wrapping_add(u64::from(queue_id.unsigned_abs())) % n;
-    view.caught_up[at as usize].saturating_add(1)
+    member_id(view.caught_up[at as usize])
 }
 
 /// Most messages one pull answers with (RocketMQ's
@@ -415,21 +419,39 @@ mod tests {
     #[test]
     fn consumers_are_sent_to_followers_that_keep_up() {
         use ledgermq_raft::ReplicaView;
-        let follower = |follows| ReplicaView {
+        let follower = |follows, leader| ReplicaView {
             leads: false,
             caught_up: vec![],
             follows,
+            leader,
         };
         let leader = |caught_up: &[u64]| ReplicaView {
             leads: true,
             caught_up: caught_up.to_vec(),
             follows: false,
+            leader: None,
         };
         // A follower keeps its consumers, unless it does not follow a leader
         // (cut off, or no leader heard for LEADER_GRACE) or is behind.
-        assert_eq!(suggested_broker_id(2, &follower(true), false, "T", 3), 3);
-        assert_eq!(suggested_broker_id(2, &follower(false), false, "T", 3), 0);
-        assert_eq!(suggested_broker_id(2, &follower(true), true, "T", 3), 0);
+        assert_eq!(
+            suggested_broker_id(2, &follower(true, Some(1)), false, "T", 3),
+            3
+        );
+        assert_eq!(
+            suggested_broker_id(2, &follower(false, None), false, "T", 3),
+            0
+        );
+        // One that is behind names the leader it follows by its member id
+        // (node id + 1), not 0: a consumer's route from before an election
+        // lists the dead leader as 0 and the new one by its member id.
+        assert_eq!(
+            suggested_broker_id(2, &follower(true, Some(1)), true, "T", 3),
+            2
+        );
+        assert_eq!(
+            suggested_broker_id(2, &follower(true, None), true, "T", 3),
+            0
+        );
         // The leader spreads a topic's queues evenly over the followers that
         // keep up, the same queue always to the same one.
         for topic in ["T", "U", "%RETRY%G"] {
@@ -444,8 +466,9 @@ mod tests {
             );
         }
         assert_eq!(suggested_broker_id(1, &leader(&[2]), false, "T", 7), 3);
-        // A leader without a follower that keeps up: itself.
-        assert_eq!(suggested_broker_id(1, &leader(&[]), false, "T", 0), 0);
+        // A leader without a follower that keeps up: itself, by its member id
+        // too (a new leader is listed under it in routes from before it led).
+        assert_eq!(suggested_broker_id(1, &leader(&[]), false, "T", 0), 2);
     }
 
     use super::*;
