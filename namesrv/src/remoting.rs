@@ -3,8 +3,9 @@
 //! answered from the [`Registry`] with no I/O:
 //!
 //! - GET_ROUTEINFO_BY_TOPIC (105): `TopicRouteData` with each broker group as
-//!   a broker name, its leader as broker id 0 and each other member heard from
-//!   lately as its node id + 1 ([`broker_addrs`]), at their remoting addresses; groups
+//!   a broker name, its leader as broker id 0 and each member (the leader too;
+//!   the others if heard from lately) as its node id + 1 ([`broker_addrs`]), at
+//!   their remoting addresses; groups
 //!   whose nodes serve no remoting port are left out. Map keys are quoted
 //!   (standard JSON), which every client reads. TOPIC_NOT_EXIST when no group
 //!   serves the topic. A writable group of a topic that is neither FIFO nor
@@ -72,24 +73,28 @@ struct TopicRouteData<'a> {
     filter_server_table: BTreeMap<String, Vec<String>>,
 }
 
-/// Broker id → remoting address of one group: the leader as 0, every other
-/// member as its node id + 1, so that a member keeps its id whichever member
-/// leads or is left out, and a broker's pull answer can name one
-/// (`suggestWhichBrokerId`, `broker/src/remoting/pull.rs`). Members without a
-/// remoting address are left out, and so are members other than the leader
-/// not heard from within [`STALE_MEMBER_MS`] while the group has a leader
-/// (a consumer told to pull from one then pulls from the leader).
-fn broker_addrs(g: &GroupRoute) -> BTreeMap<String, String> {
+/// Broker id → remoting address of one group: the leader as 0, and every
+/// member as its node id + 1 (its *member id*), the leader too when
+/// `leader_member_id` (topic routes, which consumers read). A member keeps its
+/// member id whichever member leads, so a broker's pull answer can name one
+/// (`suggestWhichBrokerId`, `broker/src/remoting/pull.rs`) that a consumer's
+/// route lists whether it was fetched before or after an election. Members
+/// without a remoting address are left out, and so are members other than the
+/// leader not heard from within [`STALE_MEMBER_MS`] while the group has a
+/// leader (a consumer told to pull from one then pulls from another member).
+fn broker_addrs(g: &GroupRoute, leader_member_id: bool) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for m in g.members.iter().filter(|m| !m.remoting_addr.is_empty()) {
-        let id = if g.has_leader && m.node_id == g.leader_node_id {
-            0
+        let leads = g.has_leader && m.node_id == g.leader_node_id;
+        if leads {
+            out.insert("0".to_owned(), m.remoting_addr.clone());
+            if !leader_member_id {
+                continue;
+            }
         } else if g.has_leader && m.silent_ms > STALE_MEMBER_MS {
             continue;
-        } else {
-            m.node_id + 1
-        };
-        out.insert(id.to_string(), m.remoting_addr.clone());
+        }
+        out.insert((m.node_id + 1).to_string(), m.remoting_addr.clone());
     }
     out
 }
@@ -107,8 +112,9 @@ const STALE_MEMBER_MS: u64 = 9_000;
 
 /// The failover alias of group `g` for a topic of type `message_type`, whose
 /// broker ids map to `addrs` (see the module doc): `(G@1, address)` at the
-/// lowest broker id above 0 heard from lately, else at the lowest one; none
-/// for a FIFO or MIXED topic, a topic without WRITE, or a group of one.
+/// lowest broker id above 0 heard from lately, else at the lowest one, never
+/// at the leader's address; none for a FIFO or MIXED topic, a topic without
+/// WRITE, or a group with no member but the leader.
 fn failover_alias(g: &GroupRoute, addrs: &BTreeMap<String, String>) -> Option<(String, String)> {
     use crate::pb::MessageType;
     if g.perm & PERM_WRITE == 0
@@ -119,7 +125,7 @@ fn failover_alias(g: &GroupRoute, addrs: &BTreeMap<String, String>) -> Option<(S
     let mut others: Vec<(u64, &String)> = addrs
         .iter()
         .filter_map(|(id, a)| id.parse().ok().map(|id| (id, a)))
-        .filter(|&(id, _)| id != 0)
+        .filter(|&(id, a)| id != 0 && Some(a) != addrs.get("0"))
         .collect();
     others.sort();
     let fresh = |addr: &String| {
@@ -146,7 +152,7 @@ pub fn handle(registry: &Registry, req: &RemotingCommand, now_ms: u64) -> Remoti
             let groups: Vec<(&GroupRoute, BTreeMap<String, String>)> = route
                 .groups
                 .iter()
-                .map(|g| (g, broker_addrs(g)))
+                .map(|g| (g, broker_addrs(g, true)))
                 .filter(|(_, addrs)| !addrs.is_empty())
                 .collect();
             if groups.is_empty() {
@@ -216,7 +222,7 @@ pub fn handle(registry: &Registry, req: &RemotingCommand, now_ms: u64) -> Remoti
                 cluster_addr_table: BTreeMap::new(),
             };
             for g in &groups {
-                let addrs = broker_addrs(g);
+                let addrs = broker_addrs(g, false);
                 if addrs.is_empty() {
                     continue;
                 }
@@ -312,11 +318,12 @@ mod tests {
         assert_eq!(v["queueDatas"][0]["writeQueueNums"], 4);
         assert_eq!(v["queueDatas"][0]["perm"], 6);
         let addrs = &v["brokerDatas"][0]["brokerAddrs"];
-        // The leader is 0; the others keep their node id + 1.
+        // The leader is 0 and, like every member, its node id + 1 too.
         assert_eq!(addrs["0"], "127.0.0.1:10912");
         assert_eq!(addrs["1"], "127.0.0.1:10911");
+        assert_eq!(addrs["2"], "127.0.0.1:10912");
         assert_eq!(addrs["3"], "127.0.0.1:10913");
-        assert_eq!(addrs.as_object().unwrap().len(), 3);
+        assert_eq!(addrs.as_object().unwrap().len(), 4);
         assert_eq!(v["brokerDatas"][0]["cluster"], "C");
         // The failover alias: write-only, at broker id 1.
         let q = &v["queueDatas"][1];
@@ -366,9 +373,10 @@ mod tests {
         let a = handle(&r, &req(106, &[]), 0);
         let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
         assert_eq!(v["clusterAddrTable"]["C"][0], "g");
+        // The leader as 0 only: cluster info is for operators, not consumers.
         assert_eq!(
-            v["brokerAddrTable"]["g"]["brokerAddrs"]["0"],
-            "127.0.0.1:10911"
+            v["brokerAddrTable"]["g"]["brokerAddrs"],
+            serde_json::json!({"0": "127.0.0.1:10911"})
         );
         let t = handle(&r, &req(206, &[]), 0);
         let v: serde_json::Value = serde_json::from_slice(&t.body).unwrap();
@@ -428,9 +436,13 @@ mod tests {
         let addrs = &v["brokerDatas"][0]["brokerAddrs"];
         assert_eq!(
             addrs,
-            &serde_json::json!({"0": "127.0.0.1:10912", "3": "127.0.0.1:10913"})
+            &serde_json::json!({"0": "127.0.0.1:10912", "2": "127.0.0.1:10912", "3": "127.0.0.1:10913"})
         );
         assert_eq!(v["brokerDatas"][1]["brokerName"], "g@1");
         assert_eq!(v["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10913");
+        // Only the leader heard from lately: no alias (never at the leader).
+        let a = handle(&r, &req(105, &[("topic", "T")]), 40_000);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["brokerDatas"].as_array().unwrap().len(), 1, "{v}");
     }
 }

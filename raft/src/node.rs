@@ -460,12 +460,10 @@ impl RaftNode {
                 .collect(),
             _ => Vec::new(),
         };
-        let follows = !leads && follows_leader;
         ReplicaView {
             leads,
             caught_up,
-            follows,
-            leader: m.current_leader.filter(|&l| follows && l != self.id),
+            follows: !leads && follows_leader,
         }
     }
 
@@ -566,6 +564,4 @@ pub struct ReplicaView {
     /// If it does not lead: it hears from a majority, and from a leader within
     /// the given grace.
     pub follows: bool,
-    /// If it follows: the leader it follows (never this node).
-    pub leader: Option<NodeId>,
 }

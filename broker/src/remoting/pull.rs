@@ -50,22 +50,21 @@ pub const LEADER_GRACE: Duration = Duration::from_secs(5);
 
 /// The broker id a 4.x consumer should pull queue `queue_id` of `topic` from
 /// next (`suggestWhichBrokerId`), in the name server's numbering (the leader
-/// 0, any other member its node id + 1, its *member id*;
+/// 0; every member, the leader too, its node id + 1, its *member id*;
 /// `namesrv/src/remoting.rs`), from this node's `view` of its group:
 /// - a member other than the leader names itself while it follows (hears
 ///   from a majority, and from a leader within [`LEADER_GRACE`], so through an
 ///   election too) and has applied up to the consumer's offset (`behind`
-///   false); else the leader it follows; else 0;
+///   false; a member that follows waits out the long poll for its apply to
+///   get there first); else 0;
 /// - the leader spreads a topic's queues evenly over the followers that keep
 ///   up (`view.caught_up`), starting at a follower chosen by a hash of the
 ///   topic; itself if there are none.
 ///
-/// Members are named by member id, never 0: a consumer refreshes its route
-/// only every 30 s, and a route from before an election lists the dead leader
-/// as 0 and the new one by its member id. In a newer route, which lists the
-/// leader as 0 only, a consumer falls back to another member it lists: the
-/// C++ client to the lowest id (0, the leader); the Java client first to the
-/// next id, then to the lowest. No I/O.
+/// Members are named by member id, which every route a consumer may hold
+/// lists: its route is refreshed only every 30 s, and one from before an
+/// election lists the dead leader as 0. 0 is named only by a member that does
+/// not follow (or is still behind after a long poll). No I/O.
 pub fn suggested_broker_id(
     self_id: u64,
     view: &ledgermq_raft::ReplicaView,
@@ -76,10 +75,10 @@ pub fn suggested_broker_id(
     use std::hash::{Hash, Hasher};
     let member_id = |node_id: u64| node_id.saturating_add(1);
     if !view.leads {
-        return match view.leader {
-            _ if view.follows && !behind => member_id(self_id),
-            Some(leader) => member_id(leader),
-            None => 0,
+        return if view.follows && !behind {
+            member_id(self_id)
+        } else {
+            0
         };
     }
     let n = view.caught_up.len() as u64;
@@ -359,10 +358,13 @@ impl Remoting {
                 return Ok(r);
             }
             let now = Instant::now();
-            // A member that sends the consumer elsewhere does so at once, not
-            // after a long poll: it does not follow a leader, or has not
-            // applied up to the consumer's offset.
-            let elsewhere = !view.leads && (!view.follows || offset > max_offset);
+            // A member that does not follow a leader sends the consumer
+            // elsewhere at once, not after a long poll. One that follows but
+            // has not applied up to the consumer's offset (which a member
+            // that applied first gave it) waits for its apply: sent to 0, a
+            // consumer whose route is from before an election would pull from
+            // the dead leader until its route refresh.
+            let elsewhere = !view.leads && !view.follows;
             if now >= deadline || elsewhere {
                 return Ok(answer(response::PULL_NOT_FOUND, offset));
             }
@@ -419,39 +421,22 @@ mod tests {
     #[test]
     fn consumers_are_sent_to_followers_that_keep_up() {
         use ledgermq_raft::ReplicaView;
-        let follower = |follows, leader| ReplicaView {
+        let follower = |follows| ReplicaView {
             leads: false,
             caught_up: vec![],
             follows,
-            leader,
         };
         let leader = |caught_up: &[u64]| ReplicaView {
             leads: true,
             caught_up: caught_up.to_vec(),
             follows: false,
-            leader: None,
         };
         // A follower keeps its consumers, unless it does not follow a leader
-        // (cut off, or no leader heard for LEADER_GRACE) or is behind.
-        assert_eq!(
-            suggested_broker_id(2, &follower(true, Some(1)), false, "T", 3),
-            3
-        );
-        assert_eq!(
-            suggested_broker_id(2, &follower(false, None), false, "T", 3),
-            0
-        );
-        // One that is behind names the leader it follows by its member id
-        // (node id + 1), not 0: a consumer's route from before an election
-        // lists the dead leader as 0 and the new one by its member id.
-        assert_eq!(
-            suggested_broker_id(2, &follower(true, Some(1)), true, "T", 3),
-            2
-        );
-        assert_eq!(
-            suggested_broker_id(2, &follower(true, None), true, "T", 3),
-            0
-        );
+        // (cut off, or no leader heard for LEADER_GRACE) or is still behind
+        // when its long poll ends.
+        assert_eq!(suggested_broker_id(2, &follower(true), false, "T", 3), 3);
+        assert_eq!(suggested_broker_id(2, &follower(false), false, "T", 3), 0);
+        assert_eq!(suggested_broker_id(2, &follower(true), true, "T", 3), 0);
         // The leader spreads a topic's queues evenly over the followers that
         // keep up, the same queue always to the same one.
         for topic in ["T", "U", "%RETRY%G"] {
@@ -466,9 +451,79 @@ mod tests {
             );
         }
         assert_eq!(suggested_broker_id(1, &leader(&[2]), false, "T", 7), 3);
-        // A leader without a follower that keeps up: itself, by its member id
-        // too (a new leader is listed under it in routes from before it led).
+        // A leader without a follower that keeps up: itself, by its member id.
         assert_eq!(suggested_broker_id(1, &leader(&[]), false, "T", 0), 2);
+    }
+
+    /// Broker id → node id, as a consumer's route maps them.
+    type Route = std::collections::BTreeMap<u64, u64>;
+
+    /// The node the C++ core pulls from when told `id`
+    /// (`MQClientFactory::findBrokerAddressInSubscribe`): that id, else the
+    /// lowest id listed.
+    fn cpp_pulls_from(route: &Route, id: u64) -> u64 {
+        *route.get(&id).or(route.values().next()).unwrap()
+    }
+
+    /// The node the Java client pulls from when told `id`
+    /// (`MQClientInstance.findBrokerAddressInSubscribe`): that id, else id + 1
+    /// (for an id other than 0), else its HashMap's first entry (the lowest
+    /// id for these small keys).
+    fn java_pulls_from(route: &Route, id: u64) -> u64 {
+        *route
+            .get(&id)
+            .or_else(|| (id != 0).then(|| route.get(&(id + 1))).flatten())
+            .or(route.values().next())
+            .unwrap()
+    }
+
+    /// Node 0 led and died; node 1 leads now, node 2 follows. Whichever route
+    /// a consumer holds (from before the election, or after it, with or
+    /// without the dead member still listed), each answer sends it to a live
+    /// member, the one meant, with either client.
+    #[test]
+    fn a_suggestion_reaches_a_live_member_in_routes_from_before_and_after_an_election() {
+        use ledgermq_raft::ReplicaView;
+        let routes: [(&str, Route); 3] = [
+            ("before", Route::from([(0, 0), (1, 0), (2, 1), (3, 2)])),
+            (
+                "after, dead listed",
+                Route::from([(0, 1), (1, 0), (2, 1), (3, 2)]),
+            ),
+            ("after", Route::from([(0, 1), (2, 1), (3, 2)])),
+        ];
+        let leader = |caught_up: &[u64]| ReplicaView {
+            leads: true,
+            caught_up: caught_up.to_vec(),
+            follows: false,
+        };
+        let follower = ReplicaView {
+            leads: false,
+            caught_up: vec![],
+            follows: true,
+        };
+        let answers = [
+            ("leader, follower keeps up", 1, leader(&[2]), 2),
+            ("leader alone", 1, leader(&[]), 1),
+            ("follower", 2, follower, 2),
+        ];
+        for (what, self_id, view, meant) in &answers {
+            for q in 0..4 {
+                let id = suggested_broker_id(*self_id, view, false, "T", q);
+                for (when, route) in &routes {
+                    assert_eq!(
+                        cpp_pulls_from(route, id),
+                        *meant,
+                        "{what}, C++, route {when}"
+                    );
+                    assert_eq!(
+                        java_pulls_from(route, id),
+                        *meant,
+                        "{what}, Java, route {when}"
+                    );
+                }
+            }
+        }
     }
 
     use super::*;
