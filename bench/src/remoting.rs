@@ -126,7 +126,8 @@ pub fn request(code: i32, fields: &[(&str, String)]) -> RemotingCommand {
 }
 
 /// The remoting addresses of a topic's broker group from a name server
-/// (GET_ROUTEINFO_BY_TOPIC), broker id 0 (the leader) first.
+/// (GET_ROUTEINFO_BY_TOPIC), broker id 0 (the leader) first, each once (routes
+/// list the leader under its member id as well).
 pub async fn route_addrs(namesrv: &str, topic: &str) -> Result<Vec<String>> {
     let c = RemotingClient::connect(namesrv).await?;
     let r = c
@@ -147,7 +148,13 @@ pub async fn route_addrs(namesrv: &str, topic: &str) -> Result<Vec<String>> {
         .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_str()?.to_owned())))
         .collect();
     ids.sort();
-    Ok(ids.into_iter().map(|(_, a)| a).collect())
+    let mut out: Vec<String> = Vec::with_capacity(ids.len());
+    for (_, a) in ids {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    Ok(out)
 }
 
 /// Where and what to send and receive over remoting.

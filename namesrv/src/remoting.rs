@@ -417,6 +417,11 @@ mod tests {
         r.register(node(0, Role::Leader, true), 0);
         r.register(node(1, Role::Follower, true), 0);
         assert_eq!(broker_names(&r, 0), ["g", "g@1"]);
+        // Node 0 leads, so member id 1 is the leader's address: the alias goes
+        // to the follower's.
+        let a = handle(&r, &req(105, &[("topic", "T")]), 0);
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["brokerDatas"][1]["brokerAddrs"]["0"], "127.0.0.1:10912");
         let mut taken = node(5, Role::Leader, true);
         taken.broker_group = "g@1".into();
         r.register(taken, 0);

@@ -160,8 +160,8 @@ fn check(ns: &str) {
         .as_object()
         .unwrap()
         .iter()
-        .find(|(id, _)| *id != "0")
         .map(|(_, a)| a.as_str().unwrap().to_owned())
+        .find(|a| *a != leader)
         .unwrap();
 
     // The producer's connection to the leader, known by its heartbeat.

@@ -13,8 +13,9 @@
 //! taken, as RocketMQ's `REBALANCE_LOCK_MAX_LIVE_TIME`.
 //!
 //! Offsets a consumer commits (UPDATE_CONSUMER_OFFSET, or piggybacked on a
-//! pull from broker id 0; clients pulling from a follower, as pull answers
-//! suggest, send only the former, every 5 s to broker id 0) are kept here and committed through Raft in `Command::CommitOffsets`
+//! pull from broker id 0; clients pulling by a member id, as pull answers
+//! suggest, the leader's too, send only the former, every 5 s to broker id
+//! 0) are kept here and committed through Raft in `Command::CommitOffsets`
 //! entries of up to [`MAX_OFFSETS_PER_ENTRY`] every flush interval
 //! ([`super::OFFSET_FLUSH_INTERVAL`]), pending (and seen by queries) until
 //! this node has applied them; a query answers the newer of the pending and
