@@ -8,8 +8,9 @@
 //!   remoting), a 3-node NATS JetStream
 //!   cluster (file storage, replicas 3) and a 3-node RabbitMQ cluster (quorum
 //!   queue), all on loopback; prints a table and the ratios.
-//! - `mqbench-noop`: a MessagingService that stores nothing ([`noop`]), to measure
-//!   what the gRPC transport alone costs on a machine.
+//! - `mqbench-noop`: a MessagingService that stores nothing ([`noop`]), or with
+//!   `--protocol remoting` a 4.x remoting server that stores nothing
+//!   ([`noop_remoting`]), to measure what the transport alone costs on a machine.
 //!
 //! Every system is driven by the same [`runner`] (windowed producers, consumers,
 //! progress, summary) through a [`runner::Driver`]: [`ledgermq::LedgerMq`],
@@ -21,6 +22,7 @@ pub mod compare;
 pub mod ledgermq;
 pub mod nats;
 pub mod noop;
+pub mod noop_remoting;
 pub mod payload;
 pub mod peers;
 pub mod rabbit;

@@ -176,20 +176,7 @@ mod tests {
             deliver_at_ms: None,
             call_timeout: Duration::from_secs(5),
         };
-        let spec = LoadSpec {
-            label: "noop".into(),
-            producers: 2,
-            consumers: 0,
-            window: 8,
-            rate_per_sec: None,
-            body_bytes: 64,
-            duration: Duration::from_secs(60),
-            count: Some(200),
-            warmup: Duration::ZERO,
-            drain: Duration::from_secs(1),
-            progress: false,
-            run_id: None,
-        };
+        let spec = LoadSpec::sends_only("noop", 200);
         let s = run(Arc::new(driver), spec).await;
         assert_eq!((s.sent, s.acked), (200, 200), "errors: {:?}", s.errors);
         assert!(s.errors.is_empty());

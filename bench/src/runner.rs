@@ -55,6 +55,27 @@ pub struct LoadSpec {
     pub run_id: Option<u64>,
 }
 
+impl LoadSpec {
+    /// `count` sends of 64 bytes from two producers, window 8, no consumer, no
+    /// progress lines: a quick check that a driver and a server talk.
+    pub fn sends_only(label: &str, count: u64) -> Self {
+        Self {
+            label: label.into(),
+            producers: 2,
+            consumers: 0,
+            window: 8,
+            rate_per_sec: None,
+            body_bytes: 64,
+            duration: Duration::from_secs(60),
+            count: Some(count),
+            warmup: Duration::ZERO,
+            drain: Duration::from_secs(1),
+            progress: false,
+            run_id: None,
+        }
+    }
+}
+
 /// A system under test: how producers send and how consumers consume.
 pub trait Driver: Send + Sync + 'static {
     /// Producer task `idx`: typically `crate::runner::produce(ctx, |body| ...)`.
