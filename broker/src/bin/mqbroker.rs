@@ -34,17 +34,16 @@ struct Args {
     /// lost.
     #[arg(long)]
     forget_lost_acknowledged: bool,
+    /// Log lines as `text` or `json` (one object per line), on stdout;
+    /// colour codes only on a terminal without NO_COLOR. RUST_LOG filters.
+    #[arg(long, env = "LEDGERMQ_LOG_FORMAT", default_value = "text")]
+    log_format: ledgermq_namesrv::logging::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .init();
     let args = Args::parse();
+    ledgermq_namesrv::logging::init(args.log_format, "info,openraft=warn");
     let mut cfg = BrokerConfig::load(&args.config)?;
     if let Some(dir) = args.store_dir {
         cfg.store_root = dir;
@@ -59,7 +58,6 @@ async fn main() -> Result<()> {
     )
     .await?;
     tracing::info!(node = cfg.node_id, group = %cfg.broker_group, "mqbroker started");
-    println!("mqbroker {} node {} started", cfg.broker_group, cfg.node_id);
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // A Raft core that stopped on a fatal error (a storage failure, a panic) leaves

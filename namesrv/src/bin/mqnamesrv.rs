@@ -1,7 +1,9 @@
-//! `mqnamesrv [-c FILE] [--listen HOST:PORT]`: runs one LedgerMQ name server.
+//! `mqnamesrv [-c FILE] [--listen HOST:PORT] [--log-format text|json]`: runs
+//! one LedgerMQ name server.
 
 use anyhow::Result;
 use clap::Parser;
+use ledgermq_namesrv::logging::{self, LogFormat};
 use ledgermq_namesrv::server::{bind, serve, NameServerConfig};
 
 #[derive(Parser, Debug)]
@@ -16,16 +18,16 @@ struct Args {
     /// Address to listen on; overrides the file (default 0.0.0.0:9876).
     #[arg(long)]
     listen: Option<String>,
+    /// Log lines as `text` or `json` (one object per line), on stdout;
+    /// colour codes only on a terminal without NO_COLOR. RUST_LOG filters.
+    #[arg(long, env = "LEDGERMQ_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, "info");
     let mut cfg = match &args.config {
         Some(p) => NameServerConfig::load(p)?,
         None => NameServerConfig::default(),
@@ -35,7 +37,6 @@ async fn main() -> Result<()> {
     }
     let (listener, addr) = bind(&cfg.listen).await?;
     tracing::info!(%addr, "mqnamesrv listening");
-    println!("mqnamesrv listening on {addr}");
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("SIGTERM handler");
