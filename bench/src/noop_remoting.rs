@@ -4,7 +4,7 @@
 //! anything else REQUEST_CODE_NOT_SUPPORTED. It serves each connection with
 //! the broker's own connection loop (`ledgermq_remoting::conn::serve_connection`:
 //! frame splitting, header decoding, one task per request, batched answer
-//! writes), so `mqbench --protocol remoting` against it measures what the
+//! writes; oneway sends kept in order, as the broker does), so `mqbench --protocol remoting` against it measures what the
 //! remoting front end alone costs on the machine: the ceiling of a broker
 //! that answers sends through it, with no storage and no replication.
 
@@ -61,7 +61,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener) -> std::io::Result<()> 
                 let a = answer(&req, &offset);
                 async move { a }
             },
-            |_| false,
+            |req| matches!(req.code, request::SEND_MESSAGE | request::SEND_MESSAGE_V2),
             |_| {},
         ));
     }

@@ -96,6 +96,8 @@ impl Proc {
         }
         let child = cmd
             .args(&self.args)
+            // Text logs: the audits read their timestamps (`reverts.rs`).
+            .env_remove("LEDGERMQ_LOG_FORMAT")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info,openraft=warn")
             .stdout(log.try_clone()?)

@@ -75,6 +75,8 @@ impl BrokerProc {
         }
         let child = cmd
             .env("RUST_LOG", "info,openraft=warn")
+            // Text logs (which harnesses read) unless a test asks otherwise.
+            .env_remove("LEDGERMQ_LOG_FORMAT")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(
                 log.try_clone()
@@ -271,6 +273,7 @@ impl LocalCluster {
         let namesrv = command(netns.as_deref(), &bin("mqnamesrv")?)
             .arg("-c")
             .arg(ns_cfg)
+            .env_remove("LEDGERMQ_LOG_FORMAT")
             .stdout(
                 ns_log
                     .try_clone()
