@@ -162,6 +162,22 @@ async fn a_group_rewound_to_a_time_consumes_again_from_there_after_the_leader_di
     let follower = (leader + 1) % 3;
     let other = (leader + 2) % 3;
     let mut c = client(&cluster.nodes[follower].client_addr).await;
+    // topicList: the topic, once; with -c, its cluster and broker group.
+    let list = cluster.admin(&["topicList"]).unwrap();
+    assert_eq!(list.lines().filter(|l| *l == TOPIC).count(), 1, "{list}");
+    let list = cluster
+        .admin(&["topicList", "-c", "DefaultCluster"])
+        .unwrap();
+    assert!(
+        list.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["DefaultCluster", "broker-a", TOPIC]),
+        "{list}"
+    );
+    assert!(!cluster
+        .admin(&["topicList", "-c", "NoSuchCluster"])
+        .unwrap()
+        .contains(TOPIC));
 
     let before: Vec<String> = (0..10).map(|i| format!("before-{i}")).collect();
     let after: Vec<String> = (0..10).map(|i| format!("after-{i}")).collect();

@@ -3,6 +3,8 @@
 //! - `clusterList -n NAMESRV`: one line per node: client address, role, term, commit
 //!   (applied) index, seconds since its last heartbeat.
 //! - `topicRoute -n NAMESRV -t TOPIC`: the topic's broker groups, queues and leaders.
+//! - `topicList -n NAMESRV [-c CLUSTER]`: every topic a node serves, one per
+//!   line; with `-c`, that cluster's, each with its cluster and broker groups.
 //!
 //! - `updateTopic -n NAMESRV -t TOPIC [-q QUEUES] [-p PERM] [--fifo]
 //!   [-a +message.type=TYPE] [-c CLUSTER] [-b GROUP]`: creates or updates the topic
@@ -33,15 +35,17 @@
 
 use std::collections::BTreeMap;
 
+mod cluster;
 mod messages;
+
+use cluster::{client, role_name};
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{ConsumerProgressRequest, UpdateGroupRequest, UpdateTopicRequest};
 use ledgermq_meta::RetryPolicy;
-use ledgermq_namesrv::pb::name_server_client::NameServerClient;
-use ledgermq_namesrv::pb::{ListClusterRequest, QueryRouteRequest, Role};
+use ledgermq_namesrv::pb::{QueryRouteRequest, Role};
 
 #[derive(Parser)]
 #[command(
@@ -190,6 +194,16 @@ enum Cmd {
         #[command(flatten)]
         scope: Scope,
     },
+    /// Every topic the nodes serve (RocketMQ's topicList).
+    #[command(name = "topicList")]
+    TopicList {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Only this cluster's topics, with their broker groups.
+        #[arg(short = 'c', long = "clusterName")]
+        cluster: Option<String>,
+    },
     /// Show where a topic's queues live and who leads each group.
     #[command(name = "topicRoute")]
     TopicRoute {
@@ -215,12 +229,7 @@ struct Scope {
 
 /// Each selected broker group with its members' client addresses, leader first.
 async fn groups(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, Vec<String>>> {
-    let nodes = client(namesrv)
-        .await?
-        .list_cluster(ListClusterRequest {})
-        .await?
-        .into_inner()
-        .nodes;
+    let nodes = cluster::nodes(namesrv).await?;
     let mut out: BTreeMap<String, Vec<(bool, String)>> = BTreeMap::new();
     for n in nodes.into_iter().filter_map(|n| n.node) {
         if scope.cluster.as_ref().is_some_and(|c| *c != n.cluster)
@@ -324,58 +333,12 @@ enum AdminReq {
     Group(UpdateGroupRequest),
 }
 
-fn role_name(r: i32) -> &'static str {
-    match Role::try_from(r) {
-        Ok(Role::Leader) => "leader",
-        Ok(Role::Follower) => "follower",
-        Ok(Role::Candidate) => "candidate",
-        Ok(Role::Learner) => "learner",
-        _ => "unknown",
-    }
-}
-
-async fn client(namesrv: &str) -> Result<NameServerClient<tonic::transport::Channel>> {
-    let mut last = None;
-    for addr in namesrv.split(';').map(str::trim).filter(|a| !a.is_empty()) {
-        match NameServerClient::connect(format!("http://{addr}")).await {
-            Ok(c) => return Ok(c),
-            Err(e) => last = Some(format!("{addr}: {e}")),
-        }
-    }
-    bail!(
-        "no name server reachable ({})",
-        last.unwrap_or_else(|| "none given".into())
-    )
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     match Args::parse().cmd {
-        Cmd::ClusterList { namesrv } => {
-            let nodes = client(&namesrv)
-                .await?
-                .list_cluster(ListClusterRequest {})
-                .await?
-                .into_inner()
-                .nodes;
-            println!(
-                "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>8}",
-                "cluster", "group", "node", "address", "role", "term", "commit", "silent"
-            );
-            for n in nodes {
-                let (silent, n) = (n.silent_ms, n.node.unwrap_or_default());
-                println!(
-                    "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>7.1}s",
-                    n.cluster,
-                    n.broker_group,
-                    n.node_id,
-                    n.client_addr,
-                    role_name(n.role),
-                    n.term,
-                    n.commit_index,
-                    silent as f64 / 1000.0
-                );
-            }
+        Cmd::ClusterList { namesrv } => cluster::cluster_list(&namesrv).await?,
+        Cmd::TopicList { namesrv, cluster } => {
+            cluster::topic_list(&namesrv, cluster.as_deref()).await?
         }
         Cmd::UpdateTopic {
             namesrv,

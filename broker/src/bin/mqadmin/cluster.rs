@@ -1,0 +1,147 @@
+//! `clusterList` and `topicList`: what the name servers know of the nodes and
+//! the topics they serve (`ListCluster`), printed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{bail, Result};
+use ledgermq_namesrv::pb::name_server_client::NameServerClient;
+use ledgermq_namesrv::pb::{ClusterNode, ListClusterRequest, Role};
+
+/// A client of the first name server of `namesrv` (`host:port`, several
+/// separated by `;`) that answers a connection. Error: none does.
+pub async fn client(namesrv: &str) -> Result<NameServerClient<tonic::transport::Channel>> {
+    let mut last = None;
+    for addr in namesrv.split(';').map(str::trim).filter(|a| !a.is_empty()) {
+        match NameServerClient::connect(format!("http://{addr}")).await {
+            Ok(c) => return Ok(c),
+            Err(e) => last = Some(format!("{addr}: {e}")),
+        }
+    }
+    bail!(
+        "no name server reachable ({})",
+        last.unwrap_or_else(|| "none given".into())
+    )
+}
+
+/// The name of a node's role as printed.
+pub fn role_name(r: i32) -> &'static str {
+    match Role::try_from(r) {
+        Ok(Role::Leader) => "leader",
+        Ok(Role::Follower) => "follower",
+        Ok(Role::Candidate) => "candidate",
+        Ok(Role::Learner) => "learner",
+        _ => "unknown",
+    }
+}
+
+/// Every node the name server knows, with how long since it last heard of it.
+pub async fn nodes(namesrv: &str) -> Result<Vec<ClusterNode>> {
+    Ok(client(namesrv)
+        .await?
+        .list_cluster(ListClusterRequest {})
+        .await?
+        .into_inner()
+        .nodes)
+}
+
+/// `clusterList`: one line per node.
+pub async fn cluster_list(namesrv: &str) -> Result<()> {
+    println!(
+        "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>8}",
+        "cluster", "group", "node", "address", "role", "term", "commit", "silent"
+    );
+    for n in nodes(namesrv).await? {
+        let (silent, n) = (n.silent_ms, n.node.unwrap_or_default());
+        println!(
+            "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>7.1}s",
+            n.cluster,
+            n.broker_group,
+            n.node_id,
+            n.client_addr,
+            role_name(n.role),
+            n.term,
+            n.commit_index,
+            silent as f64 / 1000.0
+        );
+    }
+    Ok(())
+}
+
+/// Topic name → the (cluster, broker group) pairs serving it, as the nodes
+/// told the name server; `cluster` keeps only that cluster's. No I/O.
+pub fn topics(
+    nodes: &[ClusterNode],
+    cluster: Option<&str>,
+) -> BTreeMap<String, BTreeSet<(String, String)>> {
+    let mut out: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    for n in nodes.iter().filter_map(|n| n.node.as_ref()) {
+        if cluster.is_some_and(|c| c != n.cluster) {
+            continue;
+        }
+        for t in &n.topics {
+            out.entry(t.name.clone())
+                .or_default()
+                .insert((n.cluster.clone(), n.broker_group.clone()));
+        }
+    }
+    out
+}
+
+/// `topicList`: one topic per line (RocketMQ's output); with `-c`, the
+/// cluster's topics only, each with its cluster and broker groups.
+pub async fn topic_list(namesrv: &str, cluster: Option<&str>) -> Result<()> {
+    let topics = topics(&nodes(namesrv).await?, cluster);
+    match cluster {
+        None => topics.keys().for_each(|t| println!("{t}")),
+        Some(_) => {
+            println!("{:<20} {:<12} #Topic", "#Cluster Name", "#Groups");
+            for (t, at) in topics {
+                let cluster = at.iter().next().map_or("", |(c, _)| c.as_str());
+                let groups: Vec<&str> = at.iter().map(|(_, g)| g.as_str()).collect();
+                println!("{:<20} {:<12} {t}", cluster, groups.join(","));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledgermq_namesrv::pb::{BrokerNode, TopicConfig};
+
+    fn node(cluster: &str, group: &str, topics: &[&str]) -> ClusterNode {
+        ClusterNode {
+            node: Some(BrokerNode {
+                cluster: cluster.into(),
+                broker_group: group.into(),
+                topics: topics
+                    .iter()
+                    .map(|t| TopicConfig {
+                        name: (*t).into(),
+                        queue_count: 4,
+                        perm: 6,
+                        ..TopicConfig::default()
+                    })
+                    .collect(),
+                ..BrokerNode::default()
+            }),
+            silent_ms: 0,
+        }
+    }
+
+    #[test]
+    fn topics_are_listed_once_with_the_groups_serving_them() {
+        let nodes = [
+            node("C", "a", &["T", "U"]),
+            node("C", "a", &["T", "U"]),
+            node("C", "b", &["T"]),
+            node("D", "x", &["V"]),
+        ];
+        let all = topics(&nodes, None);
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["T", "U", "V"]);
+        let groups: Vec<&str> = all["T"].iter().map(|(_, g)| g.as_str()).collect();
+        assert_eq!(groups, ["a", "b"]);
+        assert_eq!(topics(&nodes, Some("D")).keys().collect::<Vec<_>>(), ["V"]);
+    }
+}
