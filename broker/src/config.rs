@@ -7,6 +7,11 @@ use std::time::Duration;
 use ledgermq_store::{FlushMode, StoreConfig};
 use serde::Deserialize;
 
+mod defaults;
+pub mod properties;
+
+use defaults::*;
+
 /// One broker node's settings. Example (`deploy/local/n0.toml`):
 ///
 /// ```toml
@@ -180,6 +185,22 @@ pub struct BrokerConfig {
     /// 1.0 turns forced cleaning off).
     #[serde(default = "default_disk_force_clean_ratio")]
     pub disk_force_clean_ratio: f64,
+    /// Hours a CommitLog segment is kept after its newest message (RocketMQ's
+    /// `fileReservedTime`, 72).
+    #[serde(default = "default_file_reserved_time_hours")]
+    pub file_reserved_time_hours: u64,
+    /// Local hour of day, 0-23, at which expired segments are deleted
+    /// (RocketMQ's `deleteWhen`, 4).
+    #[serde(default = "default_delete_when_hour")]
+    pub delete_when_hour: u32,
+    /// Above this used fraction of the disk, expired segments are deleted at
+    /// any hour (RocketMQ's `diskMaxUsedSpaceRatio`, as a fraction: 0.75).
+    #[serde(default = "default_disk_max_used_space_ratio")]
+    pub disk_max_used_space_ratio: f64,
+    /// Queues of a topic created automatically (RocketMQ's
+    /// `defaultTopicQueueNums`, 8).
+    #[serde(default = "default_topic_queue_count")]
+    pub default_topic_queue_count: u32,
     /// Period of this member's retention runs, key `retention_interval_ms`
     /// (RocketMQ's `cleanResourceInterval`: 10,000 ms). Each run deletes at most 10
     /// segments.
@@ -197,80 +218,6 @@ pub struct BrokerConfig {
     _removed_durable_mark_file: Option<serde::de::IgnoredAny>,
 }
 
-fn default_true() -> bool {
-    true
-}
-fn default_max_body_bytes() -> usize {
-    4 << 20
-}
-fn default_max_queues_per_topic() -> u32 {
-    crate::broker::ServiceSettings::default().max_queues_per_topic
-}
-fn default_max_consumer_groups() -> usize {
-    crate::broker::ServiceSettings::default().max_consumer_groups
-}
-fn default_max_broadcast_clients() -> usize {
-    crate::broker::ServiceSettings::default().max_broadcast_clients_per_group
-}
-fn default_broadcast_client_idle() -> Duration {
-    Duration::from_millis(crate::broker::ServiceSettings::default().broadcast_client_idle_ms)
-}
-
-/// A duration written as whole milliseconds (the file's `*_ms` keys).
-fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    u64::deserialize(d).map(Duration::from_millis)
-}
-fn default_max_delay() -> Duration {
-    Duration::from_millis(crate::broker::ServiceSettings::default().max_delay_ms)
-}
-fn default_max_messages_per_send() -> usize {
-    crate::broker::ServiceSettings::default().max_messages_per_send
-}
-fn default_telemetry_reply_buffer() -> usize {
-    crate::broker::ServiceSettings::default().telemetry_reply_buffer
-}
-
-fn default_transaction_timeout_ms() -> u64 {
-    crate::broker::ServiceSettings::default().transaction_timeout_ms
-}
-fn default_transaction_check_interval_ms() -> u64 {
-    crate::broker::ServiceSettings::default().transaction_check_interval_ms
-}
-fn default_transaction_check_max() -> u32 {
-    crate::broker::ServiceSettings::default().transaction_check_max
-}
-
-fn default_disk_space_warning_ratio() -> f64 {
-    ledgermq_store::retention::RetentionConfig::default().disk_space_warning_ratio
-}
-
-fn default_retention_interval() -> Duration {
-    Duration::from_secs(10)
-}
-
-fn default_disk_force_clean_ratio() -> f64 {
-    ledgermq_store::retention::RetentionConfig::default().disk_force_clean_ratio
-}
-
-fn default_flush() -> String {
-    "sync".into()
-}
-fn default_segment_bytes() -> u64 {
-    ledgermq_store::commit_log::DEFAULT_SEGMENT_BYTES
-}
-fn default_heartbeat() -> Duration {
-    Duration::from_secs(3)
-}
-fn default_raft_heartbeat() -> Duration {
-    Duration::from_millis(ledgermq_raft::RaftTiming::default().heartbeat_interval_ms)
-}
-fn default_election_min() -> Duration {
-    Duration::from_millis(ledgermq_raft::RaftTiming::default().election_timeout_min_ms)
-}
-fn default_election_max() -> Duration {
-    Duration::from_millis(ledgermq_raft::RaftTiming::default().election_timeout_max_ms)
-}
-
 /// A configuration that cannot be used, with the reason.
 #[derive(Debug, thiserror::Error)]
 #[error("broker configuration {path}: {reason}")]
@@ -282,14 +229,31 @@ pub struct ConfigError {
 }
 
 impl BrokerConfig {
-    /// Reads and checks a TOML file.
+    /// Reads and checks a TOML file, or a RocketMQ broker `.properties` (or
+    /// `.conf`) file ([`properties`]; the keys it does not use are logged in
+    /// one warning). Error: the file cannot be read, does not parse, or holds
+    /// a value out of range, named by its key.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let err = |reason: String| ConfigError {
             path: path.display().to_string(),
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let cfg: Self = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let cfg: Self = if properties::is_properties(path) {
+            let (table, unused) = properties::to_toml(&text).map_err(err)?;
+            if !unused.is_empty() {
+                tracing::warn!(
+                    file = %path.display(),
+                    keys = %unused.join(", "),
+                    "RocketMQ configuration keys LedgerMQ does not use, ignored"
+                );
+            }
+            table
+                .try_into()
+                .map_err(|e: toml::de::Error| err(e.to_string()))?
+        } else {
+            toml::from_str(&text).map_err(|e| err(e.to_string()))?
+        };
         let members = cfg.members().map_err(err)?;
         cfg.flush_mode().map_err(err)?;
         cfg.member_client_addrs().map_err(err)?;
@@ -297,6 +261,9 @@ impl BrokerConfig {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
         let s = cfg.service_settings();
+        if s.default_queue_count == 0 {
+            return Err(err("default_topic_queue_count must be at least 1".into()));
+        }
         if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic)
             || s.default_queue_count > s.max_queues_per_topic
         {
@@ -304,6 +271,18 @@ impl BrokerConfig {
                 "max_queues_per_topic must be {}..={} (at least an auto-created topic's queues)",
                 s.default_queue_count,
                 crate::broker::MAX_QUEUES
+            )));
+        }
+        if cfg.delete_when_hour > 23 {
+            return Err(err(format!(
+                "delete_when_hour must be 0..=23, not {}",
+                cfg.delete_when_hour
+            )));
+        }
+        if !(cfg.disk_max_used_space_ratio > 0.0 && cfg.disk_max_used_space_ratio <= 1.0) {
+            return Err(err(format!(
+                "disk_max_used_space_ratio must be in (0, 1], not {}",
+                cfg.disk_max_used_space_ratio
             )));
         }
         if s.max_messages_per_send == 0 || s.telemetry_reply_buffer == 0 {
@@ -381,6 +360,7 @@ impl BrokerConfig {
             transaction_timeout_ms: self.transaction_timeout_ms,
             transaction_check_interval_ms: self.transaction_check_interval_ms,
             transaction_check_max: self.transaction_check_max,
+            default_queue_count: self.default_topic_queue_count,
             ..crate::broker::ServiceSettings::default()
         }
     }
@@ -423,6 +403,9 @@ impl BrokerConfig {
         s.flush_mode = self.flush_mode()?;
         s.retention.disk_space_warning_ratio = self.disk_space_warning_ratio;
         s.retention.disk_force_clean_ratio = self.disk_force_clean_ratio;
+        s.retention.file_reserved_time_hours = self.file_reserved_time_hours;
+        s.retention.delete_when_hour = self.delete_when_hour;
+        s.retention.disk_max_used_space_ratio = self.disk_max_used_space_ratio;
         Ok(s)
     }
 }

@@ -41,11 +41,64 @@ impl Default for NameServerConfig {
 }
 
 impl NameServerConfig {
-    /// Reads a TOML file; missing keys take the defaults.
+    /// Reads a TOML file, or a RocketMQ `namesrv.properties` (`.properties`
+    /// or `.conf`: [`Self::from_properties`]; the keys it does not use are
+    /// logged in one warning); missing keys take the defaults. Error: the file
+    /// cannot be read or a value does not parse, named by its key.
     pub fn load(path: &Path) -> Result<Self, NameSrvError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| NameSrvError::Config(format!("{}: {e}", path.display())))?;
-        toml::from_str(&text).map_err(|e| NameSrvError::Config(format!("{}: {e}", path.display())))
+        let err = |e: String| NameSrvError::Config(format!("{}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("properties" | "conf")
+        ) {
+            let (cfg, unused) = Self::from_properties(&text).map_err(err)?;
+            if !unused.is_empty() {
+                tracing::warn!(
+                    file = %path.display(),
+                    keys = %unused.join(", "),
+                    "RocketMQ configuration keys LedgerMQ does not use, ignored"
+                );
+            }
+            return Ok(cfg);
+        }
+        toml::from_str(&text).map_err(|e| err(e.to_string()))
+    }
+
+    /// A RocketMQ name server's properties: `listenPort` (→ `listen` on every
+    /// interface) and `scanNotActiveBrokerInterval` (ms → `scan_interval_ms`),
+    /// or this crate's own keys (`listen`, `scan_interval_ms`,
+    /// `node_expiry_ms`); with the keys left unused, sorted. Error: a value
+    /// that does not parse, named by its key.
+    pub fn from_properties(text: &str) -> Result<(Self, Vec<String>), String> {
+        let props = java_properties::read(text.as_bytes())
+            .map_err(|e| format!("not a properties file: {e}"))?;
+        let mut cfg = Self::default();
+        let mut unused = Vec::new();
+        let ms = |k: &str, v: &str| {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{k}={v:?}: not a number of milliseconds"))
+        };
+        for (k, v) in &props {
+            match k.as_str() {
+                "listenPort" => {
+                    let port: u16 = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("listenPort={v:?}: not a port"))?;
+                    cfg.listen = format!("0.0.0.0:{port}");
+                }
+                "listen" => cfg.listen = v.trim().to_owned(),
+                "scanNotActiveBrokerInterval" | "scan_interval_ms" => {
+                    cfg.scan_interval_ms = ms(k, v)?
+                }
+                "node_expiry_ms" => cfg.node_expiry_ms = ms(k, v)?,
+                _ => unused.push(k.clone()),
+            }
+        }
+        unused.sort();
+        Ok((cfg, unused))
     }
 }
 
@@ -206,4 +259,33 @@ pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), N
         .local_addr()
         .map_err(|e| NameSrvError::Transport(e.to_string()))?;
     Ok((l, local))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rocketmq_namesrv_properties_file_is_read() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/rocketmq-properties/namesrv.properties");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (cfg, unused) = NameServerConfig::from_properties(&text).unwrap();
+        assert_eq!(cfg.listen, "0.0.0.0:9876");
+        assert_eq!(unused, ["rocketmqHome"]);
+        assert_eq!(
+            NameServerConfig::load(&path).unwrap().listen,
+            "0.0.0.0:9876"
+        );
+        let (cfg, _) = NameServerConfig::from_properties(
+            "listen=127.0.0.1:1\nscanNotActiveBrokerInterval=5000",
+        )
+        .unwrap();
+        assert_eq!(
+            (cfg.listen.as_str(), cfg.scan_interval_ms),
+            ("127.0.0.1:1", 5000)
+        );
+        let e = NameServerConfig::from_properties("listenPort=98765").unwrap_err();
+        assert!(e.contains("listenPort"), "{e}");
+    }
 }

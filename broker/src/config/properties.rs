@@ -1,0 +1,368 @@
+//! RocketMQ broker configuration files (Java `.properties`, as `mqbroker -c`
+//! reads them: `broker-n0.properties`, or the `.conf` of RocketMQ's DLedger
+//! examples), translated into this crate's configuration keys, so a RocketMQ
+//! DLedger group's files start a LedgerMQ group unchanged. Parsed with the
+//! `java-properties` crate (the `java.util.Properties` text format).
+//!
+//! RocketMQ key → LedgerMQ key:
+//! - `brokerClusterName` → `cluster` (default `DefaultCluster`), `brokerName`
+//!   → `broker_group`; `dLegerGroup`, if given, must equal `brokerName`;
+//! - `dLegerPeers` (`n0-host:port;n1-host:port;...`) → `peers`, and
+//!   `dLegerSelfId` (`n0`) → `node_id`; `enableDLegerCommitLog` must be true
+//!   if given (a broker group is always a Raft group here);
+//! - `listenPort` (10911) and `brokerIP1` → `remoting_addr`
+//!   (`brokerIP1:listenPort`); `brokerIP1` defaults to the host of this node's
+//!   own `dLegerPeers` entry. The 5.x gRPC `client_addr` is that host with
+//!   port `listenPort + 2` unless the file sets `client_addr`;
+//! - `namesrvAddr` (`;`-separated) → `namesrv_addrs`;
+//! - `storePathRootDir` → `store_root`; `storePathCommitLog`, if given, must be
+//!   `storePathRootDir/commitlog` (where the CommitLog lives here);
+//! - `mappedFileSizeCommitLog` → `commit_log_segment_bytes`;
+//! - `fileReservedTime` (hours) → `file_reserved_time_hours`, `deleteWhen`
+//!   (`04`; RocketMQ's `04;16` form takes the first hour) → `delete_when_hour`,
+//!   `diskMaxUsedSpaceRatio` (percent) → `disk_max_used_space_ratio`;
+//! - `maxMessageSize` → `max_body_bytes`; `flushDiskType` (`SYNC_FLUSH`,
+//!   `ASYNC_FLUSH`) → `flush`; `autoCreateTopicEnable` → `auto_create_topics`;
+//!   `defaultTopicQueueNums` → `default_topic_queue_count`.
+//!
+//! A key spelled as this crate's own (`client_addr`, `raft_heartbeat_ms`, ...)
+//! is taken as it is (a number, `true`/`false`, or text). Any other key is
+//! returned as unused, for one warning at start. A value that does not parse
+//! is an error naming its key.
+
+use std::collections::BTreeMap;
+
+use toml::{Table, Value};
+
+/// True for a file read as Java properties: `.properties` or `.conf`.
+pub fn is_properties(path: &std::path::Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("properties" | "conf")
+    )
+}
+
+/// The keys of this crate's configuration a properties file may set directly.
+const OWN_KEYS: &[&str] = &[
+    "cluster",
+    "broker_group",
+    "node_id",
+    "client_addr",
+    "client_endpoint",
+    "remoting_addr",
+    "store_root",
+    "flush",
+    "commit_log_segment_bytes",
+    "namesrv_heartbeat_ms",
+    "raft_heartbeat_ms",
+    "raft_election_min_ms",
+    "raft_election_max_ms",
+    "auto_create_topics",
+    "auto_create_groups",
+    "exact_delivery_attempts",
+    "max_body_bytes",
+    "require_client_id",
+    "max_queues_per_topic",
+    "max_consumer_groups",
+    "max_broadcast_clients_per_group",
+    "broadcast_client_idle_ms",
+    "max_delay_ms",
+    "max_messages_per_send",
+    "telemetry_reply_buffer",
+    "transaction_timeout_ms",
+    "transaction_check_interval_ms",
+    "transaction_check_max",
+    "disk_space_warning_ratio",
+    "disk_force_clean_ratio",
+    "file_reserved_time_hours",
+    "delete_when_hour",
+    "disk_max_used_space_ratio",
+    "default_topic_queue_count",
+    "retention_interval_ms",
+];
+
+fn parse<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
+    v.trim()
+        .parse()
+        .map_err(|_| format!("{key}={v:?}: not a valid value"))
+}
+
+fn boolean(key: &str, v: &str) -> Result<bool, String> {
+    match v.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{key}={v:?}: expected true or false")),
+    }
+}
+
+/// A node id of `dLegerPeers` / `dLegerSelfId`: `n0` (RocketMQ's form) or `0`.
+fn node_id(key: &str, v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    v.strip_prefix('n')
+        .unwrap_or(v)
+        .parse()
+        .map_err(|_| format!("{key}={v:?}: a node id is n<number>, e.g. n0"))
+}
+
+/// `dLegerPeers`: node id → address.
+fn peers(v: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut out = BTreeMap::new();
+    for peer in v.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = peer
+            .split_once('-')
+            .filter(|(_, a)| a.contains(':'))
+            .ok_or_else(|| format!("dLegerPeers: {peer:?} is not n<id>-host:port"))?;
+        if out
+            .insert(node_id("dLegerPeers", id)?, addr.trim().to_owned())
+            .is_some()
+        {
+            return Err(format!("dLegerPeers: node {id} is listed twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("dLegerPeers names no peer".into());
+    }
+    Ok(out)
+}
+
+/// A value of one of this crate's own keys: a number, a boolean, or text.
+fn own_value(v: &str) -> Value {
+    let v = v.trim();
+    if let Ok(i) = v.parse::<i64>() {
+        Value::Integer(i)
+    } else if let Ok(f) = v.parse::<f64>() {
+        Value::Float(f)
+    } else if let Ok(b) = v.parse::<bool>() {
+        Value::Boolean(b)
+    } else {
+        Value::String(v.to_owned())
+    }
+}
+
+/// Translates the properties `text` into a table of this crate's keys
+/// (deserialised and checked as a TOML file is), and the keys it left unused,
+/// sorted. Error: a text that is not properties, or a value that does not
+/// parse, named by its key.
+pub fn to_toml(text: &str) -> Result<(Table, Vec<String>), String> {
+    let props: BTreeMap<String, String> = java_properties::read(text.as_bytes())
+        .map_err(|e| format!("not a properties file: {e}"))?
+        .into_iter()
+        .collect();
+    let get = |k: &str| props.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let mut t = Table::new();
+    let mut used: Vec<&str> = Vec::new();
+    let mut take = |k: &'static str| {
+        used.push(k);
+        get(k)
+    };
+    let cluster = take("brokerClusterName").unwrap_or("DefaultCluster");
+    t.insert("cluster".into(), cluster.into());
+    if let Some(name) = take("brokerName") {
+        t.insert("broker_group".into(), name.into());
+        if let Some(g) = take("dLegerGroup").filter(|g| *g != name) {
+            return Err(format!(
+                "dLegerGroup={g:?}: must equal brokerName ({name:?}); a broker group is one Raft group"
+            ));
+        }
+    }
+    if let Some(v) = take("enableDLegerCommitLog") {
+        if !boolean("enableDLegerCommitLog", v)? {
+            return Err(
+                "enableDLegerCommitLog=false: LedgerMQ's broker groups are always Raft groups"
+                    .into(),
+            );
+        }
+    }
+    let members = match take("dLegerPeers") {
+        Some(v) => peers(v)?,
+        None => BTreeMap::new(),
+    };
+    let self_id = take("dLegerSelfId")
+        .map(|v| node_id("dLegerSelfId", v))
+        .transpose()?;
+    if !members.is_empty() {
+        let peers: Table = members
+            .iter()
+            .map(|(id, a)| (id.to_string(), Value::from(a.as_str())))
+            .collect();
+        t.insert("peers".into(), peers.into());
+    }
+    if let Some(id) = self_id {
+        t.insert("node_id".into(), Value::Integer(id as i64));
+    }
+    let own_host = self_id
+        .and_then(|id| members.get(&id))
+        .and_then(|a| a.rsplit_once(':'))
+        .map(|(h, _)| h.to_owned());
+    let listen_port: u16 = match take("listenPort") {
+        Some(v) => parse("listenPort", v)?,
+        None => 10911,
+    };
+    if let Some(host) = take("brokerIP1").map(str::to_owned).or(own_host) {
+        t.insert(
+            "remoting_addr".into(),
+            format!("{host}:{listen_port}").into(),
+        );
+        let client_port = listen_port
+            .checked_add(2)
+            .ok_or_else(|| format!("listenPort={listen_port}: leaves no port for client_addr"))?;
+        t.insert("client_addr".into(), format!("{host}:{client_port}").into());
+    }
+    if let Some(v) = take("namesrvAddr") {
+        let addrs: Vec<Value> = v
+            .split(';')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(Value::from)
+            .collect();
+        t.insert("namesrv_addrs".into(), addrs.into());
+    }
+    let root = take("storePathRootDir");
+    if let Some(root) = root {
+        t.insert("store_root".into(), root.into());
+    }
+    if let Some(cl) = take("storePathCommitLog") {
+        let expected = root.map(|r| std::path::Path::new(r).join("commitlog"));
+        if expected.as_deref() != Some(std::path::Path::new(cl)) {
+            return Err(format!(
+                "storePathCommitLog={cl:?}: the CommitLog lives in storePathRootDir/commitlog"
+            ));
+        }
+    }
+    let mut number =
+        |rocketmq: &'static str, own: &str, scale: Option<f64>| -> Result<(), String> {
+            used.push(rocketmq);
+            if let Some(v) = get(rocketmq) {
+                let value = match scale {
+                    Some(s) => Value::Float(parse::<f64>(rocketmq, v)? * s),
+                    None => Value::Integer(parse::<i64>(rocketmq, v)?),
+                };
+                t.insert(own.into(), value);
+            }
+            Ok(())
+        };
+    number("mappedFileSizeCommitLog", "commit_log_segment_bytes", None)?;
+    number("fileReservedTime", "file_reserved_time_hours", None)?;
+    number(
+        "diskMaxUsedSpaceRatio",
+        "disk_max_used_space_ratio",
+        Some(0.01),
+    )?;
+    number("maxMessageSize", "max_body_bytes", None)?;
+    number("defaultTopicQueueNums", "default_topic_queue_count", None)?;
+    used.push("deleteWhen");
+    if let Some(v) = get("deleteWhen") {
+        let first = v.split(';').next().unwrap_or(v);
+        t.insert(
+            "delete_when_hour".into(),
+            Value::Integer(parse::<u8>("deleteWhen", first)?.into()),
+        );
+    }
+    used.push("flushDiskType");
+    if let Some(v) = get("flushDiskType") {
+        let flush = match v {
+            "SYNC_FLUSH" => "sync",
+            "ASYNC_FLUSH" => "async",
+            _ => return Err(format!("flushDiskType={v:?}: SYNC_FLUSH or ASYNC_FLUSH")),
+        };
+        t.insert("flush".into(), flush.into());
+    }
+    used.push("autoCreateTopicEnable");
+    if let Some(v) = get("autoCreateTopicEnable") {
+        t.insert(
+            "auto_create_topics".into(),
+            boolean("autoCreateTopicEnable", v)?.into(),
+        );
+    }
+    let mut unused = Vec::new();
+    for (k, v) in &props {
+        if OWN_KEYS.contains(&k.as_str()) {
+            t.insert(k.clone(), own_value(v));
+        } else if !used.contains(&k.as_str()) {
+            unused.push(k.clone());
+        }
+    }
+    Ok((t, unused))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BrokerConfig;
+    use std::path::Path;
+
+    fn deploy(n: u64) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+            "../deploy/rocketmq-properties/broker-n{n}.properties"
+        ))
+    }
+
+    #[test]
+    fn rocketmqs_dledger_example_loads_unchanged() {
+        for n in 0..3u64 {
+            let c = BrokerConfig::load(&deploy(n)).unwrap();
+            assert_eq!(
+                (c.cluster.as_str(), c.broker_group.as_str()),
+                ("RaftCluster", "RaftNode00")
+            );
+            assert_eq!(c.node_id, n);
+            assert_eq!(c.members().unwrap()[&1], "127.0.0.1:40912");
+            let port = 30911 + 10 * n;
+            assert_eq!(c.remoting_addr, Some(format!("127.0.0.1:{port}")));
+            assert_eq!(c.client_addr, format!("127.0.0.1:{}", port + 2));
+            assert_eq!(c.namesrv_addrs, ["127.0.0.1:9876"]);
+            assert_eq!(c.store_root, Path::new(&format!("/tmp/rmqstore/node0{n}")));
+            assert_eq!(c.flush, "async");
+            assert_eq!(c.commit_log_segment_bytes, 64 << 20);
+            assert_eq!(c.max_body_bytes, 4 << 20);
+            assert!(c.auto_create_topics);
+            assert_eq!(c.service_settings().default_queue_count, 4);
+            let r = c.store_config().unwrap().retention;
+            assert_eq!((r.file_reserved_time_hours, r.delete_when_hour), (48, 4));
+            assert!((r.disk_max_used_space_ratio - 0.8).abs() < 1e-9);
+        }
+        let (_, unused) = to_toml(&std::fs::read_to_string(deploy(0)).unwrap()).unwrap();
+        assert_eq!(unused, ["sendMessageThreadPoolNums"]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let base = std::fs::read_to_string(deploy(0)).unwrap();
+        for (line, key) in [
+            ("dLegerSelfId=x1", "dLegerSelfId"),
+            ("dLegerPeers=n0:127.0.0.1", "dLegerPeers"),
+            ("dLegerGroup=Other", "dLegerGroup"),
+            ("enableDLegerCommitLog=false", "enableDLegerCommitLog"),
+            ("listenPort=99999", "listenPort"),
+            ("flushDiskType=SOMETIMES", "flushDiskType"),
+            ("fileReservedTime=two days", "fileReservedTime"),
+            ("storePathCommitLog=/elsewhere", "storePathCommitLog"),
+            ("autoCreateTopicEnable=yes", "autoCreateTopicEnable"),
+        ] {
+            let e = to_toml(&format!("{base}\n{line}\n")).unwrap_err();
+            assert!(e.contains(key), "{line}: {e}");
+        }
+        // Ranges are checked as for a TOML file, naming LedgerMQ's key.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.properties");
+        std::fs::write(&p, format!("{base}\ndeleteWhen=25\n")).unwrap();
+        let e = BrokerConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("delete_when_hour"), "{e}");
+        std::fs::write(&p, format!("{base}\ndiskMaxUsedSpaceRatio=150\n")).unwrap();
+        let e = BrokerConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("disk_max_used_space_ratio"), "{e}");
+    }
+
+    #[test]
+    fn own_keys_are_taken_and_rocketmqs_multi_hour_delete_when_reads_its_first_hour() {
+        let text = "brokerName=g\ndLegerPeers=n0-10.0.0.1:40911\ndLegerSelfId=n0\n\
+                    client_addr=10.0.0.1:8081\nraft_heartbeat_ms=100\ndeleteWhen=04;16\n\
+                    brokerIP1=10.0.0.9";
+        let (t, unused) = to_toml(text).unwrap();
+        assert!(unused.is_empty(), "{unused:?}");
+        assert_eq!(t["client_addr"].as_str(), Some("10.0.0.1:8081"));
+        assert_eq!(t["remoting_addr"].as_str(), Some("10.0.0.9:10911"));
+        assert_eq!(t["raft_heartbeat_ms"].as_integer(), Some(100));
+        assert_eq!(t["delete_when_hour"].as_integer(), Some(4));
+    }
+}
