@@ -201,6 +201,17 @@ async fn a_group_rewound_to_a_time_consumes_again_from_there_after_the_leader_di
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // topicStatus: every queue's offsets, the 20 messages held in all.
+    let status = cluster.admin(&["topicStatus", "-t", TOPIC]).unwrap();
+    assert!(status.contains("Messages held: 20"), "{status}");
+    assert!(
+        status.lines().any(|l| l.starts_with("broker-a")),
+        "{status}"
+    );
+    assert!(cluster
+        .admin(&["topicStatus", "-t", "NoSuchTopic"])
+        .is_err());
+
     // Asked of a follower, made by the leader.
     let mut admin =
         BrokerAdminClient::connect(format!("http://{}", cluster.nodes[follower].client_addr))

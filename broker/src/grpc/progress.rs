@@ -9,9 +9,10 @@ use crate::admin_pb::{ConsumerProgressRequest, ConsumerProgressResponse, QueuePr
 
 /// The progress of `req.group` over `req.topic` (every queue of the topic's
 /// config), or over every topic the group has a committed offset in when
-/// `req.topic` is empty. `queue_offsets(topic, queue_id)` gives a queue's
-/// `[min, max)` queue offsets. Errors (in `error`): an empty group name, or a
-/// topic that is not configured.
+/// `req.topic` is empty; with no group, every queue of `req.topic` without
+/// consumer offsets (`mqadmin topicStatus`). `queue_offsets(topic, queue_id)`
+/// gives a queue's `[min, max)` queue offsets. Errors (in `error`): neither a
+/// group nor a topic, or a topic that is not configured.
 pub fn consumer_progress(
     meta: &GroupMeta,
     node_id: u64,
@@ -23,8 +24,8 @@ pub fn consumer_progress(
         applied_index: meta.applied_index,
         ..Default::default()
     };
-    if req.group.is_empty() {
-        r.error = "a consumer group is required".into();
+    if req.group.is_empty() && req.topic.is_empty() {
+        r.error = "a consumer group or a topic is required".into();
         return r;
     }
     // (topic, queue id) pairs to list, in order.
@@ -112,7 +113,18 @@ mod tests {
         assert!(!consumer_progress(&meta, 1, &req("G", "Nope"), ends)
             .error
             .is_empty());
-        assert!(!consumer_progress(&meta, 1, &req("", "T"), ends)
+        // No group, a topic: each queue's offsets (mqadmin topicStatus).
+        let r = consumer_progress(&meta, 1, &req("", "T"), ends);
+        let rows: Vec<_> = r
+            .queues
+            .iter()
+            .map(|q| (q.queue_id, q.min_offset, q.broker_offset, q.consumer_offset))
+            .collect();
+        assert_eq!(
+            (r.error.as_str(), rows),
+            ("", vec![(0, 0, 10, None), (1, 0, 11, None)])
+        );
+        assert!(!consumer_progress(&meta, 1, &req("", ""), ends)
             .error
             .is_empty());
     }

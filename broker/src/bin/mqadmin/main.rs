@@ -3,6 +3,8 @@
 //! - `clusterList -n NAMESRV`: one line per node: client address, role, term, commit
 //!   (applied) index, seconds since its last heartbeat.
 //! - `topicRoute -n NAMESRV -t TOPIC`: the topic's broker groups, queues and leaders.
+//! - `topicStatus -n NAMESRV -t TOPIC`: each queue's min and max offsets in every
+//!   broker group serving the topic, and the messages held in all.
 //! - `topicList -n NAMESRV [-c CLUSTER]`: every topic a node serves, one per
 //!   line; with `-c`, that cluster's, each with its cluster and broker groups.
 //!
@@ -37,13 +39,14 @@ use std::collections::BTreeMap;
 
 mod cluster;
 mod messages;
+mod progress;
 
 use cluster::{client, role_name};
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{ConsumerProgressRequest, UpdateGroupRequest, UpdateTopicRequest};
+use ledgermq_broker::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
 use ledgermq_meta::RetryPolicy;
 use ledgermq_namesrv::pb::{QueryRouteRequest, Role};
 
@@ -194,6 +197,16 @@ enum Cmd {
         #[command(flatten)]
         scope: Scope,
     },
+    /// Each queue's min and max offsets of a topic (RocketMQ's topicStatus).
+    #[command(name = "topicStatus")]
+    TopicStatus {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Topic.
+        #[arg(short = 't', long = "topic")]
+        topic: String,
+    },
     /// Every topic the nodes serve (RocketMQ's topicList).
     #[command(name = "topicList")]
     TopicList {
@@ -217,7 +230,7 @@ enum Cmd {
 }
 
 /// Which broker groups a change goes to (all the name server knows by default).
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 struct Scope {
     /// Only broker groups of this cluster.
     #[arg(short = 'c', long = "clusterName")]
@@ -401,48 +414,10 @@ async fn main() -> Result<()> {
             group,
             topic,
             scope,
-        } => {
-            let req = ConsumerProgressRequest {
-                group: group.clone(),
-                topic: topic.unwrap_or_default(),
-            };
-            println!(
-                "{:<24} {:<12} {:>4} {:>14} {:>16} {:>10}",
-                "#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff"
-            );
-            let mut total = 0u64;
-            for (broker_group, members) in groups(&namesrv, &scope).await? {
-                // The leader first; another member if it does not answer.
-                let mut answer = None;
-                for addr in &members {
-                    let Ok(mut c) = BrokerAdminClient::connect(format!("http://{addr}")).await
-                    else {
-                        continue;
-                    };
-                    if let Ok(r) = c.consumer_progress(req.clone()).await {
-                        answer = Some(r.into_inner());
-                        break;
-                    }
-                }
-                let Some(r) = answer else {
-                    eprintln!("broker group {broker_group}: no member answered");
-                    continue;
-                };
-                if !r.error.is_empty() {
-                    eprintln!("broker group {broker_group}: {}", r.error);
-                    continue;
-                }
-                for q in r.queues {
-                    let consumed = q.consumer_offset.unwrap_or(q.min_offset);
-                    let diff = q.broker_offset.saturating_sub(consumed);
-                    total += diff;
-                    println!(
-                        "{:<24} {:<12} {:>4} {:>14} {:>16} {:>10}",
-                        q.topic, broker_group, q.queue_id, q.broker_offset, consumed, diff
-                    );
-                }
-            }
-            println!("Diff Total: {total}");
+        } => progress::consumer_progress(groups(&namesrv, &scope).await?, &group, topic).await,
+        Cmd::TopicStatus { namesrv, topic } => {
+            let serving = topic_groups(&namesrv, &Scope::default(), &topic).await?;
+            progress::topic_status(serving, &topic).await?
         }
         Cmd::ResetOffsetByTime {
             namesrv,

@@ -1,0 +1,107 @@
+//! `consumerProgress` and `topicStatus`: each queue's offsets as a broker
+//! group's leader has applied them (the ConsumerProgress admin call; another
+//! member if the leader does not answer).
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_broker::admin_pb::{ConsumerProgressRequest, ConsumerProgressResponse};
+
+/// The answer to `req` from the first of `members` (client addresses, the
+/// leader first) that answers, or why none did.
+async fn ask(
+    members: &[String],
+    req: &ConsumerProgressRequest,
+) -> Result<ConsumerProgressResponse, String> {
+    for addr in members {
+        let Ok(mut c) = BrokerAdminClient::connect(format!("http://{addr}")).await else {
+            continue;
+        };
+        if let Ok(r) = c.consumer_progress(req.clone()).await {
+            let r = r.into_inner();
+            return if r.error.is_empty() {
+                Ok(r)
+            } else {
+                Err(r.error)
+            };
+        }
+    }
+    Err("no member answered".into())
+}
+
+/// `consumerProgress`: per queue of `group` (over `topic`, or every topic it
+/// committed in) in each of `groups`, the queue's end, the group's offset and
+/// the difference, then their total.
+pub async fn consumer_progress(
+    groups: BTreeMap<String, Vec<String>>,
+    group: &str,
+    topic: Option<String>,
+) {
+    let req = ConsumerProgressRequest {
+        group: group.to_owned(),
+        topic: topic.unwrap_or_default(),
+    };
+    println!(
+        "{:<24} {:<12} {:>4} {:>14} {:>16} {:>10}",
+        "#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff"
+    );
+    let mut total = 0u64;
+    for (broker_group, members) in groups {
+        let r = match ask(&members, &req).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("broker group {broker_group}: {e}");
+                continue;
+            }
+        };
+        for q in r.queues {
+            let consumed = q.consumer_offset.unwrap_or(q.min_offset);
+            let diff = q.broker_offset.saturating_sub(consumed);
+            total += diff;
+            println!(
+                "{:<24} {:<12} {:>4} {:>14} {:>16} {:>10}",
+                q.topic, broker_group, q.queue_id, q.broker_offset, consumed, diff
+            );
+        }
+    }
+    println!("Diff Total: {total}");
+}
+
+/// `topicStatus`: per queue of `topic` in each of `groups` (those serving
+/// it), its min and max offsets (RocketMQ's columns; max is the next queue
+/// offset), then the messages held in all. Error: a group that did not
+/// answer.
+pub async fn topic_status(groups: BTreeMap<String, Vec<String>>, topic: &str) -> Result<()> {
+    let req = ConsumerProgressRequest {
+        group: String::new(),
+        topic: topic.to_owned(),
+    };
+    println!(
+        "{:<24} {:>4} {:>20} {:>20}",
+        "#Broker Name", "#QID", "#Min Offset", "#Max Offset"
+    );
+    let (mut held, mut failed) = (0u64, 0);
+    for (broker_group, members) in groups {
+        match ask(&members, &req).await {
+            Ok(r) => {
+                for q in r.queues {
+                    held += q.broker_offset.saturating_sub(q.min_offset);
+                    println!(
+                        "{:<24} {:>4} {:>20} {:>20}",
+                        broker_group, q.queue_id, q.min_offset, q.broker_offset
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("broker group {broker_group}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!("Messages held: {held}");
+    if failed > 0 {
+        anyhow::bail!("{failed} broker group(s) did not answer");
+    }
+    Ok(())
+}
