@@ -17,7 +17,7 @@
 //! - [`admin`]: the admin service (`ledgermq.admin`) `mqadmin` calls;
 //!   [`audit`]: the replica audit's digests; [`progress`]: consumer progress;
 //!   [`reset`]: rewinding a consumer group to a time; [`query`]: messages by
-//!   key.
+//!   key; [`raft_status`]: a node's view of its Raft group.
 //! - [`server`]: both services on the client port.
 
 pub mod admin;
@@ -26,6 +26,7 @@ pub mod consume;
 pub mod message;
 pub mod progress;
 pub mod query;
+pub mod raft_status;
 mod relay;
 pub mod reset;
 pub mod route;

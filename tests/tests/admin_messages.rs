@@ -201,6 +201,25 @@ async fn a_group_rewound_to_a_time_consumes_again_from_there_after_the_leader_di
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // raftStatus: three members, one leader, which lists its two followers.
+    let raft = cluster.admin(&["raftStatus"]).unwrap();
+    let roles: Vec<&str> = raft
+        .lines()
+        .filter(|l| l.starts_with("broker-a "))
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .collect();
+    assert_eq!(
+        roles.iter().filter(|r| **r == "leader").count(),
+        1,
+        "{raft}"
+    );
+    assert_eq!(roles.len(), 3, "{raft}");
+    assert_eq!(
+        raft.lines().filter(|l| l.starts_with("  node ")).count(),
+        2,
+        "{raft}"
+    );
+
     // topicStatus: every queue's offsets, the 20 messages held in all.
     let status = cluster.admin(&["topicStatus", "-t", TOPIC]).unwrap();
     assert!(status.contains("Messages held: 20"), "{status}");

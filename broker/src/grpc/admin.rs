@@ -15,8 +15,9 @@ use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
     AdminResponse, CheckTransactionRequest, CheckTransactionResponse, ConsumerProgressRequest,
     ConsumerProgressResponse, LogDigestRequest, LogDigestResponse, QueryMessageRequest,
-    QueryMessageResponse, QueueDigestRequest, QueueDigestResponse, ResetOffsetRequest,
-    ResetOffsetResponse, UpdateGroupRequest, UpdateTopicRequest,
+    QueryMessageResponse, QueueDigestRequest, QueueDigestResponse, RaftStatusRequest,
+    RaftStatusResponse, ResetOffsetRequest, ResetOffsetResponse, UpdateGroupRequest,
+    UpdateTopicRequest,
 };
 use crate::broker::Broker;
 use crate::broker::MAX_QUEUES;
@@ -232,6 +233,18 @@ impl BrokerAdmin for Admin {
         req: Request<CheckTransactionRequest>,
     ) -> Result<Response<CheckTransactionResponse>, Status> {
         crate::grpc::transaction::check_here(&self.0, req.into_inner())
+    }
+
+    async fn raft_status(
+        &self,
+        _: Request<RaftStatusRequest>,
+    ) -> Result<Response<RaftStatusResponse>, Status> {
+        let node = &self.0.node;
+        let metrics = node.raft().metrics().borrow().clone();
+        Ok(Response::new(crate::grpc::raft_status::raft_status(
+            node.id(),
+            &metrics,
+        )))
     }
 
     async fn consumer_progress(

@@ -3,6 +3,9 @@
 //! - `clusterList -n NAMESRV`: one line per node: client address, role, term, commit
 //!   (applied) index, seconds since its last heartbeat.
 //! - `topicRoute -n NAMESRV -t TOPIC`: the topic's broker groups, queues and leaders.
+//! - `raftStatus -n NAMESRV [-c CLUSTER] [-b GROUP]`: each member's own view of
+//!   its Raft group (role, term, leader, last log and applied index), and each
+//!   leader's of its followers (match index, lag in entries).
 //! - `topicStatus -n NAMESRV -t TOPIC`: each queue's min and max offsets in every
 //!   broker group serving the topic, and the messages held in all.
 //! - `topicList -n NAMESRV [-c CLUSTER]`: every topic a node serves, one per
@@ -194,6 +197,15 @@ enum Cmd {
         /// Message id.
         #[arg(short = 'i', long = "msgId")]
         id: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Each member's view of its Raft group, and the leaders' of their followers.
+    #[command(name = "raftStatus")]
+    RaftStatus {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
         #[command(flatten)]
         scope: Scope,
     },
@@ -415,6 +427,9 @@ async fn main() -> Result<()> {
             topic,
             scope,
         } => progress::consumer_progress(groups(&namesrv, &scope).await?, &group, topic).await,
+        Cmd::RaftStatus { namesrv, scope } => {
+            progress::raft_status(groups(&namesrv, &scope).await?).await?
+        }
         Cmd::TopicStatus { namesrv, topic } => {
             let serving = topic_groups(&namesrv, &Scope::default(), &topic).await?;
             progress::topic_status(serving, &topic).await?

@@ -1,12 +1,15 @@
 //! `consumerProgress` and `topicStatus`: each queue's offsets as a broker
 //! group's leader has applied them (the ConsumerProgress admin call; another
-//! member if the leader does not answer).
+//! member if the leader does not answer); `raftStatus`: every member's own view
+//! of its Raft group (the RaftStatus admin call).
 
 use std::collections::BTreeMap;
 
 use anyhow::Result;
 use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{ConsumerProgressRequest, ConsumerProgressResponse};
+use ledgermq_broker::admin_pb::{
+    ConsumerProgressRequest, ConsumerProgressResponse, RaftStatusRequest, RaftStatusResponse,
+};
 
 /// The answer to `req` from the first of `members` (client addresses, the
 /// leader first) that answers, or why none did.
@@ -102,6 +105,75 @@ pub async fn topic_status(groups: BTreeMap<String, Vec<String>>, topic: &str) ->
     println!("Messages held: {held}");
     if failed > 0 {
         anyhow::bail!("{failed} broker group(s) did not answer");
+    }
+    Ok(())
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+/// `raftStatus`: one line per member of each of `groups` as it sees itself
+/// (role, term, leader, last log and applied index), then each leader's view
+/// of its followers (match index, lag in entries). Error: a member that did
+/// not answer (its line says so; the others are still printed).
+pub async fn raft_status(groups: BTreeMap<String, Vec<String>>) -> Result<()> {
+    println!(
+        "{:<12} {:<5} {:<22} {:<10} {:>6} {:>7} {:>12} {:>12}",
+        "#Group", "#Node", "#Address", "#Role", "#Term", "#Leader", "#Last Log", "#Applied"
+    );
+    let mut leaders: Vec<(String, RaftStatusResponse)> = Vec::new();
+    let mut failed = 0;
+    for (group, members) in groups {
+        for addr in members {
+            let answer = match BrokerAdminClient::connect(format!("http://{addr}")).await {
+                Ok(mut c) => c
+                    .raft_status(RaftStatusRequest {})
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match answer {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    println!(
+                        "{:<12} {:<5} {:<22} {:<10} {:>6} {:>7} {:>12} {:>12}",
+                        group,
+                        r.node_id,
+                        addr,
+                        r.role,
+                        r.term,
+                        opt(r.leader_id),
+                        opt(r.last_log_index),
+                        opt(r.applied_index)
+                    );
+                    if r.role == "leader" {
+                        leaders.push((group.clone(), r));
+                    }
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("{group:<12} {:<5} {addr:<22} no answer: {e}", "?");
+                }
+            }
+        }
+    }
+    for (group, l) in leaders {
+        println!(
+            "\n{group}: leader {} (term {}), followers:",
+            l.node_id, l.term
+        );
+        for f in l.followers {
+            println!(
+                "  node {:<5} match {:>12}  lag {:>10} entries",
+                f.node_id,
+                opt(f.match_index),
+                f.lag_entries
+            );
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} member(s) did not answer");
     }
     Ok(())
 }
