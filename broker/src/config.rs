@@ -238,9 +238,10 @@ impl BrokerConfig {
             path: path.display().to_string(),
             reason,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let cfg: Self = if properties::is_properties(path) {
-            let (table, unused) = properties::to_toml(&text).map_err(err)?;
+            let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+            let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+            let (table, unused) = properties::to_toml(&bytes, &home).map_err(err)?;
             if !unused.is_empty() {
                 tracing::warn!(
                     file = %path.display(),
@@ -252,6 +253,7 @@ impl BrokerConfig {
                 .try_into()
                 .map_err(|e: toml::de::Error| err(e.to_string()))?
         } else {
+            let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
             toml::from_str(&text).map_err(|e| err(e.to_string()))?
         };
         let members = cfg.members().map_err(err)?;
@@ -261,8 +263,18 @@ impl BrokerConfig {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
         let s = cfg.service_settings();
-        if s.default_queue_count == 0 {
-            return Err(err("default_topic_queue_count must be at least 1".into()));
+        if !(1..=s.max_queues_per_topic).contains(&s.default_queue_count) {
+            return Err(err(format!(
+                "default_topic_queue_count must be 1..={} (max_queues_per_topic), not {}",
+                s.max_queues_per_topic, s.default_queue_count
+            )));
+        }
+        let store_max = ledgermq_store::commit_log::DEFAULT_MAX_MESSAGE_SIZE_BYTES;
+        if !(1..=store_max).contains(&s.max_body_bytes) {
+            return Err(err(format!(
+                "max_body_bytes must be 1..={store_max} (the store's limit), not {}",
+                s.max_body_bytes
+            )));
         }
         if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic)
             || s.default_queue_count > s.max_queues_per_topic
@@ -348,7 +360,7 @@ impl BrokerConfig {
             auto_create_topics: self.auto_create_topics,
             auto_create_groups: self.auto_create_groups,
             exact_delivery_attempts: self.exact_delivery_attempts,
-            stale_member_ms: 3 * self.namesrv_heartbeat.as_millis() as u64,
+            stale_member_ms: (self.namesrv_heartbeat.as_millis() as u64).saturating_mul(3),
             require_client_id: self.require_client_id,
             max_queues_per_topic: self.max_queues_per_topic,
             max_consumer_groups: self.max_consumer_groups,

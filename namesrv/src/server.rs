@@ -47,12 +47,12 @@ impl NameServerConfig {
     /// cannot be read or a value does not parse, named by its key.
     pub fn load(path: &Path) -> Result<Self, NameSrvError> {
         let err = |e: String| NameSrvError::Config(format!("{}: {e}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         if matches!(
             path.extension().and_then(|e| e.to_str()),
             Some("properties" | "conf")
         ) {
-            let (cfg, unused) = Self::from_properties(&text).map_err(err)?;
+            let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+            let (cfg, unused) = Self::from_properties(&bytes).map_err(err)?;
             if !unused.is_empty() {
                 tracing::warn!(
                     file = %path.display(),
@@ -62,17 +62,21 @@ impl NameServerConfig {
             }
             return Ok(cfg);
         }
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         toml::from_str(&text).map_err(|e| err(e.to_string()))
     }
 
-    /// A RocketMQ name server's properties: `listenPort` (→ `listen` on every
+    /// A RocketMQ name server's properties file (`bytes`, read as
+    /// `java.util.Properties` reads): `listenPort` (→ `listen` on every
     /// interface) and `scanNotActiveBrokerInterval` (ms → `scan_interval_ms`),
     /// or this crate's own keys (`listen`, `scan_interval_ms`,
-    /// `node_expiry_ms`); with the keys left unused, sorted. Error: a value
-    /// that does not parse, named by its key.
-    pub fn from_properties(text: &str) -> Result<(Self, Vec<String>), String> {
-        let props = java_properties::read(text.as_bytes())
-            .map_err(|e| format!("not a properties file: {e}"))?;
+    /// `node_expiry_ms`), which win over RocketMQ's; with the keys left
+    /// unused, sorted. Error: a value that does not parse, named by its key.
+    pub fn from_properties(bytes: &[u8]) -> Result<(Self, Vec<String>), String> {
+        let props: std::collections::BTreeMap<String, String> = java_properties::read(bytes)
+            .map_err(|e| format!("not a properties file: {e}"))?
+            .into_iter()
+            .collect();
         let mut cfg = Self::default();
         let mut unused = Vec::new();
         let ms = |k: &str, v: &str| {
@@ -80,6 +84,7 @@ impl NameServerConfig {
                 .parse::<u64>()
                 .map_err(|_| format!("{k}={v:?}: not a number of milliseconds"))
         };
+        // RocketMQ's keys first, then this crate's own, which win.
         for (k, v) in &props {
             match k.as_str() {
                 "listenPort" => {
@@ -89,15 +94,19 @@ impl NameServerConfig {
                         .map_err(|_| format!("listenPort={v:?}: not a port"))?;
                     cfg.listen = format!("0.0.0.0:{port}");
                 }
-                "listen" => cfg.listen = v.trim().to_owned(),
-                "scanNotActiveBrokerInterval" | "scan_interval_ms" => {
-                    cfg.scan_interval_ms = ms(k, v)?
-                }
-                "node_expiry_ms" => cfg.node_expiry_ms = ms(k, v)?,
+                "scanNotActiveBrokerInterval" => cfg.scan_interval_ms = ms(k, v)?,
+                "listen" | "scan_interval_ms" | "node_expiry_ms" => {}
                 _ => unused.push(k.clone()),
             }
         }
-        unused.sort();
+        for (k, v) in &props {
+            match k.as_str() {
+                "listen" => cfg.listen = v.trim().to_owned(),
+                "scan_interval_ms" => cfg.scan_interval_ms = ms(k, v)?,
+                "node_expiry_ms" => cfg.node_expiry_ms = ms(k, v)?,
+                _ => {}
+            }
+        }
         Ok((cfg, unused))
     }
 }
@@ -270,22 +279,23 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../deploy/rocketmq-properties/namesrv.properties");
         let text = std::fs::read_to_string(&path).unwrap();
-        let (cfg, unused) = NameServerConfig::from_properties(&text).unwrap();
+        let (cfg, unused) = NameServerConfig::from_properties(text.as_bytes()).unwrap();
         assert_eq!(cfg.listen, "0.0.0.0:9876");
         assert_eq!(unused, ["rocketmqHome"]);
         assert_eq!(
             NameServerConfig::load(&path).unwrap().listen,
             "0.0.0.0:9876"
         );
+        // The own key wins, whichever comes first in the file.
         let (cfg, _) = NameServerConfig::from_properties(
-            "listen=127.0.0.1:1\nscanNotActiveBrokerInterval=5000",
+            b"listen=127.0.0.1:1\nlistenPort=2\nscanNotActiveBrokerInterval=5000",
         )
         .unwrap();
         assert_eq!(
             (cfg.listen.as_str(), cfg.scan_interval_ms),
             ("127.0.0.1:1", 5000)
         );
-        let e = NameServerConfig::from_properties("listenPort=98765").unwrap_err();
+        let e = NameServerConfig::from_properties(b"listenPort=98765").unwrap_err();
         assert!(e.contains("listenPort"), "{e}");
     }
 }

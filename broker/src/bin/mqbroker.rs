@@ -21,7 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "LedgerMQ broker node (one member of a Raft broker group)"
 )]
 struct Args {
-    /// TOML configuration file.
+    /// Configuration file: TOML, or a RocketMQ broker's `.properties` / `.conf`.
     #[arg(short = 'c', long = "config")]
     config: std::path::PathBuf,
     /// Store root; overrides `store_root` of the file.

@@ -4,26 +4,32 @@
 //! DLedger group's files start a LedgerMQ group unchanged. Parsed with the
 //! `java-properties` crate (the `java.util.Properties` text format).
 //!
-//! RocketMQ key → LedgerMQ key:
-//! - `brokerClusterName` → `cluster` (default `DefaultCluster`), `brokerName`
-//!   → `broker_group`; `dLegerGroup`, if given, must equal `brokerName`;
+//! RocketMQ key → LedgerMQ key (a key left out takes RocketMQ's default):
+//! - `brokerClusterName` → `cluster` (`DefaultCluster`), `brokerName` →
+//!   `broker_group`; `dLegerGroup`, if given, must equal `brokerName`;
 //! - `dLegerPeers` (`n0-host:port;n1-host:port;...`) → `peers`, and
-//!   `dLegerSelfId` (`n0`) → `node_id`; `enableDLegerCommitLog` must be true
-//!   if given (a broker group is always a Raft group here);
-//! - `listenPort` (10911) and `brokerIP1` → `remoting_addr`
-//!   (`brokerIP1:listenPort`); `brokerIP1` defaults to the host of this node's
-//!   own `dLegerPeers` entry. The 5.x gRPC `client_addr` is that host with
-//!   port `listenPort + 2` unless the file sets `client_addr`;
+//!   `dLegerSelfId` (`n0`, one of the peers) → `node_id`;
+//!   `enableDLegerCommitLog` must be true if given (a broker group is always a
+//!   Raft group here);
+//! - `listenPort` (10911) → `remoting_addr`, listening on every interface as
+//!   RocketMQ does and announced with `brokerIP1`, which defaults to the host
+//!   of this node's own `dLegerPeers` entry. The 5.x gRPC `client_addr` is
+//!   `brokerIP1` with port `listenPort + 2` unless the file sets
+//!   `client_addr`: it is bound, so `brokerIP1` must then be an address of
+//!   this host (an IP address);
 //! - `namesrvAddr` (`;`-separated) → `namesrv_addrs`;
-//! - `storePathRootDir` → `store_root`; `storePathCommitLog`, if given, must be
-//!   `storePathRootDir/commitlog` (where the CommitLog lives here);
+//! - `storePathRootDir` (`~/store`) → `store_root`; `storePathCommitLog`, if
+//!   given, must be `storePathRootDir/commitlog` (where the CommitLog lives
+//!   here);
 //! - `mappedFileSizeCommitLog` → `commit_log_segment_bytes`;
-//! - `fileReservedTime` (hours) → `file_reserved_time_hours`, `deleteWhen`
-//!   (`04`; RocketMQ's `04;16` form takes the first hour) → `delete_when_hour`,
-//!   `diskMaxUsedSpaceRatio` (percent) → `disk_max_used_space_ratio`;
-//! - `maxMessageSize` → `max_body_bytes`; `flushDiskType` (`SYNC_FLUSH`,
-//!   `ASYNC_FLUSH`) → `flush`; `autoCreateTopicEnable` → `auto_create_topics`;
-//!   `defaultTopicQueueNums` → `default_topic_queue_count`.
+//! - `fileReservedTime` (hours, 72) → `file_reserved_time_hours`, `deleteWhen`
+//!   (`04`; one hour: RocketMQ's `04;16` form is refused) →
+//!   `delete_when_hour`, `diskMaxUsedSpaceRatio` (percent, 75, held to 10..=95
+//!   as RocketMQ does) → `disk_max_used_space_ratio`;
+//! - `maxMessageSize` (4 MiB, the most the store takes) → `max_body_bytes`;
+//!   `flushDiskType` (`ASYNC_FLUSH`; or `SYNC_FLUSH`) → `flush`;
+//!   `autoCreateTopicEnable` (true) → `auto_create_topics`;
+//!   `defaultTopicQueueNums` (8) → `default_topic_queue_count`.
 //!
 //! A key spelled as this crate's own (`client_addr`, `raft_heartbeat_ms`, ...)
 //! is taken as it is (a number, `true`/`false`, or text). Any other key is
@@ -139,12 +145,14 @@ fn own_value(v: &str) -> Value {
     }
 }
 
-/// Translates the properties `text` into a table of this crate's keys
+/// Translates the properties file `bytes` (ISO 8859-1 with `\u` escapes, as
+/// `java.util.Properties` reads them) into a table of this crate's keys
 /// (deserialised and checked as a TOML file is), and the keys it left unused,
-/// sorted. Error: a text that is not properties, or a value that does not
-/// parse, named by its key.
-pub fn to_toml(text: &str) -> Result<(Table, Vec<String>), String> {
-    let props: BTreeMap<String, String> = java_properties::read(text.as_bytes())
+/// sorted. `home` is the user's home directory (the default store root is
+/// `home/store`, as RocketMQ's). Error: a text that is not properties, or a
+/// value that does not parse, named by its key.
+pub fn to_toml(bytes: &[u8], home: &str) -> Result<(Table, Vec<String>), String> {
+    let props: BTreeMap<String, String> = java_properties::read(bytes)
         .map_err(|e| format!("not a properties file: {e}"))?
         .into_iter()
         .collect();
@@ -188,7 +196,11 @@ pub fn to_toml(text: &str) -> Result<(Table, Vec<String>), String> {
         t.insert("peers".into(), peers.into());
     }
     if let Some(id) = self_id {
-        t.insert("node_id".into(), Value::Integer(id as i64));
+        if !members.is_empty() && !members.contains_key(&id) {
+            return Err(format!("dLegerSelfId=n{id}: not among dLegerPeers"));
+        }
+        let id = i64::try_from(id).map_err(|_| format!("dLegerSelfId=n{id}: too large"))?;
+        t.insert("node_id".into(), Value::Integer(id));
     }
     let own_host = self_id
         .and_then(|id| members.get(&id))
@@ -201,7 +213,7 @@ pub fn to_toml(text: &str) -> Result<(Table, Vec<String>), String> {
     if let Some(host) = take("brokerIP1").map(str::to_owned).or(own_host) {
         t.insert(
             "remoting_addr".into(),
-            format!("{host}:{listen_port}").into(),
+            format!("0.0.0.0:{listen_port}").into(),
         );
         let client_port = listen_port
             .checked_add(2)
@@ -217,63 +229,78 @@ pub fn to_toml(text: &str) -> Result<(Table, Vec<String>), String> {
             .collect();
         t.insert("namesrv_addrs".into(), addrs.into());
     }
-    let root = take("storePathRootDir");
-    if let Some(root) = root {
-        t.insert("store_root".into(), root.into());
-    }
+    let default_root = std::path::Path::new(home).join("store");
+    let root = take("storePathRootDir")
+        .map(std::path::PathBuf::from)
+        .unwrap_or(default_root);
+    t.insert("store_root".into(), root.display().to_string().into());
     if let Some(cl) = take("storePathCommitLog") {
-        let expected = root.map(|r| std::path::Path::new(r).join("commitlog"));
-        if expected.as_deref() != Some(std::path::Path::new(cl)) {
+        if root.join("commitlog") != std::path::Path::new(cl) {
             return Err(format!(
                 "storePathCommitLog={cl:?}: the CommitLog lives in storePathRootDir/commitlog"
             ));
         }
     }
-    let mut number =
-        |rocketmq: &'static str, own: &str, scale: Option<f64>| -> Result<(), String> {
-            used.push(rocketmq);
-            if let Some(v) = get(rocketmq) {
-                let value = match scale {
-                    Some(s) => Value::Float(parse::<f64>(rocketmq, v)? * s),
-                    None => Value::Integer(parse::<i64>(rocketmq, v)?),
-                };
-                t.insert(own.into(), value);
+    // Counts: whole, not negative, and within TOML's integers.
+    let mut number = |rocketmq: &'static str, own: &str, max: u64| -> Result<(), String> {
+        used.push(rocketmq);
+        if let Some(v) = get(rocketmq) {
+            let n: u64 = parse(rocketmq, v)?;
+            if n > max {
+                return Err(format!("{rocketmq}={v:?}: at most {max}"));
             }
-            Ok(())
-        };
-    number("mappedFileSizeCommitLog", "commit_log_segment_bytes", None)?;
-    number("fileReservedTime", "file_reserved_time_hours", None)?;
+            t.insert(own.into(), Value::Integer(n as i64));
+        }
+        Ok(())
+    };
     number(
-        "diskMaxUsedSpaceRatio",
-        "disk_max_used_space_ratio",
-        Some(0.01),
+        "mappedFileSizeCommitLog",
+        "commit_log_segment_bytes",
+        i64::MAX as u64,
     )?;
-    number("maxMessageSize", "max_body_bytes", None)?;
-    number("defaultTopicQueueNums", "default_topic_queue_count", None)?;
+    number(
+        "fileReservedTime",
+        "file_reserved_time_hours",
+        i64::MAX as u64,
+    )?;
+    number(
+        "maxMessageSize",
+        "max_body_bytes",
+        ledgermq_store::commit_log::DEFAULT_MAX_MESSAGE_SIZE_BYTES as u64,
+    )?;
+    number(
+        "defaultTopicQueueNums",
+        "default_topic_queue_count",
+        crate::broker::MAX_QUEUES.into(),
+    )?;
+    used.push("diskMaxUsedSpaceRatio");
+    if let Some(v) = get("diskMaxUsedSpaceRatio") {
+        let percent: u64 = parse("diskMaxUsedSpaceRatio", v)?;
+        t.insert(
+            "disk_max_used_space_ratio".into(),
+            Value::Float(percent.clamp(10, 95) as f64 / 100.0),
+        );
+    }
     used.push("deleteWhen");
     if let Some(v) = get("deleteWhen") {
-        let first = v.split(';').next().unwrap_or(v);
-        t.insert(
-            "delete_when_hour".into(),
-            Value::Integer(parse::<u8>("deleteWhen", first)?.into()),
-        );
+        let hour: u8 = parse("deleteWhen", v).map_err(|_| {
+            format!("deleteWhen={v:?}: one hour of the day, 00-23 (several are not supported)")
+        })?;
+        t.insert("delete_when_hour".into(), Value::Integer(hour.into()));
     }
     used.push("flushDiskType");
-    if let Some(v) = get("flushDiskType") {
-        let flush = match v {
-            "SYNC_FLUSH" => "sync",
-            "ASYNC_FLUSH" => "async",
-            _ => return Err(format!("flushDiskType={v:?}: SYNC_FLUSH or ASYNC_FLUSH")),
-        };
-        t.insert("flush".into(), flush.into());
-    }
+    let flush = match get("flushDiskType").unwrap_or("ASYNC_FLUSH") {
+        "SYNC_FLUSH" => "sync",
+        "ASYNC_FLUSH" => "async",
+        v => return Err(format!("flushDiskType={v:?}: SYNC_FLUSH or ASYNC_FLUSH")),
+    };
+    t.insert("flush".into(), flush.into());
     used.push("autoCreateTopicEnable");
-    if let Some(v) = get("autoCreateTopicEnable") {
-        t.insert(
-            "auto_create_topics".into(),
-            boolean("autoCreateTopicEnable", v)?.into(),
-        );
-    }
+    let auto_create = match get("autoCreateTopicEnable") {
+        Some(v) => boolean("autoCreateTopicEnable", v)?,
+        None => true,
+    };
+    t.insert("auto_create_topics".into(), auto_create.into());
     let mut unused = Vec::new();
     for (k, v) in &props {
         if OWN_KEYS.contains(&k.as_str()) {
@@ -308,7 +335,7 @@ mod tests {
             assert_eq!(c.node_id, n);
             assert_eq!(c.members().unwrap()[&1], "127.0.0.1:40912");
             let port = 30911 + 10 * n;
-            assert_eq!(c.remoting_addr, Some(format!("127.0.0.1:{port}")));
+            assert_eq!(c.remoting_addr, Some(format!("0.0.0.0:{port}")));
             assert_eq!(c.client_addr, format!("127.0.0.1:{}", port + 2));
             assert_eq!(c.namesrv_addrs, ["127.0.0.1:9876"]);
             assert_eq!(c.store_root, Path::new(&format!("/tmp/rmqstore/node0{n}")));
@@ -321,7 +348,7 @@ mod tests {
             assert_eq!((r.file_reserved_time_hours, r.delete_when_hour), (48, 4));
             assert!((r.disk_max_used_space_ratio - 0.8).abs() < 1e-9);
         }
-        let (_, unused) = to_toml(&std::fs::read_to_string(deploy(0)).unwrap()).unwrap();
+        let (_, unused) = to_toml(&std::fs::read(deploy(0)).unwrap(), "/home/u").unwrap();
         assert_eq!(unused, ["sendMessageThreadPoolNums"]);
     }
 
@@ -338,8 +365,15 @@ mod tests {
             ("fileReservedTime=two days", "fileReservedTime"),
             ("storePathCommitLog=/elsewhere", "storePathCommitLog"),
             ("autoCreateTopicEnable=yes", "autoCreateTopicEnable"),
+            ("fileReservedTime=-1", "fileReservedTime"),
+            ("maxMessageSize=8388608", "maxMessageSize"),
+            ("defaultTopicQueueNums=5000", "defaultTopicQueueNums"),
+            ("deleteWhen=04;16", "deleteWhen"),
+            ("dLegerSelfId=n7", "dLegerSelfId"),
+            ("dLegerSelfId=n99999999999999999999", "dLegerSelfId"),
+            ("diskMaxUsedSpaceRatio=0.8", "diskMaxUsedSpaceRatio"),
         ] {
-            let e = to_toml(&format!("{base}\n{line}\n")).unwrap_err();
+            let e = to_toml(format!("{base}\n{line}\n").as_bytes(), "/h").unwrap_err();
             assert!(e.contains(key), "{line}: {e}");
         }
         // Ranges are checked as for a TOML file, naming LedgerMQ's key.
@@ -348,21 +382,36 @@ mod tests {
         std::fs::write(&p, format!("{base}\ndeleteWhen=25\n")).unwrap();
         let e = BrokerConfig::load(&p).unwrap_err().to_string();
         assert!(e.contains("delete_when_hour"), "{e}");
+        // RocketMQ holds diskMaxUsedSpaceRatio to 10..=95.
         std::fs::write(&p, format!("{base}\ndiskMaxUsedSpaceRatio=150\n")).unwrap();
-        let e = BrokerConfig::load(&p).unwrap_err().to_string();
-        assert!(e.contains("disk_max_used_space_ratio"), "{e}");
+        let r = BrokerConfig::load(&p)
+            .unwrap()
+            .store_config()
+            .unwrap()
+            .retention;
+        assert!((r.disk_max_used_space_ratio - 0.95).abs() < 1e-9);
     }
 
     #[test]
-    fn own_keys_are_taken_and_rocketmqs_multi_hour_delete_when_reads_its_first_hour() {
+    fn left_out_keys_take_rocketmqs_defaults_and_own_keys_are_taken() {
         let text = "brokerName=g\ndLegerPeers=n0-10.0.0.1:40911\ndLegerSelfId=n0\n\
-                    client_addr=10.0.0.1:8081\nraft_heartbeat_ms=100\ndeleteWhen=04;16\n\
-                    brokerIP1=10.0.0.9";
-        let (t, unused) = to_toml(text).unwrap();
+                    client_addr=10.0.0.1:8081\nraft_heartbeat_ms=100\nbrokerIP1=10.0.0.9";
+        let (t, unused) = to_toml(text.as_bytes(), "/home/u").unwrap();
         assert!(unused.is_empty(), "{unused:?}");
         assert_eq!(t["client_addr"].as_str(), Some("10.0.0.1:8081"));
-        assert_eq!(t["remoting_addr"].as_str(), Some("10.0.0.9:10911"));
+        // Listening on every interface (announced with client_addr's host).
+        assert_eq!(t["remoting_addr"].as_str(), Some("0.0.0.0:10911"));
         assert_eq!(t["raft_heartbeat_ms"].as_integer(), Some(100));
-        assert_eq!(t["delete_when_hour"].as_integer(), Some(4));
+        assert_eq!(t["store_root"].as_str(), Some("/home/u/store"));
+        assert_eq!(t["flush"].as_str(), Some("async"));
+        assert_eq!(t["auto_create_topics"].as_bool(), Some(true));
+        assert_eq!(t["cluster"].as_str(), Some("DefaultCluster"));
+        // Without brokerIP1 or client_addr: this node's dLegerPeers host.
+        let (t, _) = to_toml(b"dLegerPeers=n0-10.0.0.1:40911\ndLegerSelfId=n0", "/h").unwrap();
+        assert_eq!(t["client_addr"].as_str(), Some("10.0.0.1:10913"));
+        // Read as java.util.Properties reads (ISO 8859-1, \\u escapes).
+        let (t, _) = to_toml(b"brokerName=caf\xe9\nbrokerClusterName=\\u00e9t\xe9", "/h").unwrap();
+        assert_eq!(t["broker_group"].as_str(), Some("caf\u{e9}"));
+        assert_eq!(t["cluster"].as_str(), Some("\u{e9}t\u{e9}"));
     }
 }

@@ -12,7 +12,8 @@ use ledgermq_namesrv::server::{bind, serve, NameServerConfig};
     about = "LedgerMQ name server (RocketMQ NameServer)"
 )]
 struct Args {
-    /// TOML configuration file (keys: listen, scan_interval_ms, node_expiry_ms).
+    /// Configuration file: TOML (keys: listen, scan_interval_ms, node_expiry_ms),
+    /// or a RocketMQ name server's `.properties` / `.conf`.
     #[arg(short = 'c', long = "config")]
     config: Option<std::path::PathBuf>,
     /// Address to listen on; overrides the file (default 0.0.0.0:9876).

@@ -88,17 +88,25 @@ pub fn topics(
 }
 
 /// `topicList`: one topic per line (RocketMQ's output); with `-c`, the
-/// cluster's topics only, each with its cluster and broker groups.
+/// cluster's topics only, each after its cluster and followed by the broker
+/// groups serving it (where RocketMQ prints a consumer group). Error: a
+/// cluster the name server does not know.
 pub async fn topic_list(namesrv: &str, cluster: Option<&str>) -> Result<()> {
-    let topics = topics(&nodes(namesrv).await?, cluster);
+    let nodes = nodes(namesrv).await?;
+    let topics = topics(&nodes, cluster);
     match cluster {
         None => topics.keys().for_each(|t| println!("{t}")),
-        Some(_) => {
-            println!("{:<20} {:<12} #Topic", "#Cluster Name", "#Groups");
+        Some(c) => {
+            if !nodes
+                .iter()
+                .any(|n| n.node.as_ref().is_some_and(|n| n.cluster == c))
+            {
+                bail!("the name server knows no cluster {c:?}");
+            }
+            println!("{:<20} {:<48} #Broker Names", "#Cluster Name", "#Topic");
             for (t, at) in topics {
-                let cluster = at.iter().next().map_or("", |(c, _)| c.as_str());
                 let groups: Vec<&str> = at.iter().map(|(_, g)| g.as_str()).collect();
-                println!("{:<20} {:<12} {t}", cluster, groups.join(","));
+                println!("{c:<20} {t:<48} {}", groups.join(","));
             }
         }
     }
