@@ -27,7 +27,20 @@ pub struct Identity {
     /// The address 4.x clients reach this node's remoting service at, or
     /// empty when it serves none.
     pub remoting_addr: String,
+    /// `Some(queues)` when this node creates topics on first use: it then
+    /// announces RocketMQ's default topic [`DEFAULT_TOPIC`] with that many
+    /// queues, as a RocketMQ broker with `autoCreateTopicEnable` does, so a
+    /// 4.x producer finds a route for a topic no one created yet.
+    pub auto_create_queue_count: Option<u32>,
 }
+
+/// RocketMQ's default topic (`TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`):
+/// a 4.x producer that finds no route for a topic sends it to the brokers
+/// that serve this one, which create it.
+pub const DEFAULT_TOPIC: &str = "TBW102";
+
+/// RocketMQ's permission of [`DEFAULT_TOPIC`]: readable, writable, inherited.
+const DEFAULT_TOPIC_PERM: u32 = 7;
 
 /// The name-server view of `node` right now.
 pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
@@ -38,7 +51,7 @@ pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
         ServerState::Candidate => Role::Candidate,
         ServerState::Learner | ServerState::Shutdown => Role::Learner,
     };
-    let topics = node
+    let mut topics: Vec<TopicConfig> = node
         .shared_meta()
         .read()
         .unwrap()
@@ -51,6 +64,16 @@ pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
             message_type: message_type_to_ns(t.message_type) as i32,
         })
         .collect();
+    if let Some(queue_count) = id.auto_create_queue_count {
+        if !topics.iter().any(|t| t.name == DEFAULT_TOPIC) {
+            topics.push(TopicConfig {
+                name: DEFAULT_TOPIC.into(),
+                queue_count,
+                perm: DEFAULT_TOPIC_PERM,
+                message_type: message_type_to_ns(ledgermq_meta::TopicMessageType::Normal) as i32,
+            });
+        }
+    }
     BrokerNode {
         cluster: id.cluster.clone(),
         broker_group: id.broker_group.clone(),

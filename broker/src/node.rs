@@ -191,6 +191,9 @@ impl BrokerNode {
                 remoting_addr: remoting
                     .as_ref()
                     .map_or(String::new(), |r| r.advertised.to_string()),
+                auto_create_queue_count: cfg
+                    .auto_create_topics
+                    .then_some(cfg.default_topic_queue_count),
             },
             timings.announce_refresh,
         );

@@ -142,6 +142,8 @@ pub struct ClusterOptions {
     /// Every node serves the 4.x remoting protocol (`remoting_addr`: port
     /// 10911 + the node's offset with fixed ports, else a free one).
     pub remoting: bool,
+    /// Every node creates topics on first use (`auto_create_topics`).
+    pub auto_create_topics: bool,
 }
 
 impl Default for ClusterOptions {
@@ -159,6 +161,7 @@ impl Default for ClusterOptions {
             transaction_checks: None,
             exact_delivery_attempts: false,
             remoting: false,
+            auto_create_topics: false,
         }
     }
 }
@@ -232,6 +235,9 @@ impl LocalCluster {
                 toml.client_endpoint = opts.client_endpoint.clone();
                 if opts.exact_delivery_attempts {
                     toml.exact_delivery_attempts = Some(true);
+                }
+                if opts.auto_create_topics {
+                    toml.auto_create_topics = Some(true);
                 }
                 if opts.remoting {
                     toml.remoting_addr =

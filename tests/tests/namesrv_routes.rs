@@ -136,6 +136,7 @@ impl Group {
                 broker_group: "broker-a".into(),
                 client_addr: format!("127.0.0.1:{}", 18000 + id),
                 remoting_addr: String::new(),
+                auto_create_queue_count: None,
             };
             let announcer =
                 spawn_announcer(raft.clone(), registrar, id, Duration::from_millis(200));

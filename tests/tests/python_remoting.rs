@@ -118,3 +118,33 @@ async fn messages_cross_between_remoting_and_grpc_both_ways() {
     d.extend(common("CrossB", "cb"));
     remoting(&d, 120).await;
 }
+
+/// A 4.x producer sends to a topic no one created, with the brokers'
+/// auto-creation on: the C++ core reads the route of RocketMQ's default topic
+/// TBW102 (which nodes that create topics announce), sends there, and the
+/// topic is created; a pull consumer then reads the messages back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4x_producer_creates_a_topic_on_first_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(
+        dir.path(),
+        &ClusterOptions {
+            remoting: true,
+            auto_create_topics: true,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    cluster.prepare("broker-a", &[]).await.unwrap();
+    let ns = cluster.namesrv_addr.clone();
+    let common = ["--topic", "FirstUse", "--prefix", "fu", "--count", "6"];
+    let mut send = vec!["send", "--namesrv", &ns];
+    send.extend(common);
+    remoting(&send, 60).await;
+    let mut pull = vec!["pull", "--namesrv", &ns, "--wait", "30"];
+    pull.extend(common);
+    remoting(&pull, 60).await;
+    let list = cluster.admin(&["topicList"]).unwrap();
+    assert!(list.lines().any(|l| l == "FirstUse"), "{list}");
+}
