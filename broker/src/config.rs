@@ -239,9 +239,9 @@ impl BrokerConfig {
             reason,
         };
         let cfg: Self = if properties::is_properties(path) {
-            let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+            let home = std::env::var("HOME").ok();
             let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-            let (table, unused) = properties::to_toml(&bytes, &home).map_err(err)?;
+            let (table, unused) = properties::to_toml(&bytes, home.as_deref()).map_err(err)?;
             if !unused.is_empty() {
                 tracing::warn!(
                     file = %path.display(),
@@ -263,6 +263,13 @@ impl BrokerConfig {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
         let s = cfg.service_settings();
+        if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic) {
+            return Err(err(format!(
+                "max_queues_per_topic must be 1..={}, not {}",
+                crate::broker::MAX_QUEUES,
+                s.max_queues_per_topic
+            )));
+        }
         if !(1..=s.max_queues_per_topic).contains(&s.default_queue_count) {
             return Err(err(format!(
                 "default_topic_queue_count must be 1..={} (max_queues_per_topic), not {}",
@@ -585,6 +592,18 @@ mod tests {
             (
                 "node_id=0\nmax_messages_per_send=0\n[peers]\n0='127.0.0.1:2'\n",
                 "at least 1",
+            ),
+            (
+                "node_id=0\nmax_queues_per_topic=0\n[peers]\n0='127.0.0.1:2'\n",
+                "max_queues_per_topic must be 1..=",
+            ),
+            (
+                "node_id=0\nmax_body_bytes=8388608\n[peers]\n0='127.0.0.1:2'\n",
+                "max_body_bytes",
+            ),
+            (
+                "node_id=0\ndefault_topic_queue_count=0\n[peers]\n0='127.0.0.1:2'\n",
+                "default_topic_queue_count",
             ),
         ] {
             std::fs::write(&p, format!("{base}{extra}")).unwrap();

@@ -73,10 +73,7 @@ impl NameServerConfig {
     /// `node_expiry_ms`), which win over RocketMQ's; with the keys left
     /// unused, sorted. Error: a value that does not parse, named by its key.
     pub fn from_properties(bytes: &[u8]) -> Result<(Self, Vec<String>), String> {
-        let props: std::collections::BTreeMap<String, String> = java_properties::read(bytes)
-            .map_err(|e| format!("not a properties file: {e}"))?
-            .into_iter()
-            .collect();
+        let props = crate::properties::read(bytes)?;
         let mut cfg = Self::default();
         let mut unused = Vec::new();
         let ms = |k: &str, v: &str| {

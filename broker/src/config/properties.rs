@@ -5,20 +5,21 @@
 //! `java-properties` crate (the `java.util.Properties` text format).
 //!
 //! RocketMQ key → LedgerMQ key (a key left out takes RocketMQ's default):
-//! - `brokerClusterName` → `cluster` (`DefaultCluster`), `brokerName` →
-//!   `broker_group`; `dLegerGroup`, if given, must equal `brokerName`;
+//! - `brokerClusterName` → `cluster` (`DefaultCluster`), `brokerName`
+//!   (required: RocketMQ's default, the host name, would make each host a
+//!   group) → `broker_group`; `dLegerGroup`, if given, must equal it;
 //! - `dLegerPeers` (`n0-host:port;n1-host:port;...`) → `peers`, and
 //!   `dLegerSelfId` (`n0`, one of the peers) → `node_id`;
 //!   `enableDLegerCommitLog` must be true if given (a broker group is always a
 //!   Raft group here);
 //! - `listenPort` (10911) → `remoting_addr`, listening on every interface as
-//!   RocketMQ does and announced with `brokerIP1`, which defaults to the host
-//!   of this node's own `dLegerPeers` entry. The 5.x gRPC `client_addr` is
-//!   `brokerIP1` with port `listenPort + 2` unless the file sets
-//!   `client_addr`: it is bound, so `brokerIP1` must then be an address of
-//!   this host (an IP address);
+//!   RocketMQ does and announced with `client_addr`'s host. The 5.x gRPC
+//!   `client_addr` is `brokerIP1` (default: the host of this node's own
+//!   `dLegerPeers` entry) with port `listenPort + 2`, unless the file sets
+//!   `client_addr` (whose host is then announced instead); it is bound, so
+//!   `brokerIP1` must be an IP address of this host (not a NAT address);
 //! - `namesrvAddr` (`;`-separated) → `namesrv_addrs`;
-//! - `storePathRootDir` (`~/store`) → `store_root`; `storePathCommitLog`, if
+//! - `storePathRootDir` (`~/store`; required without `HOME`) → `store_root`; `storePathCommitLog`, if
 //!   given, must be `storePathRootDir/commitlog` (where the CommitLog lives
 //!   here);
 //! - `mappedFileSizeCommitLog` → `commit_log_segment_bytes`;
@@ -149,13 +150,11 @@ fn own_value(v: &str) -> Value {
 /// `java.util.Properties` reads them) into a table of this crate's keys
 /// (deserialised and checked as a TOML file is), and the keys it left unused,
 /// sorted. `home` is the user's home directory (the default store root is
-/// `home/store`, as RocketMQ's). Error: a text that is not properties, or a
+/// `home/store`, as RocketMQ's; `None` or empty: `storePathRootDir` is then
+/// required). Error: a text that is not properties, or a
 /// value that does not parse, named by its key.
-pub fn to_toml(bytes: &[u8], home: &str) -> Result<(Table, Vec<String>), String> {
-    let props: BTreeMap<String, String> = java_properties::read(bytes)
-        .map_err(|e| format!("not a properties file: {e}"))?
-        .into_iter()
-        .collect();
+pub fn to_toml(bytes: &[u8], home: Option<&str>) -> Result<(Table, Vec<String>), String> {
+    let props = ledgermq_namesrv::properties::read(bytes)?;
     let get = |k: &str| props.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
     let mut t = Table::new();
     let mut used: Vec<&str> = Vec::new();
@@ -165,13 +164,15 @@ pub fn to_toml(bytes: &[u8], home: &str) -> Result<(Table, Vec<String>), String>
     };
     let cluster = take("brokerClusterName").unwrap_or("DefaultCluster");
     t.insert("cluster".into(), cluster.into());
-    if let Some(name) = take("brokerName") {
-        t.insert("broker_group".into(), name.into());
-        if let Some(g) = take("dLegerGroup").filter(|g| *g != name) {
-            return Err(format!(
-                "dLegerGroup={g:?}: must equal brokerName ({name:?}); a broker group is one Raft group"
-            ));
-        }
+    // RocketMQ defaults brokerName to the host name, which would make every
+    // host a group of its own: required here.
+    let name = take("brokerName")
+        .ok_or("brokerName is required: it names the broker group (one Raft group)")?;
+    t.insert("broker_group".into(), name.into());
+    if let Some(g) = take("dLegerGroup").filter(|g| *g != name) {
+        return Err(format!(
+            "dLegerGroup={g:?}: must equal brokerName ({name:?}); a broker group is one Raft group"
+        ));
     }
     if let Some(v) = take("enableDLegerCommitLog") {
         if !boolean("enableDLegerCommitLog", v)? {
@@ -229,10 +230,15 @@ pub fn to_toml(bytes: &[u8], home: &str) -> Result<(Table, Vec<String>), String>
             .collect();
         t.insert("namesrv_addrs".into(), addrs.into());
     }
-    let default_root = std::path::Path::new(home).join("store");
-    let root = take("storePathRootDir")
-        .map(std::path::PathBuf::from)
-        .unwrap_or(default_root);
+    let root =
+        match (take("storePathRootDir"), home.filter(|h| !h.is_empty())) {
+            (Some(root), _) => std::path::PathBuf::from(root),
+            (None, Some(home)) => std::path::Path::new(home).join("store"),
+            (None, None) => return Err(
+                "storePathRootDir is required when HOME is not set (RocketMQ's default is ~/store)"
+                    .into(),
+            ),
+        };
     t.insert("store_root".into(), root.display().to_string().into());
     if let Some(cl) = take("storePathCommitLog") {
         if root.join("commitlog") != std::path::Path::new(cl) {
@@ -348,7 +354,7 @@ mod tests {
             assert_eq!((r.file_reserved_time_hours, r.delete_when_hour), (48, 4));
             assert!((r.disk_max_used_space_ratio - 0.8).abs() < 1e-9);
         }
-        let (_, unused) = to_toml(&std::fs::read(deploy(0)).unwrap(), "/home/u").unwrap();
+        let (_, unused) = to_toml(&std::fs::read(deploy(0)).unwrap(), Some("/home/u")).unwrap();
         assert_eq!(unused, ["sendMessageThreadPoolNums"]);
     }
 
@@ -373,7 +379,7 @@ mod tests {
             ("dLegerSelfId=n99999999999999999999", "dLegerSelfId"),
             ("diskMaxUsedSpaceRatio=0.8", "diskMaxUsedSpaceRatio"),
         ] {
-            let e = to_toml(format!("{base}\n{line}\n").as_bytes(), "/h").unwrap_err();
+            let e = to_toml(format!("{base}\n{line}\n").as_bytes(), Some("/h")).unwrap_err();
             assert!(e.contains(key), "{line}: {e}");
         }
         // Ranges are checked as for a TOML file, naming LedgerMQ's key.
@@ -396,7 +402,7 @@ mod tests {
     fn left_out_keys_take_rocketmqs_defaults_and_own_keys_are_taken() {
         let text = "brokerName=g\ndLegerPeers=n0-10.0.0.1:40911\ndLegerSelfId=n0\n\
                     client_addr=10.0.0.1:8081\nraft_heartbeat_ms=100\nbrokerIP1=10.0.0.9";
-        let (t, unused) = to_toml(text.as_bytes(), "/home/u").unwrap();
+        let (t, unused) = to_toml(text.as_bytes(), Some("/home/u")).unwrap();
         assert!(unused.is_empty(), "{unused:?}");
         assert_eq!(t["client_addr"].as_str(), Some("10.0.0.1:8081"));
         // Listening on every interface (announced with client_addr's host).
@@ -407,11 +413,30 @@ mod tests {
         assert_eq!(t["auto_create_topics"].as_bool(), Some(true));
         assert_eq!(t["cluster"].as_str(), Some("DefaultCluster"));
         // Without brokerIP1 or client_addr: this node's dLegerPeers host.
-        let (t, _) = to_toml(b"dLegerPeers=n0-10.0.0.1:40911\ndLegerSelfId=n0", "/h").unwrap();
+        let (t, _) = to_toml(
+            b"brokerName=g\ndLegerPeers=n0-10.0.0.1:40911\ndLegerSelfId=n0",
+            Some("/h"),
+        )
+        .unwrap();
         assert_eq!(t["client_addr"].as_str(), Some("10.0.0.1:10913"));
         // Read as java.util.Properties reads (ISO 8859-1, \\u escapes).
-        let (t, _) = to_toml(b"brokerName=caf\xe9\nbrokerClusterName=\\u00e9t\xe9", "/h").unwrap();
-        assert_eq!(t["broker_group"].as_str(), Some("caf\u{e9}"));
+        let (t, _) = to_toml(
+            b"brokerName=caf\x80\nbrokerClusterName=\\u00e9t\xe9",
+            Some("/h"),
+        )
+        .unwrap();
+        assert_eq!(t["broker_group"].as_str(), Some("caf\u{80}"));
         assert_eq!(t["cluster"].as_str(), Some("\u{e9}t\u{e9}"));
+        // Required: brokerName, and storePathRootDir without HOME.
+        let e = to_toml(b"dLegerPeers=n0-10.0.0.1:1\ndLegerSelfId=n0", Some("/h")).unwrap_err();
+        assert!(e.contains("brokerName"), "{e}");
+        let e = to_toml(b"brokerName=g", None).unwrap_err();
+        assert!(e.contains("storePathRootDir"), "{e}");
+        let e = to_toml(b"brokerName=g", Some("")).unwrap_err();
+        assert!(e.contains("storePathRootDir"), "{e}");
+        let big = b"brokerName=g\ndLegerPeers=n9223372036854775808-10.0.0.1:1\n\
+                    dLegerSelfId=n9223372036854775808";
+        let e = to_toml(big, Some("/h")).unwrap_err();
+        assert!(e.contains("dLegerSelfId") && e.contains("too large"), "{e}");
     }
 }

@@ -6,23 +6,25 @@ use openraft::{BasicNode, RaftMetrics, ServerState};
 
 use crate::admin_pb::{FollowerProgress, RaftStatusResponse};
 
-/// The status `metrics` (of node `node_id`) describe: role, term, leader,
-/// last log and applied index, voters, and for a leader each other member's
-/// match index and lag in entries.
+/// The status `metrics` (of node `node_id`) describe: role (`stopped` once
+/// the Raft core has ended), term, leader, last log and applied index,
+/// voters, and for a running leader each other member's match index and lag
+/// in entries (unknown until it first answers in this term).
 pub fn raft_status(
     node_id: NodeId,
     metrics: &RaftMetrics<NodeId, BasicNode>,
 ) -> RaftStatusResponse {
     let role = match metrics.state {
+        _ if metrics.running_state.is_err() => "stopped",
         ServerState::Leader => "leader",
         ServerState::Follower => "follower",
         ServerState::Candidate => "candidate",
         ServerState::Learner => "learner",
-        ServerState::Shutdown => "shutdown",
+        ServerState::Shutdown => "stopped",
     };
     let last = metrics.last_log_index;
     let followers = match (&metrics.replication, metrics.state) {
-        (Some(replication), ServerState::Leader) => replication
+        (Some(replication), ServerState::Leader) if metrics.running_state.is_ok() => replication
             .iter()
             .filter(|(id, _)| **id != node_id)
             .map(|(id, matched)| {
@@ -30,7 +32,7 @@ pub fn raft_status(
                 FollowerProgress {
                     node_id: *id,
                     match_index,
-                    lag_entries: last.unwrap_or(0).saturating_sub(match_index.unwrap_or(0)),
+                    lag_entries: match_index.map(|m| last.unwrap_or(0).saturating_sub(m)),
                 }
             })
             .collect(),
@@ -92,7 +94,7 @@ mod tests {
             .iter()
             .map(|f| (f.node_id, f.match_index, f.lag_entries))
             .collect();
-        assert_eq!(f, vec![(0, Some(90), 10), (2, None, 100)]);
+        assert_eq!(f, vec![(0, Some(90), Some(10)), (2, None, None)]);
         // A follower lists none.
         m.state = ServerState::Follower;
         m.current_leader = Some(0);
@@ -101,5 +103,10 @@ mod tests {
             (s.role.as_str(), s.leader_id, s.followers.len()),
             ("follower", Some(0), 0)
         );
+        // A core that ended: stopped, whatever its last state.
+        m.state = ServerState::Leader;
+        m.running_state = Err(openraft::error::Fatal::Panicked);
+        let s = raft_status(1, &m);
+        assert_eq!((s.role.as_str(), s.followers.len()), ("stopped", 0));
     }
 }

@@ -426,7 +426,12 @@ async fn main() -> Result<()> {
             group,
             topic,
             scope,
-        } => progress::consumer_progress(groups(&namesrv, &scope).await?, &group, topic).await,
+        } => {
+            if group.is_empty() {
+                bail!("consumerProgress needs a consumer group (-g)");
+            }
+            progress::consumer_progress(groups(&namesrv, &scope).await?, &group, topic).await
+        }
         Cmd::RaftStatus { namesrv, scope } => {
             progress::raft_status(groups(&namesrv, &scope).await?).await?
         }

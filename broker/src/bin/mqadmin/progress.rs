@@ -11,6 +11,19 @@ use ledgermq_broker::admin_pb::{
     ConsumerProgressRequest, ConsumerProgressResponse, RaftStatusRequest, RaftStatusResponse,
 };
 
+/// An admin client of the node at `addr` that gives up connecting after 3 s
+/// and on a call after 10 s (an unreachable member does not stall a command).
+async fn admin_client(
+    addr: &str,
+) -> Result<BrokerAdminClient<tonic::transport::Channel>, tonic::transport::Error> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .timeout(std::time::Duration::from_secs(10))
+        .connect()
+        .await?;
+    Ok(BrokerAdminClient::new(channel))
+}
+
 /// The answer to `req` from the first of `members` (client addresses, the
 /// leader first) that answers, or why none did.
 async fn ask(
@@ -18,7 +31,7 @@ async fn ask(
     req: &ConsumerProgressRequest,
 ) -> Result<ConsumerProgressResponse, String> {
     for addr in members {
-        let Ok(mut c) = BrokerAdminClient::connect(format!("http://{addr}")).await else {
+        let Ok(mut c) = admin_client(addr).await else {
             continue;
         };
         if let Ok(r) = c.consumer_progress(req.clone()).await {
@@ -126,7 +139,7 @@ pub async fn raft_status(groups: BTreeMap<String, Vec<String>>) -> Result<()> {
     let mut failed = 0;
     for (group, members) in groups {
         for addr in members {
-            let answer = match BrokerAdminClient::connect(format!("http://{addr}")).await {
+            let answer = match admin_client(&addr).await {
                 Ok(mut c) => c
                     .raft_status(RaftStatusRequest {})
                     .await
@@ -168,7 +181,7 @@ pub async fn raft_status(groups: BTreeMap<String, Vec<String>>) -> Result<()> {
                 "  node {:<5} match {:>12}  lag {:>10} entries",
                 f.node_id,
                 opt(f.match_index),
-                f.lag_entries
+                opt(f.lag_entries)
             );
         }
     }
