@@ -283,15 +283,6 @@ impl BrokerConfig {
                 s.max_body_bytes
             )));
         }
-        if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic)
-            || s.default_queue_count > s.max_queues_per_topic
-        {
-            return Err(err(format!(
-                "max_queues_per_topic must be {}..={} (at least an auto-created topic's queues)",
-                s.default_queue_count,
-                crate::broker::MAX_QUEUES
-            )));
-        }
         if cfg.delete_when_hour > 23 {
             return Err(err(format!(
                 "delete_when_hour must be 0..=23, not {}",

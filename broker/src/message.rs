@@ -60,11 +60,22 @@ pub const MAX_MESSAGE_GROUP_CHARS: usize = 64;
 /// Most bytes of a tag or a key.
 pub const MAX_TAG_OR_KEY_BYTES: usize = 1024;
 
-/// Checks a topic name (`^[%|a-zA-Z0-9_-]+$`, at most 127 characters).
-/// Error: `ILLEGAL_TOPIC`.
+/// Checks a topic name (`^[%|a-zA-Z0-9_-]+$`, at most 127 characters, not a
+/// system topic: the `rmq_sys_` / `RMQ_SYS_` prefixes, or RocketMQ's default
+/// topic [`crate::announce::DEFAULT_TOPIC`], which only names where new
+/// topics are created). Error: `ILLEGAL_TOPIC`.
 pub fn check_topic(topic: &str) -> Result<(), BrokerError> {
     ledgermq_store::consume_queue::validate_topic(topic)
         .map_err(|e| refuse(ErrorKind::IllegalTopic, e.to_string()))?;
+    if topic == crate::announce::DEFAULT_TOPIC {
+        return Err(refuse(
+            ErrorKind::IllegalTopic,
+            format!(
+                "topic {topic} is RocketMQ's default topic, which names where new topics are \
+                 created: it holds no messages"
+            ),
+        ));
+    }
     if topic.starts_with(SYSTEM_TOPIC_PREFIX) || topic.starts_with(SYSTEM_TOPIC_PREFIX_UPPER) {
         return Err(refuse(
             ErrorKind::IllegalTopic,
@@ -278,6 +289,14 @@ pub fn dead_letter_copy(mut rec: MessageRecord, dlq_topic: String) -> MessageRec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn system_topics_and_rocketmqs_default_topic_are_refused() {
+        assert!(check_topic("Orders").is_ok());
+        for t in ["TBW102", "rmq_sys_x", "RMQ_SYS_X", "bad topic"] {
+            assert!(check_topic(t).is_err(), "{t}");
+        }
+    }
 
     #[test]
     fn a_dead_letter_copy_is_a_normal_message_of_the_dead_letter_queue() {

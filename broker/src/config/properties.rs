@@ -167,6 +167,7 @@ pub fn to_toml(bytes: &[u8], home: Option<&str>) -> Result<(Table, Vec<String>),
     // RocketMQ defaults brokerName to the host name, which would make every
     // host a group of its own: required here.
     let name = take("brokerName")
+        .or_else(|| get("broker_group"))
         .ok_or("brokerName is required: it names the broker group (one Raft group)")?;
     t.insert("broker_group".into(), name.into());
     if let Some(g) = take("dLegerGroup").filter(|g| *g != name) {

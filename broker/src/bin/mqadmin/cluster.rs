@@ -7,13 +7,29 @@ use anyhow::{bail, Result};
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{ClusterNode, ListClusterRequest, Role};
 
+/// A channel to `addr` (`host:port`) that gives up connecting after 3 s, and
+/// on a call after `call_timeout` if given (an unreachable node does not
+/// stall a command).
+pub async fn channel(
+    addr: &str,
+    call_timeout: Option<std::time::Duration>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let mut e = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(std::time::Duration::from_secs(3));
+    if let Some(t) = call_timeout {
+        e = e.timeout(t);
+    }
+    e.connect().await
+}
+
 /// A client of the first name server of `namesrv` (`host:port`, several
-/// separated by `;`) that answers a connection. Error: none does.
+/// separated by `;`) that answers a connection within 3 s (calls time out
+/// after 10 s). Error: none does.
 pub async fn client(namesrv: &str) -> Result<NameServerClient<tonic::transport::Channel>> {
     let mut last = None;
     for addr in namesrv.split(';').map(str::trim).filter(|a| !a.is_empty()) {
-        match NameServerClient::connect(format!("http://{addr}")).await {
-            Ok(c) => return Ok(c),
+        match channel(addr, Some(std::time::Duration::from_secs(10))).await {
+            Ok(c) => return Ok(NameServerClient::new(c)),
             Err(e) => last = Some(format!("{addr}: {e}")),
         }
     }

@@ -312,7 +312,10 @@ async fn apply(namesrv: &str, scope: &Scope, what: &str, req: AdminReq) -> Resul
     for (group, addrs) in groups(namesrv, scope).await? {
         let mut result = Err(anyhow::anyhow!("no member reachable"));
         for addr in &addrs {
-            let Ok(mut c) = BrokerAdminClient::connect(format!("http://{addr}")).await else {
+            let Ok(mut c) = cluster::channel(addr, None)
+                .await
+                .map(BrokerAdminClient::new)
+            else {
                 continue;
             };
             let reply = match &req {

@@ -17,7 +17,10 @@ pub type Groups = BTreeMap<String, Vec<String>>;
 /// connection, in order.
 async fn first_member(members: &[String]) -> Result<(String, BrokerAdminClient<Channel>)> {
     for addr in members {
-        if let Ok(c) = BrokerAdminClient::connect(format!("http://{addr}")).await {
+        if let Ok(c) = crate::cluster::channel(addr, None)
+            .await
+            .map(BrokerAdminClient::new)
+        {
             // Query answers carry message bodies (4 KiB each at most).
             return Ok((addr.clone(), c.max_decoding_message_size(64 << 20)));
         }
