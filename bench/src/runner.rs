@@ -55,10 +55,11 @@ pub struct LoadSpec {
     pub run_id: Option<u64>,
 }
 
+#[cfg(test)]
 impl LoadSpec {
     /// `count` sends of 64 bytes from two producers, window 8, no consumer, no
     /// progress lines: a quick check that a driver and a server talk.
-    pub fn sends_only(label: &str, count: u64) -> Self {
+    pub(crate) fn sends_only(label: &str, count: u64) -> Self {
         Self {
             label: label.into(),
             producers: 2,

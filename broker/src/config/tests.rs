@@ -1,0 +1,181 @@
+//! Tests of the TOML configuration.
+
+use super::*;
+
+#[test]
+fn the_local_deploy_configs_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local");
+    for n in ["n0", "n1", "n2"] {
+        let c = BrokerConfig::load(&root.join(format!("{n}.toml"))).unwrap();
+        assert_eq!(c.members().unwrap().len(), 3);
+        assert_eq!(c.namesrv_addrs, vec!["127.0.0.1:9876".to_string()]);
+    }
+}
+
+#[test]
+fn a_client_endpoint_is_what_the_node_announces() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.toml");
+    let base = "cluster='c'\nbroker_group='g'\nnode_id=0\nclient_addr='127.0.0.1:8081'\n\
+                store_root='/tmp/x'\n";
+    let tail = "[peers]\n0='127.0.0.1:2'\n1='127.0.0.2:2'\n\
+                [client_addrs]\n1='127.0.0.2:8081'\n";
+    std::fs::write(&p, format!("{base}{tail}")).unwrap();
+    let c = BrokerConfig::load(&p).unwrap();
+    assert_eq!(c.advertised_client_addr(), "127.0.0.1:8081");
+    std::fs::write(&p, format!("{base}client_endpoint='mq.local:8081'\n{tail}")).unwrap();
+    let c = BrokerConfig::load(&p).unwrap();
+    assert_eq!(c.advertised_client_addr(), "mq.local:8081");
+    assert_eq!(c.client_addr, "127.0.0.1:8081");
+    for endpoint in ["mq.local", ":8081"] {
+        std::fs::write(&p, format!("{base}client_endpoint='{endpoint}'\n{tail}")).unwrap();
+        let e = BrokerConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("not host:port"), "{e}");
+    }
+    let partial = "[peers]\n0='127.0.0.1:2'\n1='127.0.0.2:2'\n";
+    let endpoint = "client_endpoint='mq.local:8081'\n";
+    std::fs::write(&p, format!("{base}{endpoint}{partial}")).unwrap();
+    let e = BrokerConfig::load(&p).unwrap_err().to_string();
+    assert!(e.contains("node 1 is missing"), "{e}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/dns");
+    for n in ["n0", "n1", "n2"] {
+        let c = BrokerConfig::load(&root.join(format!("{n}.toml"))).unwrap();
+        assert_eq!(c.advertised_client_addr(), "ledgermq-group:8081");
+    }
+}
+
+#[test]
+fn a_config_naming_the_removed_durable_mark_still_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.toml");
+    std::fs::write(
+        &p,
+        "cluster='c'\nbroker_group='g'\nnode_id=0\nclient_addr='127.0.0.1:1'\n\
+         store_root='/tmp/x'\ndurable_mark_file='/tmp/x.durable-mark'\n\
+         [peers]\n0='127.0.0.1:2'\n",
+    )
+    .unwrap();
+    let c = BrokerConfig::load(&p).unwrap();
+    c.store_config().unwrap();
+}
+
+#[test]
+fn durations_are_read_from_their_millisecond_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.toml");
+    let base = "cluster='c'\nbroker_group='g'\nnode_id=0\nclient_addr='127.0.0.1:1'\n\
+                store_root='/tmp/x'\n";
+    let peers = "[peers]\n0='127.0.0.1:2'\n";
+    std::fs::write(&p, format!("{base}{peers}")).unwrap();
+    let c = BrokerConfig::load(&p).unwrap();
+    assert_eq!(c.namesrv_heartbeat, Duration::from_secs(3));
+    assert_eq!(c.retention_interval, Duration::from_secs(10));
+    assert_eq!(c.broadcast_client_idle, Duration::from_secs(120));
+    let timed = "namesrv_heartbeat_ms=1500\nraft_heartbeat_ms=70\nraft_election_min_ms=400\n\
+                 raft_election_max_ms=800\nbroadcast_client_idle_ms=5000\nretention_interval_ms=250\n";
+    std::fs::write(&p, format!("{base}{timed}{peers}")).unwrap();
+    let c = BrokerConfig::load(&p).unwrap();
+    assert_eq!(c.namesrv_heartbeat, Duration::from_millis(1500));
+    assert_eq!(c.raft_heartbeat, Duration::from_millis(70));
+    assert_eq!(c.raft_election_min, Duration::from_millis(400));
+    assert_eq!(c.raft_election_max, Duration::from_millis(800));
+    assert_eq!(c.broadcast_client_idle, Duration::from_secs(5));
+    assert_eq!(c.retention_interval, Duration::from_millis(250));
+    assert_eq!(c.service_settings().stale_member_ms, 4500);
+    // A negative or fractional value names its key.
+    for bad in ["retention_interval_ms=-1\n", "namesrv_heartbeat_ms=1.5\n"] {
+        std::fs::write(&p, format!("{base}{bad}{peers}")).unwrap();
+        let e = BrokerConfig::load(&p).unwrap_err().to_string();
+        let key = bad.split('=').next().unwrap();
+        assert!(e.contains(key), "{e}");
+    }
+}
+
+/// Every key the harnesses' writer (`ledgermq_testkit::BrokerToml`) sets loads,
+/// with the value it wrote.
+#[test]
+fn the_test_kits_broker_files_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.toml");
+    let raft = ["127.0.0.1:2".to_owned(), "127.0.0.2:2".to_owned()];
+    let client = ["127.0.0.1:8081".to_owned(), "127.0.0.2:8081".to_owned()];
+    let mut t = ledgermq_testkit::BrokerToml::member("C", "g", 1, &raft, &client, dir.path());
+    t.namesrv_addrs = vec!["127.0.0.1:9876".into()];
+    t.flush = "async".into();
+    t.commit_log_segment_bytes = Some(1 << 20);
+    t.namesrv_heartbeat_ms = Some(700);
+    t.disk_space_warning_ratio = Some(0.99);
+    t.retention_interval_ms = Some(300);
+    t.client_endpoint = Some("mq.local:8081".into());
+    t.auto_create_topics = Some(true);
+    t.transaction_check_interval_ms = Some(1_500);
+    t.transaction_check_max = Some(4);
+    t.remoting_addr = Some("127.0.0.2:10911".into());
+    t.write(&p).unwrap();
+    let c = BrokerConfig::load(&p).unwrap();
+    assert_eq!(
+        (c.cluster.as_str(), c.broker_group.as_str(), c.node_id),
+        ("C", "g", 1)
+    );
+    assert_eq!(c.client_addr, "127.0.0.2:8081");
+    assert_eq!(c.remoting_addr.as_deref(), Some("127.0.0.2:10911"));
+    assert_eq!(c.namesrv_addrs, vec!["127.0.0.1:9876".to_owned()]);
+    assert_eq!(c.store_root, dir.path());
+    assert!(matches!(c.flush_mode().unwrap(), FlushMode::Async));
+    assert_eq!(c.commit_log_segment_bytes, 1 << 20);
+    assert_eq!(c.namesrv_heartbeat, Duration::from_millis(700));
+    assert_eq!(c.disk_space_warning_ratio, 0.99);
+    assert_eq!(c.retention_interval, Duration::from_millis(300));
+    assert_eq!(c.advertised_client_addr(), "mq.local:8081");
+    assert!(c.auto_create_topics);
+    let s = c.service_settings();
+    assert_eq!(
+        (s.transaction_check_interval_ms, s.transaction_check_max),
+        (1_500, 4)
+    );
+    assert_eq!(c.members().unwrap().len(), 2);
+    assert_eq!(c.member_client_addrs().unwrap().len(), 2);
+}
+
+#[test]
+fn bad_configs_are_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b.toml");
+    let base = "cluster='c'\nbroker_group='g'\nclient_addr='127.0.0.1:1'\nstore_root='/tmp/x'\n";
+    for (extra, needle) in [
+        ("node_id=5\n[peers]\n0='127.0.0.1:2'\n", "not among"),
+        (
+            "node_id=0\nflush='sometimes'\n[peers]\n0='127.0.0.1:2'\n",
+            "flush mode",
+        ),
+        ("node_id=0\n[peers]\nx='127.0.0.1:2'\n", "not a number"),
+        (
+            "node_id=0\ncolour='red'\n[peers]\n0='127.0.0.1:2'\n",
+            "unknown field",
+        ),
+        (
+            "node_id=0\nmax_queues_per_topic=2000\n[peers]\n0='127.0.0.1:2'\n",
+            "max_queues_per_topic",
+        ),
+        (
+            "node_id=0\nmax_messages_per_send=0\n[peers]\n0='127.0.0.1:2'\n",
+            "at least 1",
+        ),
+        (
+            "node_id=0\nmax_queues_per_topic=0\n[peers]\n0='127.0.0.1:2'\n",
+            "max_queues_per_topic must be 1..=",
+        ),
+        (
+            "node_id=0\nmax_body_bytes=8388608\n[peers]\n0='127.0.0.1:2'\n",
+            "max_body_bytes",
+        ),
+        (
+            "node_id=0\ndefault_topic_queue_count=0\n[peers]\n0='127.0.0.1:2'\n",
+            "default_topic_queue_count",
+        ),
+    ] {
+        std::fs::write(&p, format!("{base}{extra}")).unwrap();
+        let e = BrokerConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+}
