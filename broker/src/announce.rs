@@ -24,6 +24,10 @@ pub struct Identity {
     pub broker_group: String,
     /// The address clients reach this node's gRPC service at, `host:port`.
     pub client_addr: String,
+    /// This node's own client address (`client_addr` of its config), which
+    /// admin calls for this node alone use; differs from [`Self::client_addr`]
+    /// when the group announces one `client_endpoint`.
+    pub member_addr: String,
     /// The address 4.x clients reach this node's remoting service at, or
     /// empty when it serves none.
     pub remoting_addr: String,
@@ -85,6 +89,7 @@ pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
         topics,
         cut_off: !node.in_contact_with_quorum(),
         remoting_addr: id.remoting_addr.clone(),
+        member_addr: id.member_addr.clone(),
     }
 }
 

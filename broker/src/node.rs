@@ -188,6 +188,7 @@ impl BrokerNode {
                 cluster: cfg.cluster.clone(),
                 broker_group: cfg.broker_group.clone(),
                 client_addr: cfg.advertised_client_addr().to_owned(),
+                member_addr: cfg.client_addr.clone(),
                 remoting_addr: remoting
                     .as_ref()
                     .map_or(String::new(), |r| r.advertised.to_string()),

@@ -211,6 +211,7 @@ mod tests {
             commit_index: 0,
             cut_off: false,
             remoting_addr: String::new(),
+            member_addr: String::new(),
             topics: topics
                 .iter()
                 .map(|(n, q)| TopicConfig {

@@ -285,6 +285,7 @@ mod tests {
             term: 2,
             commit_index: 0,
             cut_off: false,
+            member_addr: String::new(),
             topics: vec![TopicConfig {
                 name: "T".into(),
                 queue_count: 4,

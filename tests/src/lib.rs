@@ -2,12 +2,14 @@
 //! real binaries as separate processes. This library holds what they share with the
 //! demo programs: [`cluster`], a local cluster of real processes (from
 //! [`ledgermq_testkit`], the kit every harness shares), [`clocks`], one
-//! whose node clocks a test can move, and [`netns`], a network namespace with its
-//! own hosts file, [`python`], which runs a check script of the official
-//! Python client, and [`remoting`], a blocking 4.x remoting client.
+//! whose node clocks a test can move, [`netns`], a network namespace with its own
+//! hosts file, [`compose`], deploy/compose's containers, [`python`], which runs a
+//! check script of the official Python client, and [`remoting`], a blocking 4.x
+//! remoting client.
 
 #![deny(missing_docs)]
 pub mod clocks;
+pub mod compose;
 pub use ledgermq_testkit::cluster;
 pub mod netns;
 pub mod python;

@@ -47,15 +47,22 @@ pub fn hosts_text(names: &[(&str, &[&str])]) -> String {
     s
 }
 
+/// This process's effective user id as `/proc/self/status` gives it ("0" for
+/// root; empty if unreadable).
+pub fn effective_uid() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("")
+        .to_owned()
+}
+
 impl NetNs {
     /// Why this process cannot make namespaces (not root, no `ip`), or `None`.
     pub fn skip_reason() -> Option<String> {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let euid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap_or("");
+        let euid = effective_uid();
         if euid != "0" {
             return Some(format!(
                 "needs root for a network namespace (effective uid {euid:?})"

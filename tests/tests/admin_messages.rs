@@ -382,3 +382,45 @@ async fn messages_are_found_by_key_and_by_message_id() {
         .to_string();
     assert!(bad.contains("at most 256"), "{bad}");
 }
+
+/// A group whose members announce one `client_endpoint` (a name the admin's
+/// host may not resolve at all): `mqadmin` still reaches each member at its
+/// own address, so `updateTopic` works, `clusterList` prints every member's
+/// own address and `raftStatus` asks each member once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_reach_each_member_of_a_group_with_one_client_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(
+        dir.path(),
+        &ClusterOptions {
+            client_endpoint: Some("ledgermq-group.invalid:8081".into()),
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    cluster
+        .prepare("broker-a", &[&["updateTopic", "-t", TOPIC, "-q", "2"]])
+        .await
+        .unwrap();
+    let own: BTreeSet<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.client_addr.clone())
+        .collect();
+    let list = cluster.admin(&["clusterList"]).unwrap();
+    let listed: BTreeSet<String> = list
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(listed, own, "{list}");
+    let raft = cluster.admin(&["raftStatus"]).unwrap();
+    let ids: BTreeSet<&str> = raft
+        .lines()
+        .filter(|l| l.starts_with("broker-a "))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(ids, BTreeSet::from(["0", "1", "2"]), "{raft}");
+}

@@ -136,6 +136,7 @@ impl Group {
                 broker_group: "broker-a".into(),
                 client_addr: format!("127.0.0.1:{}", 18000 + id),
                 remoting_addr: String::new(),
+                member_addr: format!("127.0.0.1:{}", 18000 + id),
                 auto_create_queue_count: None,
             };
             let announcer =

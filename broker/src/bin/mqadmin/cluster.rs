@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{bail, Result};
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
-use ledgermq_namesrv::pb::{ClusterNode, ListClusterRequest, Role};
+use ledgermq_namesrv::pb::{BrokerNode, ClusterNode, ListClusterRequest, Role};
 
 /// A channel to `addr` (`host:port`) that gives up connecting after 3 s, and
 /// on a call after `call_timeout` if given (an unreachable node does not
@@ -37,6 +37,17 @@ pub async fn client(namesrv: &str) -> Result<NameServerClient<tonic::transport::
         "no name server reachable ({})",
         last.unwrap_or_else(|| "none given".into())
     )
+}
+
+/// Where admin calls for `node` alone go: its own client address, or, from a
+/// release before nodes told it, the address it announces to clients (which
+/// is the whole group's when `client_endpoint` is set).
+pub fn member_addr(node: &BrokerNode) -> &str {
+    if node.member_addr.is_empty() {
+        &node.client_addr
+    } else {
+        &node.member_addr
+    }
 }
 
 /// The name of a node's role as printed.
@@ -73,7 +84,7 @@ pub async fn cluster_list(namesrv: &str) -> Result<()> {
             n.cluster,
             n.broker_group,
             n.node_id,
-            n.client_addr,
+            member_addr(&n),
             role_name(n.role),
             n.term,
             n.commit_index,

@@ -265,9 +265,10 @@ async fn groups(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, Vec<Str
         {
             continue;
         }
+        let addr = cluster::member_addr(&n).to_owned();
         out.entry(n.broker_group)
             .or_default()
-            .push((n.role != Role::Leader as i32, n.client_addr));
+            .push((n.role != Role::Leader as i32, addr));
     }
     if out.is_empty() {
         bail!("the name server knows no broker group matching the scope");

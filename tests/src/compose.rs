@@ -1,0 +1,278 @@
+//! deploy/compose driven from a test: its image built from this checkout's
+//! binaries, the project brought up with docker-compose and torn down on drop,
+//! its containers stopped, cut off and restarted, and each broker group's Raft
+//! state read through the RaftStatus admin call.
+//!
+//! Addresses are deploy/compose's fixed ones (172.31.213.0/24): name servers
+//! `namesrv1` and `namesrv2` at .11 and .12, broker group `broker-a` (`a0`-`a2`)
+//! at .20-.22 and `broker-b` (`b0`-`b2`) at .30-.32.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
+use ledgermq_broker::admin_pb::{RaftStatusRequest, RaftStatusResponse};
+
+/// The compose network's name inside the project (`ledgermq`).
+const NETWORK: &str = "ledgermq";
+
+/// A service's fixed address: `namesrv1`, `namesrv2`, `a0`..`a2`, `b0`..`b2`.
+/// Panics on another name.
+pub fn service_ip(service: &str) -> String {
+    let last = match service {
+        "namesrv1" => 11,
+        "namesrv2" => 12,
+        s => {
+            let (g, i) = s.split_at(1);
+            let base = match g {
+                "a" => 20,
+                "b" => 30,
+                _ => panic!("no service {s}"),
+            };
+            base + i.parse::<u32>().expect("a node number")
+        }
+    };
+    format!("172.31.213.{last}")
+}
+
+/// Why the compose test cannot run here, if it cannot: not root (the client
+/// needs its own hosts file, through a mount namespace), or no docker engine or
+/// docker-compose.
+pub fn skip_reason() -> Option<String> {
+    if crate::netns::effective_uid() != "0" {
+        return Some("needs root (unshare -m for the client's hosts file)".into());
+    }
+    for (prog, args) in [
+        ("docker", &["info", "--format", "{{.ServerVersion}}"][..]),
+        ("docker-compose", &["version", "--short"][..]),
+        ("unshare", &["--version"][..]),
+    ] {
+        match Command::new(prog).args(args).output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                return Some(format!(
+                    "{prog} {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            }
+            Err(e) => return Some(format!("{prog}: {e}")),
+        }
+    }
+    None
+}
+
+/// Runs `prog args`; its stdout, or an error with its stderr.
+pub fn run(prog: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(prog)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {prog}"))?;
+    if !out.status.success() {
+        bail!(
+            "{prog} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A running deploy/compose project, taken down (volumes too) and its image
+/// removed on drop.
+pub struct Compose {
+    project: String,
+    file: PathBuf,
+    image: String,
+}
+
+impl Compose {
+    /// Builds image `image` from the directory holding `mqbroker`,
+    /// `mqnamesrv` and `mqadmin` (deploy/compose/build-image.sh), takes down
+    /// what an earlier run of `project` left, and brings the project up.
+    pub fn up(project: &str, image: &str, bin_dir: &Path) -> Result<Self> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose");
+        let status = Command::new(dir.join("build-image.sh"))
+            .arg(bin_dir)
+            .env("LEDGERMQ_IMAGE", image)
+            .status()
+            .context("running build-image.sh")?;
+        if !status.success() {
+            bail!("build-image.sh failed: {status}");
+        }
+        let c = Compose {
+            project: project.to_owned(),
+            file: dir.join("docker-compose.yml"),
+            image: image.to_owned(),
+        };
+        let _ = c.compose(&["down", "-v", "--remove-orphans"]);
+        c.compose(&["up", "-d"])?;
+        Ok(c)
+    }
+
+    /// Runs `docker-compose -p PROJECT -f FILE args` with the image set.
+    pub fn compose(&self, args: &[&str]) -> Result<String> {
+        let file = self.file.to_string_lossy();
+        let mut all = vec!["-p", &self.project, "-f", &file];
+        all.extend_from_slice(args);
+        let out = Command::new("docker-compose")
+            .args(&all)
+            .env("LEDGERMQ_IMAGE", &self.image)
+            .output()
+            .context("running docker-compose")?;
+        if !out.status.success() {
+            bail!(
+                "docker-compose {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The container id of `service`.
+    pub fn container(&self, service: &str) -> Result<String> {
+        let id = self.compose(&["ps", "-q", service])?.trim().to_owned();
+        if id.is_empty() {
+            bail!("service {service} has no container");
+        }
+        Ok(id)
+    }
+
+    /// `docker args... CONTAINER` on `service`'s container (kill, stop, start,
+    /// restart -t N, ...).
+    pub fn docker(&self, args: &[&str], service: &str) -> Result<()> {
+        let id = self.container(service)?;
+        let mut all = args.to_vec();
+        all.push(&id);
+        run("docker", &all).map(drop)
+    }
+
+    /// Cuts `service` off the compose network.
+    pub fn disconnect(&self, service: &str) -> Result<()> {
+        let net = format!("{}_{NETWORK}", self.project);
+        run(
+            "docker",
+            &["network", "disconnect", &net, &self.container(service)?],
+        )
+        .map(drop)
+    }
+
+    /// Puts `service` back on the compose network at its address, with its
+    /// group's alias (`broker-a` for `a0`).
+    pub fn reconnect(&self, service: &str) -> Result<()> {
+        let net = format!("{}_{NETWORK}", self.project);
+        let alias = format!("broker-{}", &service[..1]);
+        let ip = service_ip(service);
+        let id = self.container(service)?;
+        run(
+            "docker",
+            &[
+                "network", "connect", "--ip", &ip, "--alias", &alias, &net, &id,
+            ],
+        )
+        .map(drop)
+    }
+
+    /// `docker exec` of `mqadmin args` in `service`'s container (it resolves
+    /// the compose names, as an operator's would).
+    pub fn mqadmin(&self, service: &str, args: &[&str]) -> Result<String> {
+        let id = self.container(service)?;
+        let mut all = vec!["exec", &id, "/usr/local/bin/mqadmin"];
+        all.extend_from_slice(args);
+        run("docker", &all)
+    }
+
+    /// The last `lines` log lines of every container, for a failure report.
+    pub fn logs(&self, lines: usize) -> String {
+        self.compose(&["logs", "--no-color", "--tail", &lines.to_string()])
+            .unwrap_or_else(|e| format!("(no logs: {e:#})"))
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        if let Err(e) = self.compose(&["down", "-v", "--remove-orphans", "-t", "5"]) {
+            eprintln!("could not take {} down: {e:#}", self.project);
+        }
+        if let Err(e) = run("docker", &["rmi", &self.image]) {
+            eprintln!("could not remove image {}: {e:#}", self.image);
+        }
+    }
+}
+
+/// `service`'s own Raft status (RaftStatus on its client port), within 2 s.
+pub async fn raft_status(service: &str) -> Result<RaftStatusResponse> {
+    let addr = format!("http://{}:8081", service_ip(service));
+    let channel = tonic::transport::Endpoint::from_shared(addr)?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await?;
+    Ok(BrokerAdminClient::new(channel)
+        .raft_status(RaftStatusRequest {})
+        .await?
+        .into_inner())
+}
+
+/// The service among `members` that is leader and that every member in
+/// `members` reachable names as leader, waiting up to `limit`.
+pub async fn wait_leader(members: &[&str], limit: Duration) -> Result<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut leaders = Vec::new();
+        for m in members {
+            if let Ok(s) = raft_status(m).await {
+                if s.role == "leader" {
+                    leaders.push((m.to_string(), s.node_id));
+                }
+            }
+        }
+        if let [(leader, _)] = &leaders[..] {
+            return Ok(leader.clone());
+        }
+        if Instant::now() > deadline {
+            bail!("no single leader among {members:?} within {limit:?}: {leaders:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits up to `limit` until `member` of `group`'s members follows the group's
+/// leader (or leads) and the leader has it at most `max_lag` entries behind.
+pub async fn wait_caught_up(
+    group: &[&str],
+    member: &str,
+    max_lag: u64,
+    limit: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    let mut last = String::new();
+    loop {
+        if let Ok(leader) = wait_leader(group, Duration::from_secs(1)).await {
+            if leader == member {
+                return Ok(());
+            }
+            let me = raft_status(member).await;
+            let lead = raft_status(&leader).await;
+            if let (Ok(me), Ok(lead)) = (me, lead) {
+                let lag = lead
+                    .followers
+                    .iter()
+                    .find(|f| f.node_id == me.node_id)
+                    .and_then(|f| f.lag_entries);
+                if me.role == "follower" && lag.is_some_and(|l| l <= max_lag) {
+                    return Ok(());
+                }
+                last = format!("role {}, lag {lag:?}", me.role);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{member} did not catch up within {limit:?} ({last})");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
