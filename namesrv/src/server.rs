@@ -272,6 +272,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_compose_and_systemd_namesrv_configs_load() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        let c = NameServerConfig::load(&root.join("compose/config/namesrv.toml")).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9876");
+        for h in 1..=3 {
+            let c = NameServerConfig::load(&root.join(format!("systemd/host{h}/namesrv.toml")))
+                .unwrap();
+            assert_eq!(c.listen, format!("10.0.0.{}:9876", 10 + h));
+        }
+    }
+
+    #[test]
     fn a_rocketmq_namesrv_properties_file_is_read() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../deploy/rocketmq-properties/namesrv.properties");

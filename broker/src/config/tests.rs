@@ -2,6 +2,42 @@
 
 use super::*;
 
+/// deploy/compose's and deploy/systemd's broker configs load, each a different
+/// member of a three-node group whose peers and client addresses agree.
+#[test]
+fn the_compose_and_systemd_configs_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut files = Vec::new();
+    for g in ["a", "b"] {
+        files.push(
+            (0..3)
+                .map(|i| root.join(format!("compose/config/{g}{i}.toml")))
+                .collect(),
+        );
+    }
+    files.push(
+        (1..=3)
+            .map(|h| root.join(format!("systemd/host{h}/broker.toml")))
+            .collect::<Vec<_>>(),
+    );
+    for group in files {
+        let configs: Vec<BrokerConfig> = group
+            .iter()
+            .map(|f| BrokerConfig::load(f).unwrap())
+            .collect();
+        let ids: Vec<u64> = configs.iter().map(|c| c.node_id).collect();
+        assert_eq!(ids, [0, 1, 2], "{group:?}");
+        for c in &configs {
+            assert_eq!(c.members().unwrap(), configs[0].members().unwrap());
+            assert_eq!(
+                c.member_client_addrs().unwrap(),
+                configs[0].member_client_addrs().unwrap()
+            );
+            assert_eq!(c.member_client_addrs().unwrap()[&c.node_id], c.client_addr);
+        }
+    }
+}
+
 #[test]
 fn the_local_deploy_configs_load() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local");
