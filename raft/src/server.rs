@@ -83,12 +83,7 @@ impl PeerService {
     }
 
     fn admit(&self, req: &Request<Payload>) -> Result<(), Status> {
-        let from = req
-            .metadata()
-            .get(FROM_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<NodeId>().ok());
-        match from {
+        match sender(req) {
             Some(f) if self.filter.is_blocked(f, self.node_id) => {
                 Err(Status::unavailable("dropped by the network filter"))
             }
@@ -99,6 +94,25 @@ impl PeerService {
             None => Ok(()),
         }
     }
+}
+
+/// The member a peer request names as its sender, if it names one.
+fn sender(req: &Request<Payload>) -> Option<NodeId> {
+    req.metadata()
+        .get(FROM_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<NodeId>().ok())
+}
+
+/// Whether a node whose current leader is `leader` campaigns when `from` asks
+/// it to take over (TimeoutNow): when it follows `from`, or no one (it
+/// campaigned on an earlier ask, which a voter still under the old leader's
+/// lease refused: the hand-over asks again until the lease ends), but not when
+/// it follows another leader, elected meanwhile, whose term a campaign would
+/// end. A sender that names no one (an earlier release) is obeyed as before.
+/// No I/O.
+pub fn takes_over_from(leader: Option<NodeId>, from: Option<NodeId>) -> bool {
+    from.is_none() || leader.is_none() || leader == from
 }
 
 /// How long a granted vote counts as hearing from a leader
@@ -265,6 +279,21 @@ impl RaftPeer for PeerService {
                 Err("this node lost entries it had acknowledged; it does not campaign".into());
             return Ok(Response::new(encode(&res)?));
         }
+        let from = sender(&req);
+        let leader = core.raft.metrics().borrow().current_leader;
+        if !takes_over_from(leader, from) {
+            tracing::info!(
+                node = self.node_id,
+                ?from,
+                ?leader,
+                "asked to take over leadership by a node it does not follow: not campaigning"
+            );
+            let res: Result<(), String> = Err(format!(
+                "node {} does not follow {from:?} (leader {leader:?})",
+                self.node_id
+            ));
+            return Ok(Response::new(encode(&res)?));
+        }
         tracing::info!(
             node = self.node_id,
             "asked to take over leadership: starting an election"
@@ -278,6 +307,20 @@ impl RaftPeer for PeerService {
 mod tests {
     use super::*;
     use ledgermq_store::ack_mark::AckedId;
+
+    #[test]
+    fn only_the_followed_leader_makes_a_node_take_over() {
+        assert!(takes_over_from(Some(1), Some(1)));
+        assert!(
+            takes_over_from(None, Some(1)),
+            "a candidate refused under the lease"
+        );
+        assert!(!takes_over_from(Some(2), Some(1)), "another leader now");
+        assert!(
+            takes_over_from(Some(2), None),
+            "an earlier release's request"
+        );
+    }
 
     #[test]
     fn a_node_that_lost_entries_votes_only_for_logs_that_reach_its_mark() {

@@ -181,3 +181,45 @@ async fn a_voter_with_a_longer_log_campaigns_when_it_refuses_a_candidate() {
     c.filter.heal();
     c.wait_leader(Duration::from_secs(20)).await;
 }
+
+/// A follower that restarts and does not hear from the live leader for longer
+/// than an election timeout does not depose it: a campaign would raise its term,
+/// and the leader's next AppendEntries, refused with that term, would end a
+/// leadership the rest of the group still follows. (openraft 0.9 waits the
+/// leader lease on top of the election timeout while the stored vote is
+/// committed to a leader.) Here the leader's messages to the restarted node are
+/// lost for 1.3 s, more than the 900 ms election timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_waits_for_the_live_leader_instead_of_deposing_it() {
+    // SYNC_FLUSH: the crash loses nothing, so no lost-entries hold keeps the
+    // node out of elections anyway.
+    let mut c = Cluster::start(3, FlushMode::Sync).await;
+    let leader = c.wait_leader(Duration::from_secs(10)).await;
+    let follower = (leader + 1) % 3;
+    let term = c.node(leader).raft().metrics().borrow().current_term;
+    c.crash(follower).await;
+    c.filter.block(leader, follower);
+    c.restart(follower).await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    c.filter.heal();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while c.node(follower).leader().map(|l| l.0) != Some(leader) {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted node never followed {leader}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        c.node(leader).is_leader(),
+        "the live leader was deposed: {:?}",
+        terms(&c)
+    );
+    assert_eq!(
+        c.node(leader).raft().metrics().borrow().current_term,
+        term,
+        "terms: {:?}",
+        terms(&c)
+    );
+}
