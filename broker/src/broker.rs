@@ -168,16 +168,20 @@ pub struct Broker {
     pub(crate) producers: Producers,
     /// 4.x producers connected to this node's remoting port, for checks back.
     pub(crate) remoting_producers: crate::transactions::remoting_producers::RemotingProducers,
+    /// This node's Prometheus metrics.
+    pub metrics: Arc<crate::metrics::BrokerMetrics>,
 }
 
 impl Broker {
-    /// A broker over `node`. `members`: this group's client addresses.
+    /// A broker over `node`. `members`: this group's client addresses;
+    /// `metrics`: where its calls and messages are counted.
     pub fn new(
         node: Arc<RaftNode>,
         group: String,
         settings: ServiceSettings,
         namesrv: NameServers,
         members: Members,
+        metrics: Arc<crate::metrics::BrokerMetrics>,
     ) -> Arc<Self> {
         Arc::new(Self {
             consumers: Consumers::new(node.clone()),
@@ -193,6 +197,7 @@ impl Broker {
             end_locks: EndLocks::default(),
             producers: Producers::default(),
             remoting_producers: Default::default(),
+            metrics,
         })
     }
 

@@ -50,6 +50,12 @@ pub struct BrokerConfig {
     /// for every member (the name servers then know only the shared name).
     #[serde(default)]
     pub client_endpoint: Option<String>,
+    /// Where `GET /metrics` (Prometheus text, `crate::metrics`) is served,
+    /// `host:port`; none when unset. RocketMQ's `metricsExporterType=PROM`
+    /// with `metricsPromExporterHost`/`metricsPromExporterPort` (5557) in a
+    /// `.properties` file sets it.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     /// Address of this node's 4.x remoting service, `host:port` (RocketMQ's
     /// `listenPort`, 10911): the address it listens on and the one it
     /// announces, so routes give 4.x clients this address (a host of

@@ -24,6 +24,7 @@ pub mod admin;
 pub mod audit;
 pub mod consume;
 pub mod message;
+pub mod metrics_layer;
 pub mod progress;
 pub mod query;
 pub mod raft_status;

@@ -38,6 +38,7 @@ mod kinds;
 mod leader_term;
 mod leader_write;
 mod message;
+pub mod metrics;
 pub mod node;
 mod pop;
 mod receipt;

@@ -71,6 +71,26 @@ pub struct BrokerNode {
     announcer: JoinHandle<()>,
     registrar: Arc<Registrar>,
     timings: NodeTimings,
+    /// Counts term and leader changes (`crate::metrics::scrape`).
+    raft_watch: JoinHandle<()>,
+    metrics_server: Option<ledgermq_namesrv::metrics::MetricsServer>,
+}
+
+/// The address admin calls for this node alone go to, as announced: its
+/// `[client_addrs]` entry, else `client_addr` unless that is a wildcard
+/// (`0.0.0.0`), else empty (tools then use the announced `client_addr`).
+fn member_addr(cfg: &BrokerConfig) -> String {
+    if let Some(a) = cfg
+        .member_client_addrs()
+        .ok()
+        .and_then(|m| m.get(&cfg.node_id).cloned())
+    {
+        return a;
+    }
+    match cfg.client_addr.parse::<SocketAddr>() {
+        Ok(a) if a.ip().is_unspecified() => String::new(),
+        _ => cfg.client_addr.clone(),
+    }
 }
 
 fn config_error(key: &'static str, reason: impl std::fmt::Display) -> BrokerError {
@@ -125,13 +145,42 @@ impl BrokerNode {
             opts.filter,
         )
         .await?;
+        let metrics = Arc::new(crate::metrics::BrokerMetrics::new(
+            &cfg.cluster,
+            &cfg.broker_group,
+            cfg.node_id,
+        ));
+        {
+            let m = metrics.clone();
+            node.store()
+                .commit_log()
+                .set_flush_observer(Box::new(move |took| m.flush(took)));
+        }
+        let raft_watch = crate::metrics::scrape::spawn_raft_watch(node.clone(), metrics.clone());
         let broker = Broker::new(
             node.clone(),
             cfg.broker_group.clone(),
             cfg.service_settings(),
             NameServers::new(cfg.namesrv_addrs.clone()),
             Members::new(cfg.broker_group.clone(), member_clients),
+            metrics,
         );
+        let metrics_server = match &cfg.metrics_addr {
+            None => None,
+            Some(addr) => {
+                let b = broker.clone();
+                let render: ledgermq_namesrv::metrics::Render =
+                    Arc::new(move || crate::metrics::scrape::render(&b));
+                match ledgermq_namesrv::metrics::serve_metrics(addr, render).await {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        raft_watch.abort();
+                        let _ = node.stop(true).await;
+                        return Err(config_error("metrics_addr", e));
+                    }
+                }
+            }
+        };
         // The client port serves before the node is announced, so that routes
         // never name a port that is not listening (and a port that cannot be
         // bound leaves nothing registered).
@@ -188,7 +237,7 @@ impl BrokerNode {
                 cluster: cfg.cluster.clone(),
                 broker_group: cfg.broker_group.clone(),
                 client_addr: cfg.advertised_client_addr().to_owned(),
-                member_addr: cfg.client_addr.clone(),
+                member_addr: member_addr(cfg),
                 remoting_addr: remoting
                     .as_ref()
                     .map_or(String::new(), |r| r.advertised.to_string()),
@@ -206,6 +255,8 @@ impl BrokerNode {
             announcer,
             registrar,
             timings,
+            raft_watch,
+            metrics_server,
         })
     }
 
@@ -268,6 +319,11 @@ impl BrokerNode {
         }
         self.announcer.abort();
         let _ = self.announcer.await; // drops its handle on the registrar
+        if let Some(m) = self.metrics_server {
+            m.stop().await; // drops its handle on the broker
+        }
+        self.raft_watch.abort();
+        let _ = self.raft_watch.await;
         drop(self.broker);
         match Arc::try_unwrap(self.registrar) {
             Ok(r) => r.stop(true).await,

@@ -193,6 +193,7 @@ impl Remoting {
         mut req: RemotingCommand,
         conn: Conn,
     ) -> Option<RemotingCommand> {
+        let started = std::time::Instant::now();
         let answer = match req.code {
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
                 let body = std::mem::take(&mut req.body);
@@ -220,6 +221,13 @@ impl Remoting {
                 Some(format!("request code {other} not supported")),
             )),
         };
-        Some(answer.unwrap_or_else(|e| error_answer(&req, &e)))
+        let answer = answer.unwrap_or_else(|e| error_answer(&req, &e));
+        self.broker.metrics.rpc(
+            "remoting",
+            &req.code.to_string(),
+            &answer.code.to_string(),
+            started.elapsed(),
+        );
+        Some(answer)
     }
 }

@@ -160,7 +160,16 @@ impl Members {
             .into_iter()
             .filter_map(|n| n.node)
             .find(|n| n.broker_group == self.group && n.node_id == node_id)
-            .map(|n| n.client_addr)
+            // The member's own address: `client_addr` is the whole group's
+            // name when it announces a `client_endpoint` (empty from an
+            // earlier release, whose `client_addr` is then its own).
+            .map(|n| {
+                if n.member_addr.is_empty() {
+                    n.client_addr
+                } else {
+                    n.member_addr
+                }
+            })
             .ok_or_else(|| {
                 BrokerError::NameServer(format!(
                     "no client address known for node {node_id} of group {}",

@@ -60,6 +60,16 @@ pub fn check_type(topic: &TopicConfig, m: &Incoming) -> Result<(), BrokerError> 
     ))
 }
 
+/// The `message_type` label of RocketMQ's metrics for a message of `kind`.
+fn metric_type(kind: TopicMessageType) -> &'static str {
+    match kind {
+        TopicMessageType::Normal | TopicMessageType::Mixed => "normal",
+        TopicMessageType::Fifo => "fifo",
+        TopicMessageType::Delay => "delay",
+        TopicMessageType::Transaction => "transaction",
+    }
+}
+
 /// Checks the number of messages in one send. Errors: BAD_REQUEST (none),
 /// PAYLOAD_TOO_LARGE (more than `max_messages_per_send`).
 pub fn check_send_count(n: usize, max_messages_per_send: usize) -> Result<(), BrokerError> {
@@ -122,8 +132,11 @@ impl Broker {
         let mut records = Vec::with_capacity(messages.len());
         let mut topic_cfg: Option<TopicConfig> = None;
         let mut transactional = Vec::with_capacity(messages.len());
+        // (message type, body bytes) of each message, for the metrics.
+        let mut counted = Vec::with_capacity(messages.len());
         for inc in messages {
             let inc = inc?;
+            counted.push((metric_type(inc.message_type()), inc.record.body.len()));
             ids.push(inc.message_id.clone());
             let topic = match &topic_cfg {
                 Some(t) if t.name == inc.record.topic => t.clone(),
@@ -182,6 +195,11 @@ impl Broker {
             sent,
             "a send answered with another number of placements"
         );
+        if let Some(topic) = &topic_cfg {
+            for (kind, body_bytes) in counted {
+                self.metrics.message_in(&topic.name, kind, body_bytes);
+            }
+        }
         Ok(placed
             .into_iter()
             .zip(transactional)

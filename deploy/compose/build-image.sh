@@ -20,12 +20,22 @@ done
 # Every shared library the binaries load, and the loader itself, at the paths
 # ldd names (symlinks followed, so each lands as a file).
 for b in "$root"/usr/local/bin/*; do
+  if ldd "$b" | grep -q "not found"; then
+    echo "build-image.sh: $b needs a library this machine lacks:" >&2
+    ldd "$b" | grep "not found" >&2
+    exit 1
+  fi
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
 done | sort -u | while read -r lib; do
   cp -L --parents "$lib" "$root/"
 done
-# Names resolve from /etc/hosts, then DNS (docker's, for compose service names);
-# glibc 2.34+ carries both in libc itself.
+# Names resolve from /etc/hosts, then DNS (docker's, for compose service names):
+# glibc 2.34+ carries both in libc itself; an older one loads them at run time,
+# so they go in too where they exist.
+libc=$(ldd "$root/usr/local/bin/mqbroker" | awk '$1 ~ /^libc\.so/ { print $3 }')
+for nss in "$(dirname "$libc")"/libnss_files.so.2 "$(dirname "$libc")"/libnss_dns.so.2; do
+  if [ -e "$nss" ]; then cp -L --parents "$nss" "$root/"; fi
+done
 printf 'hosts: files dns\n' > "$root/etc/nsswitch.conf"
 printf 'root:x:0:0:root:/:/usr/local/bin/mqadmin\n' > "$root/etc/passwd"
 cp "$here/Dockerfile" "$ctx/Dockerfile"

@@ -10,12 +10,15 @@
 //! - [`remoting`]: the 4.x remoting protocol's requests, answered from the
 //!   registry (no I/O).
 //! - [`registrar`]: what a broker node runs: one heartbeat task per name server.
+//! - [`metrics`]: the Prometheus endpoint (`mqbroker`'s too) and the name
+//!   server's metrics.
 //! - [`properties`]: Java `.properties` files (RocketMQ configurations).
 //! - [`logging`]: process logging for `mqnamesrv` and `mqbroker` (text or JSON
 //!   lines, colour only on a terminal).
 #![deny(missing_docs)]
 
 pub mod logging;
+pub mod metrics;
 pub mod properties;
 pub mod registrar;
 pub mod registry;

@@ -28,6 +28,9 @@ pub struct NameServerConfig {
     pub scan_interval_ms: u64,
     /// A node silent for longer than this is dropped, in ms (RocketMQ: 120 s).
     pub node_expiry_ms: u64,
+    /// Where `GET /metrics` (Prometheus text) is served, `host:port`; none
+    /// when unset.
+    pub metrics_addr: Option<String>,
 }
 
 impl Default for NameServerConfig {
@@ -36,6 +39,7 @@ impl Default for NameServerConfig {
             listen: "0.0.0.0:9876".into(),
             scan_interval_ms: 10_000,
             node_expiry_ms: 120_000,
+            metrics_addr: None,
         }
     }
 }
@@ -70,7 +74,7 @@ impl NameServerConfig {
     /// `java.util.Properties` reads): `listenPort` (→ `listen` on every
     /// interface) and `scanNotActiveBrokerInterval` (ms → `scan_interval_ms`),
     /// or this crate's own keys (`listen`, `scan_interval_ms`,
-    /// `node_expiry_ms`), which win over RocketMQ's; with the keys left
+    /// `node_expiry_ms`, `metrics_addr`), which win over RocketMQ's; with the keys left
     /// unused, sorted. Error: a value that does not parse, named by its key.
     pub fn from_properties(bytes: &[u8]) -> Result<(Self, Vec<String>), String> {
         let props = crate::properties::read(bytes)?;
@@ -92,7 +96,7 @@ impl NameServerConfig {
                     cfg.listen = format!("0.0.0.0:{port}");
                 }
                 "scanNotActiveBrokerInterval" => cfg.scan_interval_ms = ms(k, v)?,
-                "listen" | "scan_interval_ms" | "node_expiry_ms" => {}
+                "listen" | "scan_interval_ms" | "node_expiry_ms" | "metrics_addr" => {}
                 _ => unused.push(k.clone()),
             }
         }
@@ -101,6 +105,7 @@ impl NameServerConfig {
                 "listen" => cfg.listen = v.trim().to_owned(),
                 "scan_interval_ms" => cfg.scan_interval_ms = ms(k, v)?,
                 "node_expiry_ms" => cfg.node_expiry_ms = ms(k, v)?,
+                "metrics_addr" => cfg.metrics_addr = Some(v.trim().to_owned()),
                 _ => {}
             }
         }
@@ -112,6 +117,7 @@ impl NameServerConfig {
 #[derive(Clone, Default)]
 pub struct NameServerService {
     registry: Arc<Mutex<Registry>>,
+    metrics: Arc<crate::metrics::NamesrvMetrics>,
 }
 
 impl NameServerService {
@@ -139,6 +145,7 @@ impl NameServer for NameServerService {
             ));
         }
         self.registry.lock().unwrap().register(node, now_ms());
+        self.metrics.registrations.inc();
         Ok(Response::new(RegisterBrokerResponse {}))
     }
 
@@ -159,6 +166,10 @@ impl NameServer for NameServerService {
         req: Request<QueryRouteRequest>,
     ) -> Result<Response<QueryRouteResponse>, Status> {
         let topic = req.into_inner().topic;
+        self.metrics
+            .route_queries
+            .with_label_values(&["grpc"])
+            .inc();
         Ok(Response::new(
             self.registry.lock().unwrap().route(&topic, now_ms()),
         ))
@@ -182,6 +193,15 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), NameSrvError> {
     let service = NameServerService::default();
+    let metrics = match &cfg.metrics_addr {
+        Some(addr) => {
+            let s = service.clone();
+            let render: crate::metrics::Render =
+                Arc::new(move || s.metrics.render(&s.registry.lock().unwrap(), now_ms()));
+            Some(crate::metrics::serve_metrics(addr, render).await?)
+        }
+        None => None,
+    };
     let scanner = {
         let s = service.clone();
         let (every, expiry) = (
@@ -206,6 +226,9 @@ pub async fn serve(
         .map_err(|e| NameSrvError::Transport(e.to_string()));
     scanner.abort();
     splitter.abort();
+    if let Some(m) = metrics {
+        m.stop().await;
+    }
     r
 }
 
@@ -241,10 +264,14 @@ async fn split_protocols(
                 return;
             }
             let registry = service.registry.clone();
+            let metrics = service.metrics.clone();
             ledgermq_remoting::conn::serve_connection(
                 stream,
                 ledgermq_remoting::DEFAULT_MAX_FRAME_BYTES,
                 move |req, _conn| {
+                    if req.code == ledgermq_remoting::codes::request::GET_ROUTEINFO_BY_TOPIC {
+                        metrics.route_queries.with_label_values(&["remoting"]).inc();
+                    }
                     let answer = crate::remoting::handle(&registry.lock().unwrap(), &req, now_ms());
                     async move { Some(answer) }
                 },

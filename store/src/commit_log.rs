@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 mod acked;
+mod flush_timing;
 mod locate;
 mod rewrite;
 mod segment_heads;
@@ -125,6 +126,8 @@ pub struct CommitLog {
     min_offset: AtomicU64,
     /// How far the log was acknowledged as durable ([`crate::ack_mark`]).
     ack_mark: crate::ack_mark::AckMark,
+    /// Told how long each fsync took ([`Self::set_flush_observer`]).
+    flush_observer: std::sync::OnceLock<flush_timing::FlushObserver>,
 }
 
 impl CommitLog {
@@ -159,6 +162,7 @@ impl CommitLog {
             }),
             flush_lock: Mutex::new(()),
             poisoned: Mutex::new(None),
+            flush_observer: std::sync::OnceLock::new(),
             erase: RwLock::new(()),
             wrote: AtomicU64::new(end_offset),
             flushed: AtomicU64::new(end_offset),
@@ -395,11 +399,13 @@ impl CommitLog {
             }
             // The skip-fsync canary (debug builds, tests only) reports success
             // without making anything durable.
+            let started = std::time::Instant::now();
             let synced = if crate::canary::enabled(crate::canary::Canary::SkipFsync) {
                 Ok(())
             } else {
                 self.segments.flush_range(from, target)
             };
+            self.observe_flush(started.elapsed());
             if let Err(e) = synced {
                 *self.poisoned.lock().unwrap() = Some(format!("an fsync failed: {e}"));
                 return Err(e);

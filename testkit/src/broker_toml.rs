@@ -61,6 +61,9 @@ pub struct BrokerToml {
     /// The 4.x remoting address, `host:port` (unset: no remoting service).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remoting_addr: Option<String>,
+    /// The Prometheus endpoint's address, `host:port` (unset: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<String>,
     /// Every member: node id → Raft peer address (`[peers]`).
     pub peers: BTreeMap<String, String>,
     /// Every member: node id → client address (`[client_addrs]`).
@@ -104,6 +107,7 @@ impl BrokerToml {
             auto_create_topics: None,
             exact_delivery_attempts: None,
             remoting_addr: None,
+            metrics_addr: None,
             peers: by_id(raft_addrs),
             client_addrs: by_id(client_addrs),
         }

@@ -35,6 +35,8 @@ pub struct BrokerProc {
     pub node_id: u64,
     /// Client gRPC address.
     pub client_addr: String,
+    /// Its Prometheus endpoint (`ClusterOptions::metrics`), `host:port`.
+    pub metrics_addr: Option<String>,
     /// Its configuration file.
     pub config: PathBuf,
     /// Its log file (stdout and stderr).
@@ -144,6 +146,9 @@ pub struct ClusterOptions {
     pub remoting: bool,
     /// Every node creates topics on first use (`auto_create_topics`).
     pub auto_create_topics: bool,
+    /// Every node and the name server serve Prometheus metrics
+    /// (`metrics_addr`, a free port each).
+    pub metrics: bool,
 }
 
 impl Default for ClusterOptions {
@@ -162,6 +167,7 @@ impl Default for ClusterOptions {
             exact_delivery_attempts: false,
             remoting: false,
             auto_create_topics: false,
+            metrics: false,
         }
     }
 }
@@ -170,6 +176,8 @@ impl Default for ClusterOptions {
 pub struct LocalCluster {
     /// The name server's address.
     pub namesrv_addr: String,
+    /// The name server's Prometheus endpoint (`ClusterOptions::metrics`).
+    pub namesrv_metrics_addr: Option<String>,
     /// Broker nodes, group by group, node id order.
     pub nodes: Vec<BrokerProc>,
     namesrv: Child,
@@ -200,14 +208,20 @@ impl LocalCluster {
             |g: usize, i: usize| (g * 10 + if opts.node_per_address { 0 } else { i }) as u16;
         let namesrv_addr = format!("127.0.0.1:{}", port(9876));
         let ns_cfg = dir.join("namesrv.toml");
+        let metrics_addr = || opts.metrics.then(|| format!("127.0.0.1:{}", free_port()));
+        let namesrv_metrics_addr = metrics_addr();
+        let metrics_line = namesrv_metrics_addr
+            .as_ref()
+            .map_or(String::new(), |a| format!("metrics_addr = \"{a}\"\n"));
         std::fs::write(
             &ns_cfg,
             format!(
-                "listen = \"{namesrv_addr}\"\nscan_interval_ms = 500\nnode_expiry_ms = 10000\n"
+                "listen = \"{namesrv_addr}\"\nscan_interval_ms = 500\nnode_expiry_ms = 10000\n{metrics_line}"
             ),
         )
         .map_err(KitError::io(format!("writing {}", ns_cfg.display())))?;
         let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr, opts.netns.clone())?;
+        cluster.namesrv_metrics_addr = namesrv_metrics_addr;
         for g in 0..opts.groups {
             let group = format!("broker-{}", (b'a' + g as u8) as char);
             let raft: Vec<String> = (0..3)
@@ -243,6 +257,7 @@ impl LocalCluster {
                     toml.remoting_addr =
                         Some(format!("{}:{}", host(i), port(10911 + offset(g, i))));
                 }
+                toml.metrics_addr = metrics_addr();
                 toml.transaction_check_interval_ms = opts.transaction_checks.map(|c| c.0);
                 toml.transaction_check_max = opts.transaction_checks.map(|c| c.1);
                 toml.write(&config)?;
@@ -250,6 +265,7 @@ impl LocalCluster {
                     group: group.clone(),
                     node_id: i as u64,
                     client_addr: client[i].clone(),
+                    metrics_addr: toml.metrics_addr.clone(),
                     config,
                     log: dir.join(format!("{name}.log")),
                     store_dir: None,
@@ -290,6 +306,7 @@ impl LocalCluster {
             .map_err(KitError::io("spawning mqnamesrv"))?;
         let cluster = Self {
             namesrv_addr: addr.to_owned(),
+            namesrv_metrics_addr: None,
             nodes: Vec::new(),
             namesrv,
             dir: dir.to_path_buf(),
@@ -339,6 +356,7 @@ impl LocalCluster {
                 group: field("broker_group")?,
                 node_id: i,
                 client_addr: field("client_addr")?,
+                metrics_addr: field("metrics_addr").ok(),
                 config: config.clone(),
                 log: dir.join(format!("n{i}.log")),
                 store_dir: Some(dir.join(format!("n{i}"))),

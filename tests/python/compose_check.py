@@ -5,8 +5,9 @@ cuts off and restarts their containers.
 One producer sends one message at a time, in turn to CoA (normal, broker-a), CoFifo
 (FIFO, broker-a, --fifo-groups message groups) and CoB (normal, broker-b), until the
 file --stop-file exists; SimpleConsumers (group CoSimple for CoA and CoB, FIFO group
-CoFifoGroup for CoFifo) receive and ack meanwhile. Every send is timed from its
-first attempt to its acknowledgement (a send() that raises counts as a failed
+CoFifoGroup for CoFifo) receive and ack meanwhile. Every body starts with --run
+and a slash (a message another run left is acked and ignored). Every send is timed
+from its first attempt to its acknowledgement (a send() that raises counts as a failed
 attempt and is tried again, until --give-up-s). After the stop file it waits until
 every acknowledged message was received, then prints one JSON line:
 
@@ -37,8 +38,9 @@ NORMAL_A, FIFO_A, NORMAL_B = "CoA", "CoFifo", "CoB"
 GROUP, FIFO_GROUP = "CoSimple", "CoFifoGroup"
 
 
-def consume(consumer, stop, lock, received, fifo_seen, fifo_bad):
-    """Receives and acks until stop; records bodies, checks FIFO order."""
+def consume(consumer, run, stop, lock, received, fifo_seen, fifo_bad):
+    """Receives and acks until stop; records this run's bodies, checks FIFO
+    order."""
     while not stop.is_set():
         try:
             msgs = consumer.receive(32, 5)
@@ -47,11 +49,13 @@ def consume(consumer, stop, lock, received, fifo_seen, fifo_bad):
             continue
         for m in msgs or []:
             body = m.body.decode()
+            mine, _, rest = body.partition("/")
             with lock:
-                first = body not in received
-                received.add(body)
-                if first and body.startswith("f"):
-                    group, seq = body[1:].split(":")
+                first = mine == run and body not in received
+                if mine == run:
+                    received.add(body)
+                if first and rest.startswith("f"):
+                    group, seq = rest[1:].split(":")
                     if int(seq) < fifo_seen.get(group, -1):
                         fifo_bad.append(body)
                     fifo_seen[group] = max(fifo_seen.get(group, -1), int(seq))
@@ -70,7 +74,10 @@ def main():
     ap.add_argument("--drain-s", type=float, default=60.0)
     ap.add_argument("--slow-s", type=float, default=0.25)
     ap.add_argument("--request-timeout-s", type=int, default=3)
+    ap.add_argument("--run", default=os.urandom(4).hex(),
+                    help="prefix of every body: a message of another run is ignored")
     args = ap.parse_args()
+    run = args.run
 
     cfg = ClientConfiguration(args.access, Credentials(),
                               request_timeout=args.request_timeout_s)
@@ -85,7 +92,7 @@ def main():
     for c in consumers:
         c.startup()
         t = threading.Thread(target=consume, daemon=True,
-                             args=(c, stop, lock, received, fifo_seen, fifo_bad))
+                             args=(c, run, stop, lock, received, fifo_seen, fifo_bad))
         t.start()
         threads.append(t)
 
@@ -127,12 +134,12 @@ def main():
     i = 0
     started = time.time()
     while not os.path.exists(args.stop_file):
-        send(f"a{i}", lambda i=i: message(NORMAL_A, f"a{i}"))
+        send(f"{run}/a{i}", lambda i=i: message(NORMAL_A, f"{run}/a{i}"))
         g = i % args.fifo_groups
-        fbody = f"f{g}:{fifo_seq[g]}"
+        fbody = f"{run}/f{g}:{fifo_seq[g]}"
         send(fbody, lambda fbody=fbody, g=g: message(FIFO_A, fbody, f"group-{g}"))
         fifo_seq[g] += 1
-        send(f"b{i}", lambda i=i: message(NORMAL_B, f"b{i}"))
+        send(f"{run}/b{i}", lambda i=i: message(NORMAL_B, f"{run}/b{i}"))
         if i == 0:
             print("started", flush=True)
         i += 1

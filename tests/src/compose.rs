@@ -3,7 +3,7 @@
 //! its containers stopped, cut off and restarted, and each broker group's Raft
 //! state read through the RaftStatus admin call.
 //!
-//! Addresses are deploy/compose's fixed ones (172.31.213.0/24): name servers
+//! Addresses are deploy/compose's fixed ones (10.213.0.0/24): name servers
 //! `namesrv1` and `namesrv2` at .11 and .12, broker group `broker-a` (`a0`-`a2`)
 //! at .20-.22 and `broker-b` (`b0`-`b2`) at .30-.32.
 
@@ -17,6 +17,8 @@ use ledgermq_broker::admin_pb::{RaftStatusRequest, RaftStatusResponse};
 
 /// The compose network's name inside the project (`ledgermq`).
 const NETWORK: &str = "ledgermq";
+/// The first three octets of its subnet, dot included.
+const SUBNET_PREFIX: &str = "10.213.0.";
 
 /// A service's fixed address: `namesrv1`, `namesrv2`, `a0`..`a2`, `b0`..`b2`.
 /// Panics on another name.
@@ -34,7 +36,7 @@ pub fn service_ip(service: &str) -> String {
             base + i.parse::<u32>().expect("a node number")
         }
     };
-    format!("172.31.213.{last}")
+    format!("{SUBNET_PREFIX}{last}")
 }
 
 /// Why the compose test cannot run here, if it cannot: not root (the client
@@ -47,7 +49,7 @@ pub fn skip_reason() -> Option<String> {
     for (prog, args) in [
         ("docker", &["info", "--format", "{{.ServerVersion}}"][..]),
         ("docker-compose", &["version", "--short"][..]),
-        ("unshare", &["--version"][..]),
+        ("unshare", &["-m", "true"][..]),
     ] {
         match Command::new(prog).args(args).output() {
             Ok(o) if o.status.success() => {}
@@ -92,7 +94,8 @@ pub struct Compose {
 impl Compose {
     /// Builds image `image` from the directory holding `mqbroker`,
     /// `mqnamesrv` and `mqadmin` (deploy/compose/build-image.sh), takes down
-    /// what an earlier run of `project` left, and brings the project up.
+    /// what an earlier run of `project` left (its volumes too), and brings the
+    /// project up. Error: another docker network holds the project's subnet.
     pub fn up(project: &str, image: &str, bin_dir: &Path) -> Result<Self> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose");
         let status = Command::new(dir.join("build-image.sh"))
@@ -108,7 +111,28 @@ impl Compose {
             file: dir.join("docker-compose.yml"),
             image: image.to_owned(),
         };
-        let _ = c.compose(&["down", "-v", "--remove-orphans"]);
+        c.compose(&["down", "-v", "--remove-orphans"])
+            .context("taking down what an earlier run left")?;
+        let own = format!("{project}_{NETWORK}");
+        for net in run("docker", &["network", "ls", "--format", "{{.Name}}"])?.lines() {
+            let subnets = run(
+                "docker",
+                &[
+                    "network",
+                    "inspect",
+                    net,
+                    "--format",
+                    "{{range .IPAM.Config}}{{.Subnet}} {{end}}",
+                ],
+            )
+            .unwrap_or_default();
+            if net != own && subnets.contains(SUBNET_PREFIX) {
+                bail!(
+                    "docker network {net} holds {subnets}, which deploy/compose's \
+                     {SUBNET_PREFIX}0/24 needs (another compose project? `docker network rm {net}`)"
+                );
+            }
+        }
         c.compose(&["up", "-d"])?;
         Ok(c)
     }
@@ -135,7 +159,11 @@ impl Compose {
 
     /// The container id of `service`.
     pub fn container(&self, service: &str) -> Result<String> {
-        let id = self.compose(&["ps", "-q", service])?.trim().to_owned();
+        // -a: a stopped (killed) container too.
+        let id = self
+            .compose(&["ps", "-a", "-q", service])?
+            .trim()
+            .to_owned();
         if id.is_empty() {
             bail!("service {service} has no container");
         }
@@ -186,9 +214,15 @@ impl Compose {
         run("docker", &all)
     }
 
-    /// The last `lines` log lines of every container, for a failure report.
+    /// The last `lines` log lines of every container (`usize::MAX`: all), for
+    /// a failure report.
     pub fn logs(&self, lines: usize) -> String {
-        self.compose(&["logs", "--no-color", "--tail", &lines.to_string()])
+        let tail = if lines == usize::MAX {
+            "all".to_owned()
+        } else {
+            lines.to_string()
+        };
+        self.compose(&["logs", "--no-color", "--tail", &tail])
             .unwrap_or_else(|e| format!("(no logs: {e:#})"))
     }
 }
@@ -218,8 +252,8 @@ pub async fn raft_status(service: &str) -> Result<RaftStatusResponse> {
         .into_inner())
 }
 
-/// The service among `members` that is leader and that every member in
-/// `members` reachable names as leader, waiting up to `limit`.
+/// The one service among `members` that reports itself leader, waiting up to
+/// `limit` until exactly one does.
 pub async fn wait_leader(members: &[&str], limit: Duration) -> Result<String> {
     let deadline = Instant::now() + limit;
     loop {
@@ -259,15 +293,16 @@ pub async fn wait_caught_up(
             let me = raft_status(member).await;
             let lead = raft_status(&leader).await;
             if let (Ok(me), Ok(lead)) = (me, lead) {
-                let lag = lead
-                    .followers
-                    .iter()
-                    .find(|f| f.node_id == me.node_id)
-                    .and_then(|f| f.lag_entries);
-                if me.role == "follower" && lag.is_some_and(|l| l <= max_lag) {
+                // Its own applied index, read from the restarted process (the
+                // leader's view of it may still be from before the restart).
+                let behind = lead
+                    .applied_index
+                    .unwrap_or(0)
+                    .saturating_sub(me.applied_index.unwrap_or(0));
+                if me.role == "follower" && me.leader_id.is_some() && behind <= max_lag {
                     return Ok(());
                 }
-                last = format!("role {}, lag {lag:?}", me.role);
+                last = format!("role {}, {behind} entries behind", me.role);
             }
         }
         if Instant::now() > deadline {
@@ -275,4 +310,76 @@ pub async fn wait_caught_up(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits up to `limit` until the name server `service` knows `nodes` broker
+/// nodes (after its restart, every node has heartbeated to it again).
+pub async fn wait_namesrv_nodes(service: &str, nodes: usize, limit: Duration) -> Result<()> {
+    use ledgermq_namesrv::pb::name_server_client::NameServerClient;
+    use ledgermq_namesrv::pb::ListClusterRequest;
+    let deadline = Instant::now() + limit;
+    let addr = format!("http://{}:9876", service_ip(service));
+    let mut known = 0;
+    loop {
+        if let Ok(ch) = tonic::transport::Endpoint::from_shared(addr.clone())?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(2))
+            .connect()
+            .await
+        {
+            if let Ok(r) = NameServerClient::new(ch)
+                .list_cluster(ListClusterRequest {})
+                .await
+            {
+                known = r.into_inner().nodes.len();
+                if known >= nodes {
+                    return Ok(());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{service} knows {known} of {nodes} nodes after {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sends one normal message of `topic` (body `body`, also its message id)
+/// straight to `service`'s client port over gRPC; an error unless it is
+/// answered OK within 5 s.
+pub async fn send_probe(service: &str, topic: &str, body: &str) -> Result<()> {
+    use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
+    use ledgermq_broker::pb::{Code, Message, Resource, SendMessageRequest, SystemProperties};
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}:8081", service_ip(service)))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await?;
+    let m = Message {
+        topic: Some(Resource {
+            resource_namespace: String::new(),
+            name: topic.to_owned(),
+        }),
+        user_properties: Default::default(),
+        system_properties: Some(SystemProperties {
+            message_id: body.to_owned(),
+            message_type: ledgermq_broker::pb::MessageType::Normal as i32,
+            ..Default::default()
+        }),
+        body: body.as_bytes().to_vec(),
+    };
+    let mut req = tonic::Request::new(SendMessageRequest { messages: vec![m] });
+    req.metadata_mut()
+        .insert("x-mq-client-id", "compose-probe@1".parse()?);
+    let status = MessagingServiceClient::new(channel)
+        .send_message(req)
+        .await?
+        .into_inner()
+        .status
+        .context("a status")?;
+    if status.code != Code::Ok as i32 {
+        bail!("{service}: {} {}", status.code, status.message);
+    }
+    Ok(())
 }

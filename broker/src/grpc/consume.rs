@@ -52,11 +52,20 @@ pub async fn receive_local(
     client_id: Option<&str>,
     started: Instant,
 ) -> Vec<pb::ReceiveMessageResponse> {
-    match b.receive(&receive_request(req), client_id, started).await {
+    let request = receive_request(req);
+    match b.receive(&request, client_id, started).await {
         Ok(messages) if messages.is_empty() => vec![status_item(
             refuse(ErrorKind::MessageNotFound, "no new message").to_status(),
         )],
         Ok(messages) => {
+            for d in &messages {
+                b.metrics.messages_out(
+                    &d.record.topic,
+                    &request.group,
+                    1,
+                    d.record.body.len() as u64,
+                );
+            }
             let mut out = Vec::with_capacity(messages.len() + 2);
             out.push(status_item(pb::Status::ok()));
             out.extend(messages.into_iter().map(|d| pb::ReceiveMessageResponse {

@@ -85,6 +85,9 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
     );
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .layer(crate::grpc::metrics_layer::RpcMetricsLayer(
+            broker.metrics.clone(),
+        ))
         .add_service(
             MessagingServiceServer::new(Service(broker.clone()))
                 .max_decoding_message_size(64 << 20)

@@ -353,6 +353,10 @@ impl Remoting {
                 } else {
                     next
                 };
+                let body_bytes: usize = found[..n].iter().map(|m| m.view().body().len()).sum();
+                self.broker
+                    .metrics
+                    .messages_out(topic_name, &group, n as u64, body_bytes as u64);
                 let mut r = answer(response::SUCCESS, next);
                 r.body = body;
                 return Ok(r);

@@ -1,0 +1,293 @@
+//! A broker node's Prometheus metrics, served at `GET /metrics` on
+//! `metrics_addr` ([`ledgermq_namesrv::metrics::serve_metrics`]).
+//!
+//! RocketMQ 5's names where RocketMQ has the metric
+//! (<https://rocketmq.apache.org/docs/observability/01metrics>), with its
+//! labels; every metric carries the constant labels `cluster`,
+//! `node_type="broker"`, `broker_group` and `node_id` (`<group>-<member id>`).
+//! Counters count on the node that answered the client (a follower that passed
+//! a send on counts it, the leader does not count it again).
+//!
+//! - `rocketmq_messages_in_total{topic,message_type}`,
+//!   `rocketmq_throughput_in_total{topic,message_type}` (body bytes) and the
+//!   histogram `rocketmq_message_size{topic,message_type}` (bytes): messages
+//!   whose send was answered OK;
+//! - `rocketmq_messages_out_total{topic,consumer_group}`,
+//!   `rocketmq_throughput_out_total{topic,consumer_group}`: messages handed to
+//!   consumers (gRPC receive, 4.x pull);
+//! - `rocketmq_rpc_latency{protocol_type,request_code,response_code}` (ms,
+//!   histogram): `grpc_v2` calls by method and gRPC status, `remoting` requests
+//!   by request and response code;
+//! - read at each scrape: `rocketmq_consumer_lag_messages{topic,consumer_group}`
+//!   (queue ends minus committed consumer offsets; the leader only, so a sum
+//!   over nodes counts each group once), `rocketmq_topic_number`,
+//!   `rocketmq_consumer_group_number`, `rocketmq_storage_size` (bytes under the
+//!   store root), `ledgermq_store_disk_used_ratio`;
+//! - Raft, read at each scrape: `ledgermq_raft_role{role}` (1 for this node's
+//!   role), `ledgermq_raft_term`, `ledgermq_raft_last_log_index`,
+//!   `ledgermq_raft_applied_index`, `ledgermq_raft_apply_lag_entries` (last log
+//!   index minus applied index; openraft 0.9 does not report the commit index,
+//!   which lies between them), and on the leader
+//!   `ledgermq_raft_follower_match_index{follower}` and
+//!   `ledgermq_raft_follower_lag_entries{follower}`; counted as they happen:
+//!   `ledgermq_raft_term_changes_total` (elections seen) and
+//!   `ledgermq_raft_leader_changes_total`;
+//! - `ledgermq_store_flush_latency_ms` (histogram): each CommitLog fsync.
+
+use std::path::Path;
+use std::time::Duration;
+
+pub mod scrape;
+
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
+
+/// Milliseconds buckets of latency histograms.
+const LATENCY_MS_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 3000.0, 10000.0,
+];
+/// RocketMQ's message size buckets: 1 KiB, 4 KiB, 512 KiB, 1, 2 and 4 MiB.
+const SIZE_BUCKETS: &[f64] = &[
+    1024.0,
+    4096.0,
+    524_288.0,
+    1_048_576.0,
+    2_097_152.0,
+    4_194_304.0,
+];
+
+/// Every metric of one broker node (see the module docs).
+pub struct BrokerMetrics {
+    registry: Registry,
+    messages_in: IntCounterVec,
+    throughput_in: IntCounterVec,
+    message_size: HistogramVec,
+    messages_out: IntCounterVec,
+    throughput_out: IntCounterVec,
+    rpc_latency: HistogramVec,
+    flush_latency: Histogram,
+    pub(crate) term_changes: IntCounter,
+    pub(crate) leader_changes: IntCounter,
+    pub(crate) consumer_lag: IntGaugeVec,
+    pub(crate) topic_number: IntGauge,
+    pub(crate) group_number: IntGauge,
+    pub(crate) storage_size: IntGauge,
+    pub(crate) disk_used_ratio: Gauge,
+    pub(crate) raft_role: IntGaugeVec,
+    pub(crate) raft_term: IntGauge,
+    pub(crate) raft_last_log_index: IntGauge,
+    pub(crate) raft_applied_index: IntGauge,
+    pub(crate) raft_apply_lag: IntGauge,
+    pub(crate) follower_match_index: IntGaugeVec,
+    pub(crate) follower_lag: IntGaugeVec,
+}
+
+impl BrokerMetrics {
+    /// The metrics of member `node_id` of `broker_group` in `cluster`.
+    pub fn new(cluster: &str, broker_group: &str, node_id: u64) -> Self {
+        let registry = Registry::new_custom(
+            None,
+            Some(
+                [
+                    ("cluster".to_string(), cluster.to_string()),
+                    ("node_type".to_string(), "broker".to_string()),
+                    ("broker_group".to_string(), broker_group.to_string()),
+                    ("node_id".to_string(), format!("{broker_group}-{node_id}")),
+                ]
+                .into(),
+            ),
+        )
+        .expect("valid constant labels");
+        let reg = |c: Box<dyn prometheus::core::Collector>| {
+            registry.register(c).expect("metric names are unique");
+        };
+        let counters = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            reg(Box::new(c.clone()));
+            c
+        };
+        let gauges = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            reg(Box::new(g.clone()));
+            g
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            reg(Box::new(g.clone()));
+            g
+        };
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
+            reg(Box::new(c.clone()));
+            c
+        };
+        let histograms = |name: &str, help: &str, buckets: &[f64], labels: &[&str]| {
+            let h = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                labels,
+            )
+            .expect("valid metric");
+            reg(Box::new(h.clone()));
+            h
+        };
+        let in_labels = &["topic", "message_type"];
+        let out_labels = &["topic", "consumer_group"];
+        let flush_latency = Histogram::with_opts(
+            HistogramOpts::new(
+                "ledgermq_store_flush_latency_ms",
+                "Duration of each CommitLog fsync, ms.",
+            )
+            .buckets(LATENCY_MS_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        reg(Box::new(flush_latency.clone()));
+        let disk_used_ratio = Gauge::new(
+            "ledgermq_store_disk_used_ratio",
+            "Used fraction of the disk holding the store.",
+        )
+        .expect("valid metric");
+        reg(Box::new(disk_used_ratio.clone()));
+        Self {
+            messages_in: counters(
+                "rocketmq_messages_in_total",
+                "Messages whose send was answered OK.",
+                in_labels,
+            ),
+            throughput_in: counters(
+                "rocketmq_throughput_in_total",
+                "Body bytes of messages whose send was answered OK.",
+                in_labels,
+            ),
+            message_size: histograms(
+                "rocketmq_message_size",
+                "Body size of messages sent, bytes.",
+                SIZE_BUCKETS,
+                in_labels,
+            ),
+            messages_out: counters(
+                "rocketmq_messages_out_total",
+                "Messages handed to consumers.",
+                out_labels,
+            ),
+            throughput_out: counters(
+                "rocketmq_throughput_out_total",
+                "Body bytes of messages handed to consumers.",
+                out_labels,
+            ),
+            rpc_latency: histograms(
+                "rocketmq_rpc_latency",
+                "Time to answer a client call, ms.",
+                LATENCY_MS_BUCKETS,
+                &["protocol_type", "request_code", "response_code"],
+            ),
+            flush_latency,
+            term_changes: counter(
+                "ledgermq_raft_term_changes_total",
+                "Raft term changes this node saw (elections).",
+            ),
+            leader_changes: counter(
+                "ledgermq_raft_leader_changes_total",
+                "Changes of the leader this node knows.",
+            ),
+            consumer_lag: gauges(
+                "rocketmq_consumer_lag_messages",
+                "Messages not yet consumed by a consumer group (leader only).",
+                out_labels,
+            ),
+            topic_number: gauge("rocketmq_topic_number", "Topics of this broker group."),
+            group_number: gauge(
+                "rocketmq_consumer_group_number",
+                "Consumer groups of this broker group.",
+            ),
+            storage_size: gauge("rocketmq_storage_size", "Bytes under the store root."),
+            disk_used_ratio,
+            raft_role: gauges(
+                "ledgermq_raft_role",
+                "1 for this node's Raft role.",
+                &["role"],
+            ),
+            raft_term: gauge("ledgermq_raft_term", "Current Raft term."),
+            raft_last_log_index: gauge("ledgermq_raft_last_log_index", "Last log index."),
+            raft_applied_index: gauge("ledgermq_raft_applied_index", "Last applied log index."),
+            raft_apply_lag: gauge(
+                "ledgermq_raft_apply_lag_entries",
+                "Entries in the log not applied yet.",
+            ),
+            follower_match_index: gauges(
+                "ledgermq_raft_follower_match_index",
+                "Each follower's match index (leader only).",
+                &["follower"],
+            ),
+            follower_lag: gauges(
+                "ledgermq_raft_follower_lag_entries",
+                "Entries each follower is behind the leader's last log index (leader only).",
+                &["follower"],
+            ),
+            registry,
+        }
+    }
+
+    /// A message of `topic` (`message_type`: `normal`, `fifo`, `delay` or
+    /// `transaction`) with a body of `body_bytes`, whose send was answered OK.
+    pub fn message_in(&self, topic: &str, message_type: &str, body_bytes: usize) {
+        let labels = [topic, message_type];
+        self.messages_in.with_label_values(&labels).inc();
+        self.throughput_in
+            .with_label_values(&labels)
+            .inc_by(body_bytes as u64);
+        self.message_size
+            .with_label_values(&labels)
+            .observe(body_bytes as f64);
+    }
+
+    /// `count` messages of `topic` with `body_bytes` in all handed to
+    /// consumer group `group`.
+    pub fn messages_out(&self, topic: &str, group: &str, count: u64, body_bytes: u64) {
+        let labels = [topic, group];
+        self.messages_out.with_label_values(&labels).inc_by(count);
+        self.throughput_out
+            .with_label_values(&labels)
+            .inc_by(body_bytes);
+    }
+
+    /// A client call answered after `took`.
+    pub fn rpc(
+        &self,
+        protocol_type: &str,
+        request_code: &str,
+        response_code: &str,
+        took: Duration,
+    ) {
+        self.rpc_latency
+            .with_label_values(&[protocol_type, request_code, response_code])
+            .observe(took.as_secs_f64() * 1000.0);
+    }
+
+    /// One CommitLog fsync that took `took`.
+    pub fn flush(&self, took: Duration) {
+        self.flush_latency.observe(took.as_secs_f64() * 1000.0);
+    }
+
+    /// The registry's text (after [`scrape::render`] set the gauges).
+    pub fn encode(&self) -> String {
+        ledgermq_namesrv::metrics::encode(&self.registry)
+    }
+}
+
+/// Bytes of the regular files under `dir`, recursively (0 for what cannot be
+/// read).
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
