@@ -5,8 +5,10 @@
 //! (<https://rocketmq.apache.org/docs/observability/01metrics>), with its
 //! labels; every metric carries the constant labels `cluster`,
 //! `node_type="broker"`, `broker_group` and `node_id` (`<group>-<member id>`).
-//! Counters count on the node that answered the client (a follower that passed
-//! a send on counts it, the leader does not count it again).
+//! A send is counted by the node that took it from the client (a follower
+//! passes it on through Raft; the leader does not count it again); a receive a
+//! follower relays is counted by the leader that served it; a call is timed by
+//! the node the client called, relay included (not again where it was relayed).
 //!
 //! - `rocketmq_messages_in_total{topic,message_type}`,
 //!   `rocketmq_throughput_in_total{topic,message_type}` (body bytes) and the
@@ -14,15 +16,17 @@
 //!   whose send was answered OK;
 //! - `rocketmq_messages_out_total{topic,consumer_group}`,
 //!   `rocketmq_throughput_out_total{topic,consumer_group}`: messages handed to
-//!   consumers (gRPC receive, 4.x pull);
+//!   consumers (gRPC receive, 4.x pull; at most [`MAX_OUT_SERIES`] pairs,
+//!   then `consumer_group="_overflow"`);
 //! - `rocketmq_rpc_latency{protocol_type,request_code,response_code}` (ms,
 //!   histogram): `grpc_v2` calls by method and gRPC status, `remoting` requests
-//!   by request and response code;
+//!   by request and response code (a method or request code the node does not
+//!   serve: `other`);
 //! - read at each scrape: `rocketmq_consumer_lag_messages{topic,consumer_group}`
 //!   (queue ends minus committed consumer offsets; the leader only, so a sum
 //!   over nodes counts each group once), `rocketmq_topic_number`,
 //!   `rocketmq_consumer_group_number`, `rocketmq_storage_size` (bytes under the
-//!   store root), `ledgermq_store_disk_used_ratio`;
+//!   store root, measured at most every 30 s), `ledgermq_store_disk_used_ratio`;
 //! - Raft, read at each scrape: `ledgermq_raft_role{role}` (1 for this node's
 //!   role), `ledgermq_raft_term`, `ledgermq_raft_last_log_index`,
 //!   `ledgermq_raft_applied_index`, `ledgermq_raft_apply_lag_entries` (last log
@@ -58,9 +62,18 @@ const SIZE_BUCKETS: &[f64] = &[
     4_194_304.0,
 ];
 
+/// Most distinct (topic, consumer group) pairs the out counters keep: a 4.x
+/// pull names any group it likes, and every series is kept for good. Past it,
+/// the group is labelled `_overflow`.
+pub const MAX_OUT_SERIES: usize = 10_000;
+
 /// Every metric of one broker node (see the module docs).
 pub struct BrokerMetrics {
     registry: Registry,
+    out_series: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Held by a scrape from its first gauge reset to its encoding; when the
+    /// store size was last measured.
+    pub(crate) scrape_lock: std::sync::Mutex<Option<std::time::Instant>>,
     messages_in: IntCounterVec,
     throughput_in: IntCounterVec,
     message_size: HistogramVec,
@@ -150,6 +163,8 @@ impl BrokerMetrics {
         .expect("valid metric");
         reg(Box::new(disk_used_ratio.clone()));
         Self {
+            out_series: Default::default(),
+            scrape_lock: Default::default(),
             messages_in: counters(
                 "rocketmq_messages_in_total",
                 "Messages whose send was answered OK.",
@@ -243,8 +258,18 @@ impl BrokerMetrics {
     }
 
     /// `count` messages of `topic` with `body_bytes` in all handed to
-    /// consumer group `group`.
+    /// consumer group `group` (`_overflow` once [`MAX_OUT_SERIES`] pairs are
+    /// counted and this is a new one).
     pub fn messages_out(&self, topic: &str, group: &str, count: u64, body_bytes: u64) {
+        let group = {
+            let mut seen = self.out_series.lock().unwrap();
+            let key = (topic.to_owned(), group.to_owned());
+            if seen.contains(&key) || seen.len() < MAX_OUT_SERIES && seen.insert(key) {
+                group
+            } else {
+                "_overflow"
+            }
+        };
         let labels = [topic, group];
         self.messages_out.with_label_values(&labels).inc_by(count);
         self.throughput_out
@@ -290,4 +315,71 @@ pub fn dir_bytes(dir: &Path) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample of `name` whose labels include all of `labels`.
+    fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .find(|l| {
+                labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    #[test]
+    fn client_chosen_groups_cannot_grow_the_out_series_past_the_cap() {
+        let m = BrokerMetrics::new("C", "g", 0);
+        for i in 0..MAX_OUT_SERIES {
+            m.messages_out("T", &format!("G{i}"), 1, 10);
+        }
+        m.messages_out("T", "one-too-many", 2, 20);
+        m.messages_out("T", "G0", 1, 10);
+        let text = m.encode();
+        assert!(!text.contains("one-too-many"));
+        let out = |g| {
+            sample(
+                &text,
+                "rocketmq_messages_out_total",
+                &[("consumer_group", g)],
+            )
+        };
+        assert_eq!(out("_overflow"), Some(2.0));
+        assert_eq!(out("G0"), Some(2.0));
+    }
+
+    #[test]
+    fn a_send_is_counted_in_messages_bytes_and_size_with_the_node_labels() {
+        let m = BrokerMetrics::new("C", "g", 1);
+        m.message_in("T", "fifo", 2000);
+        let text = m.encode();
+        let l = [
+            ("cluster", "C"),
+            ("node_type", "broker"),
+            ("broker_group", "g"),
+            ("node_id", "g-1"),
+            ("topic", "T"),
+            ("message_type", "fifo"),
+        ];
+        assert_eq!(sample(&text, "rocketmq_messages_in_total", &l), Some(1.0));
+        assert_eq!(
+            sample(&text, "rocketmq_throughput_in_total", &l),
+            Some(2000.0)
+        );
+        let le = |b| [l.as_slice(), &[("le", b)]].concat();
+        assert_eq!(
+            sample(&text, "rocketmq_message_size_bucket", &le("1024")),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(&text, "rocketmq_message_size_bucket", &le("4096")),
+            Some(1.0)
+        );
+    }
 }

@@ -165,22 +165,6 @@ impl BrokerNode {
             Members::new(cfg.broker_group.clone(), member_clients),
             metrics,
         );
-        let metrics_server = match &cfg.metrics_addr {
-            None => None,
-            Some(addr) => {
-                let b = broker.clone();
-                let render: ledgermq_namesrv::metrics::Render =
-                    Arc::new(move || crate::metrics::scrape::render(&b));
-                match ledgermq_namesrv::metrics::serve_metrics(addr, render).await {
-                    Ok(s) => Some(s),
-                    Err(e) => {
-                        raft_watch.abort();
-                        let _ = node.stop(true).await;
-                        return Err(config_error("metrics_addr", e));
-                    }
-                }
-            }
-        };
         // The client port serves before the node is announced, so that routes
         // never name a port that is not listening (and a port that cannot be
         // bound leaves nothing registered).
@@ -221,6 +205,32 @@ impl BrokerNode {
                         server.stop(Duration::ZERO).await;
                         let _ = node.stop(true).await;
                         return Err(e);
+                    }
+                }
+            }
+        };
+        // Last of what can fail, so no earlier failure leaves it serving.
+        let metrics_server = match &cfg.metrics_addr {
+            None => None,
+            Some(addr) => {
+                // Weak: a scrape in flight at shutdown must not keep the
+                // broker (and its Raft node) alive.
+                let b = Arc::downgrade(&broker);
+                let render: ledgermq_namesrv::metrics::Render = Arc::new(move || {
+                    b.upgrade()
+                        .map(|b| crate::metrics::scrape::render(&b))
+                        .unwrap_or_default()
+                });
+                match ledgermq_namesrv::metrics::serve_metrics(addr, render).await {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        raft_watch.abort();
+                        server.stop(Duration::ZERO).await;
+                        if let Some(r) = remoting {
+                            r.stop().await;
+                        }
+                        let _ = node.stop(true).await;
+                        return Err(config_error("metrics_addr", e));
                     }
                 }
             }
@@ -320,7 +330,7 @@ impl BrokerNode {
         self.announcer.abort();
         let _ = self.announcer.await; // drops its handle on the registrar
         if let Some(m) = self.metrics_server {
-            m.stop().await; // drops its handle on the broker
+            m.stop().await; // no more scrapes (each holds the broker weakly)
         }
         self.raft_watch.abort();
         let _ = self.raft_watch.await;

@@ -222,9 +222,15 @@ impl Remoting {
             )),
         };
         let answer = answer.unwrap_or_else(|e| error_answer(&req, &e));
+        // A code this node does not serve is the client's to choose: one label.
+        let code = if answer.code == response::REQUEST_CODE_NOT_SUPPORTED {
+            "other".to_owned()
+        } else {
+            req.code.to_string()
+        };
         self.broker.metrics.rpc(
             "remoting",
-            &req.code.to_string(),
+            &code,
             &answer.code.to_string(),
             started.elapsed(),
         );

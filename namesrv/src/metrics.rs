@@ -35,7 +35,9 @@ pub fn encode(registry: &Registry) -> String {
 }
 
 /// A running metrics endpoint ([`MetricsServer::stop`]; dropped, it serves on
-/// until the runtime ends).
+/// until the runtime ends). A connection open at the stop may be served a
+/// while longer: give `render` no strong hold on what must go away (a
+/// `Weak`).
 pub struct MetricsServer {
     /// The address it listens on.
     pub addr: SocketAddr,
@@ -51,7 +53,8 @@ impl MetricsServer {
 }
 
 /// Serves `GET /metrics` on `addr` (`host:port`; port 0 picks one) with what
-/// `render` returns at each scrape. Error: the address cannot be bound.
+/// `render` returns at each scrape (run on a blocking thread). Error: the
+/// address cannot be bound.
 pub async fn serve_metrics(addr: &str, render: Render) -> Result<MetricsServer, NameSrvError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -64,12 +67,16 @@ pub async fn serve_metrics(addr: &str, render: Render) -> Result<MetricsServer, 
         axum::routing::get(move || {
             let render = render.clone();
             async move {
+                // Off the runtime's workers: a broker's render reads the disk.
+                let text = tokio::task::spawn_blocking(move || render())
+                    .await
+                    .unwrap_or_default();
                 (
                     [(
                         axum::http::header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    render(),
+                    text,
                 )
             }
         }),

@@ -104,15 +104,24 @@ fn sender(req: &Request<Payload>) -> Option<NodeId> {
         .and_then(|v| v.parse::<NodeId>().ok())
 }
 
-/// Whether a node whose current leader is `leader` campaigns when `from` asks
-/// it to take over (TimeoutNow): when it follows `from`, or no one (it
-/// campaigned on an earlier ask, which a voter still under the old leader's
-/// lease refused: the hand-over asks again until the lease ends), but not when
-/// it follows another leader, elected meanwhile, whose term a campaign would
-/// end. A sender that names no one (an earlier release) is obeyed as before.
-/// No I/O.
-pub fn takes_over_from(leader: Option<NodeId>, from: Option<NodeId>) -> bool {
-    from.is_none() || leader.is_none() || leader == from
+/// Whether node `me`, whose current leader is `leader` and whose vote in its
+/// term went to `voted_for`, campaigns when `from` asks it to take over
+/// (TimeoutNow): when it follows `from`, or follows no one and voted for no
+/// one else (it campaigned on an earlier ask, which a voter still under the old
+/// leader's lease refused: the hand-over asks again until the lease ends); not
+/// when it follows another leader elected meanwhile, or voted for another
+/// candidate whose first AppendEntries has not come yet, whose term a campaign
+/// would end. A sender that names no one (an earlier release) is obeyed as
+/// before. No I/O.
+pub fn takes_over_from(
+    me: NodeId,
+    leader: Option<NodeId>,
+    voted_for: Option<NodeId>,
+    from: Option<NodeId>,
+) -> bool {
+    from.is_none()
+        || leader == from
+        || (leader.is_none() && (voted_for.is_none() || voted_for == Some(me) || voted_for == from))
 }
 
 /// How long a granted vote counts as hearing from a leader
@@ -280,8 +289,12 @@ impl RaftPeer for PeerService {
             return Ok(Response::new(encode(&res)?));
         }
         let from = sender(&req);
-        let leader = core.raft.metrics().borrow().current_leader;
-        if !takes_over_from(leader, from) {
+        let (leader, voted_for) = {
+            let m = core.raft.metrics();
+            let m = m.borrow();
+            (m.current_leader, m.vote.leader_id().voted_for())
+        };
+        if !takes_over_from(self.node_id, leader, voted_for, from) {
             tracing::info!(
                 node = self.node_id,
                 ?from,
@@ -310,14 +323,22 @@ mod tests {
 
     #[test]
     fn only_the_followed_leader_makes_a_node_take_over() {
-        assert!(takes_over_from(Some(1), Some(1)));
+        // Node 0 asked by leader 1.
+        assert!(takes_over_from(0, Some(1), Some(1), Some(1)));
         assert!(
-            takes_over_from(None, Some(1)),
+            takes_over_from(0, None, Some(0), Some(1)),
             "a candidate refused under the lease"
         );
-        assert!(!takes_over_from(Some(2), Some(1)), "another leader now");
         assert!(
-            takes_over_from(Some(2), None),
+            !takes_over_from(0, Some(2), Some(2), Some(1)),
+            "another leader now"
+        );
+        assert!(
+            !takes_over_from(0, None, Some(2), Some(1)),
+            "voted for another candidate, not heard from it yet"
+        );
+        assert!(
+            takes_over_from(0, Some(2), Some(2), None),
             "an earlier release's request"
         );
     }

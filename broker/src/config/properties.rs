@@ -213,7 +213,10 @@ pub fn to_toml(bytes: &[u8], home: Option<&str>) -> Result<(Table, Vec<String>),
         Some(v) => parse("listenPort", v)?,
         None => 10911,
     };
-    if let Some(host) = take("brokerIP1").map(str::to_owned).or(own_host) {
+    if let Some(host) = take("brokerIP1")
+        .map(str::to_owned)
+        .or_else(|| own_host.clone())
+    {
         t.insert(
             "remoting_addr".into(),
             format!("0.0.0.0:{listen_port}").into(),
@@ -309,28 +312,35 @@ pub fn to_toml(bytes: &[u8], home: Option<&str>) -> Result<(Table, Vec<String>),
         None => true,
     };
     t.insert("auto_create_topics".into(), auto_create.into());
-    // RocketMQ 5's Prometheus exporter (BrokerConfig.metricsExporterType,
-    // metricsPromExporterHost, metricsPromExporterPort: 5557 by default).
-    used.extend([
-        "metricsExporterType",
-        "metricsPromExporterHost",
-        "metricsPromExporterPort",
-    ]);
+    // RocketMQ 5's Prometheus exporter (BrokerConfig.metricsExporterType, PROM
+    // or 2; metricsPromExporterHost, by default brokerIP1; and
+    // metricsPromExporterPort, 5557 by default). Another exporter (OTLP_GRPC,
+    // LOG) is not served: its keys stay unused, so the start warns of them.
     match get("metricsExporterType") {
-        None | Some("DISABLE") => {}
-        Some("PROM") => {
+        Some("PROM" | "2") => {
+            used.extend([
+                "metricsExporterType",
+                "metricsPromExporterHost",
+                "metricsPromExporterPort",
+            ]);
             let port: u16 = match get("metricsPromExporterPort") {
                 Some(v) => parse("metricsPromExporterPort", v)?,
                 None => 5557,
             };
-            let host = get("metricsPromExporterHost").unwrap_or("0.0.0.0");
+            let host = get("metricsPromExporterHost")
+                .or_else(|| get("brokerIP1"))
+                .map(str::to_owned)
+                .or_else(|| own_host.clone())
+                .unwrap_or_else(|| "0.0.0.0".into());
+            let host = if host.contains(':') && !host.starts_with('[') {
+                format!("[{host}]")
+            } else {
+                host
+            };
             t.insert("metrics_addr".into(), format!("{host}:{port}").into());
         }
-        Some(v) => {
-            return Err(format!(
-                "metricsExporterType={v:?}: LedgerMQ serves PROM (Prometheus) or DISABLE"
-            ))
-        }
+        None | Some("DISABLE" | "0") => used.push("metricsExporterType"),
+        Some(_) => {}
     }
     let mut unused = Vec::new();
     for (k, v) in &props {

@@ -10,10 +10,17 @@ use ledgermq_raft::RaftNode;
 use super::{dir_bytes, BrokerMetrics};
 use crate::broker::Broker;
 
+/// How often the store directory's size is measured again (a walk of every
+/// file under the store root).
+const STORAGE_SIZE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The metrics text of `broker`'s node now: the gauges are read, then every
-/// metric is encoded.
+/// metric is encoded. Blocking (it reads the disk): call it off the async
+/// runtime's workers. Scrapes take turns, so one never encodes gauges another
+/// has just reset.
 pub fn render(broker: &Broker) -> String {
     let m = &broker.metrics;
+    let mut last_size = m.scrape_lock.lock().unwrap_or_else(|e| e.into_inner());
     let node = &broker.node;
     let raft = node.raft().metrics().borrow().clone();
     let status = crate::grpc::raft_status::raft_status(node.id(), &raft);
@@ -61,7 +68,10 @@ pub fn render(broker: &Broker) -> String {
             }
         }
     }
-    m.storage_size.set(dir_bytes(&store.config().root) as i64);
+    if last_size.is_none_or(|at| at.elapsed() >= STORAGE_SIZE_EVERY) {
+        m.storage_size.set(dir_bytes(&store.config().root) as i64);
+        *last_size = Some(std::time::Instant::now());
+    }
     if let Ok(r) = store.disk_used_ratio() {
         m.disk_used_ratio.set(r);
     }

@@ -1,13 +1,14 @@
 //! Graceful leadership transfer (rolling restarts, SIGTERM): the leader stops
 //! taking writes, waits for a follower to hold its whole log, then has it campaign.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::RaftNode;
 use crate::elections::Hold;
 use crate::error::RaftNodeError;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
-use crate::network::{lazy_channel, peer_request};
+use crate::network::{decode, lazy_channel, peer_request};
 use crate::types::NodeId;
 
 impl RaftNode {
@@ -76,13 +77,18 @@ impl RaftNode {
         deadline: tokio::time::Instant,
     ) -> Result<NodeId, RaftNodeError> {
         let mut rx = self.raft.metrics();
-        let mut seen = None;
+        let mut seen = HandOverState::default();
+        let mut channels = BTreeMap::new();
         loop {
             let m = rx.borrow().clone();
             let step = hand_over_step(self.id, target, &m, &mut seen);
             match step {
                 HandOver::Done(l) => return Ok(l),
-                HandOver::Ask(t) => self.timeout_now(t).await,
+                HandOver::Ask(t) => {
+                    if !self.timeout_now(t, &mut channels, deadline).await {
+                        seen.refused.insert(t);
+                    }
+                }
                 HandOver::Wait => {}
             }
             let round_end =
@@ -103,36 +109,61 @@ impl RaftNode {
         }
     }
 
-    /// Sends TimeoutNow to member `target`; a failure is logged (the next round
-    /// decides again).
-    async fn timeout_now(&self, target: NodeId) {
-        let addr = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&target)
-            .map(|n| n.addr.clone());
-        let Some(addr) = addr else {
-            tracing::warn!(target, "TimeoutNow: not a member");
-            return;
+    /// Sends TimeoutNow to member `target` (its channel kept in `channels`),
+    /// waiting no later than `deadline` and at most 1 s. False when `target`
+    /// refused (it lost acknowledged entries, or follows another leader): it
+    /// is not asked again. A call that failed or timed out is logged, and the
+    /// next round decides again.
+    async fn timeout_now(
+        &self,
+        target: NodeId,
+        channels: &mut BTreeMap<NodeId, tonic::transport::Channel>,
+        deadline: tokio::time::Instant,
+    ) -> bool {
+        if let std::collections::btree_map::Entry::Vacant(slot) = channels.entry(target) {
+            let addr = self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(&target)
+                .map(|n| n.addr.clone());
+            let Some(addr) = addr else {
+                tracing::warn!(target, "TimeoutNow: not a member");
+                return false;
+            };
+            match lazy_channel(&addr, Duration::from_millis(500)) {
+                Ok(c) => slot.insert(c),
+                Err(e) => {
+                    tracing::warn!(target, error = %e, "TimeoutNow: bad address");
+                    return false;
+                }
+            };
+        }
+        let ttl = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .min(Duration::from_secs(1));
+        let Ok(req) = peer_request(self.id, &(), ttl) else {
+            return true;
         };
-        let channel = match lazy_channel(&addr, Duration::from_millis(500)) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(target, error = %e, "TimeoutNow: bad address");
-                return;
+        let mut client = RaftPeerClient::new(channels[&target].clone());
+        match tokio::time::timeout(ttl, client.timeout_now(req)).await {
+            Ok(Ok(reply)) => match decode::<Result<(), String>>(reply.get_ref()) {
+                Ok(Err(why)) => {
+                    tracing::info!(target, %why, "TimeoutNow refused; asking it no more");
+                    false
+                }
+                _ => true,
+            },
+            Ok(Err(s)) => {
+                tracing::warn!(target, error = %s, "TimeoutNow failed");
+                true
             }
-        };
-        let Ok(req) = peer_request(self.id, &(), Duration::from_secs(1)) else {
-            return;
-        };
-        let mut client = RaftPeerClient::new(channel);
-        match tokio::time::timeout(Duration::from_secs(1), client.timeout_now(req)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(s)) => tracing::warn!(target, error = %s, "TimeoutNow failed"),
-            Err(_) => tracing::warn!(target, "TimeoutNow timed out"),
+            Err(_) => {
+                tracing::warn!(target, "TimeoutNow timed out");
+                true
+            }
         }
     }
 }
@@ -148,58 +179,72 @@ pub(crate) enum HandOver {
     Wait,
 }
 
-/// What the leader last knew of its followers: its last log index and each
-/// member's match index.
+/// What a hand-over remembers between rounds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LeaderView {
+pub(crate) struct HandOverState {
+    /// This leader's last log index and each member's match index, from the
+    /// last round in which it still led.
     last: Option<u64>,
     matches: Vec<(NodeId, Option<u64>)>,
+    /// Whether `last` and `matches` were taken.
+    seen: bool,
+    /// The follower asked last.
+    asked: Option<NodeId>,
+    /// Followers that refused to take over: never asked again.
+    pub(crate) refused: BTreeSet<NodeId>,
 }
 
 /// What node `me`, handing leadership over, does this round (`target`: the
-/// only follower it may ask). `seen` keeps its view from the last round in
+/// only follower it may ask). `state` keeps its view from the last round in
 /// which it still led: once a campaign it asked for has taken its leadership
 /// (a newer term), it has no view of its own, and goes on by that one. It asks
-/// the follower with the greatest match index, if that one holds the whole log
+/// a follower with the greatest match index, if that one holds the whole log
 /// as last seen, every round until another node leads: a voter under this
 /// leader's lease refuses the first campaigns, so asking again ends the
-/// hand-over as soon as the lease does. A follower whose log fell short of
-/// another's (an entry in flight as the hand-over began) is never the one
-/// asked: asking it again and again starts round after round it cannot win
-/// and breaks up the campaigns of the follower that can (seen in
+/// hand-over as soon as the lease does. It keeps asking the same follower
+/// while that one stays among the most caught up (two asked in turn would
+/// campaign against each other), and never one that refused. A follower whose
+/// log fell short of another's (an entry in flight as the hand-over began) is
+/// never the one asked: asking it again and again starts round after round it
+/// cannot win and breaks up the campaigns of the follower that can (seen in
 /// deploy/compose: terms 5 to 27 in 5 s). No I/O.
 pub(crate) fn hand_over_step(
     me: NodeId,
     target: Option<NodeId>,
     m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>,
-    seen: &mut Option<LeaderView>,
+    state: &mut HandOverState,
 ) -> HandOver {
     if let Some(l) = m.current_leader.filter(|l| *l != me) {
         return HandOver::Done(l);
     }
     if m.state == openraft::ServerState::Leader {
         if let Some(r) = &m.replication {
-            *seen = Some(LeaderView {
-                last: m.last_log_index,
-                matches: r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect(),
-            });
+            state.last = m.last_log_index;
+            state.matches = r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect();
+            state.seen = true;
         }
     }
-    let Some(v) = seen else {
+    if !state.seen {
         return HandOver::Wait;
-    };
-    let others = || v.matches.iter().filter(|(id, _)| *id != me);
+    }
+    let others = || state.matches.iter().filter(|(id, _)| *id != me);
     let Some(top) = others().map(|(_, matched)| *matched).max() else {
         return HandOver::Wait;
     };
-    if top < v.last {
+    if top < state.last {
         return HandOver::Wait;
     }
-    others()
-        .filter(|(id, matched)| *matched == top && target.is_none_or(|t| t == *id))
-        .map(|(id, _)| *id)
-        .max()
-        .map_or(HandOver::Wait, HandOver::Ask)
+    let mut candidates = others()
+        .filter(|(id, matched)| {
+            *matched == top && target.is_none_or(|t| t == *id) && !state.refused.contains(id)
+        })
+        .map(|(id, _)| *id);
+    let pick = match state.asked {
+        Some(a) if candidates.clone().any(|id| id == a) => Some(a),
+        _ => candidates.next_back(),
+    };
+    state.asked = pick.or(state.asked);
+    pick.map_or(HandOver::Wait, HandOver::Ask)
 }
 
 /// Re-enables heartbeats, elections and writes after a leadership transfer, however
@@ -248,54 +293,79 @@ mod tests {
         m
     }
 
+    fn fresh() -> HandOverState {
+        HandOverState::default()
+    }
+
     #[test]
     fn a_leader_asks_only_a_follower_with_its_whole_log() {
         let m = leading(&[(0, Some(100)), (2, Some(99))]);
-        assert_eq!(hand_over_step(1, None, &m, &mut None), HandOver::Ask(0));
-        let only_2 = Some(2);
-        assert_eq!(hand_over_step(1, only_2, &m, &mut None), HandOver::Wait);
+        assert_eq!(hand_over_step(1, None, &m, &mut fresh()), HandOver::Ask(0));
+        assert_eq!(hand_over_step(1, Some(2), &m, &mut fresh()), HandOver::Wait);
         let m = leading(&[(0, Some(90)), (2, None)]);
-        assert_eq!(hand_over_step(1, None, &m, &mut None), HandOver::Wait);
-        // Two with the whole log: the same one every round; a target given is
-        // asked when it holds it.
+        assert_eq!(hand_over_step(1, None, &m, &mut fresh()), HandOver::Wait);
+        // Two with the whole log: a target given is asked when it holds it.
         let m = leading(&[(0, Some(100)), (2, Some(100))]);
-        assert_eq!(hand_over_step(1, None, &m, &mut None), HandOver::Ask(2));
-        assert_eq!(hand_over_step(1, Some(0), &m, &mut None), HandOver::Ask(0));
+        assert_eq!(hand_over_step(1, None, &m, &mut fresh()), HandOver::Ask(2));
+        assert_eq!(
+            hand_over_step(1, Some(0), &m, &mut fresh()),
+            HandOver::Ask(0)
+        );
+    }
+
+    #[test]
+    fn the_follower_asked_stays_the_one_asked_unless_outrun_or_refusing() {
+        let mut state = fresh();
+        let m = leading(&[(0, Some(100)), (2, Some(99))]);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(0));
+        // Follower 2 catches up: still 0, not two candidates in turn.
+        let m = leading(&[(0, Some(100)), (2, Some(100))]);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(0));
+        // 0 refuses: 2 is asked, and 0 never again.
+        state.refused.insert(0);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(2));
+        state.refused.insert(2);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Wait);
     }
 
     #[test]
     fn a_deposed_leader_asks_again_by_its_last_view_and_never_a_shorter_log() {
         // The asked follower campaigned and lost to the old leader's lease:
         // asked again, by the view from the last round it led in.
-        let mut seen = None;
+        let mut state = fresh();
         let m = leading(&[(0, Some(100)), (2, Some(98))]);
-        assert_eq!(hand_over_step(1, None, &m, &mut seen), HandOver::Ask(0));
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(0));
         assert_eq!(
-            hand_over_step(1, None, &deposed(), &mut seen),
+            hand_over_step(1, None, &deposed(), &mut state),
             HandOver::Ask(0)
         );
         // An entry in flight reached follower 2 but not 0 before the campaign:
         // 2 is asked, 0 (which cannot win) never again.
-        let mut seen = None;
-        let mut m = leading(&[(0, Some(100)), (2, Some(101))]);
+        let mut state = fresh();
+        let mut m = leading(&[(0, Some(100)), (2, Some(100))]);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(2));
+        let mut state = fresh();
+        m = leading(&[(0, Some(100)), (2, Some(99))]);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(0));
+        m = leading(&[(0, Some(100)), (2, Some(101))]);
         m.last_log_index = Some(101);
-        assert_eq!(hand_over_step(1, None, &m, &mut seen), HandOver::Ask(2));
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(2));
         assert_eq!(
-            hand_over_step(1, None, &deposed(), &mut seen),
+            hand_over_step(1, None, &deposed(), &mut state),
             HandOver::Ask(2)
         );
         assert_eq!(
-            hand_over_step(1, Some(0), &deposed(), &mut seen),
+            hand_over_step(1, Some(0), &deposed(), &mut state),
             HandOver::Wait
         );
         // Never led during the hand-over: no view, no ask.
         assert_eq!(
-            hand_over_step(1, None, &deposed(), &mut None),
+            hand_over_step(1, None, &deposed(), &mut fresh()),
             HandOver::Wait
         );
         // Another node leads: done.
         let mut m = deposed();
         m.current_leader = Some(2);
-        assert_eq!(hand_over_step(1, None, &m, &mut seen), HandOver::Done(2));
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Done(2));
     }
 }
