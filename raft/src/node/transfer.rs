@@ -69,7 +69,8 @@ impl RaftNode {
     }
 
     /// Asks a caught-up follower to campaign (Raft's TimeoutNow) once per round
-    /// of 200 ms as [`hand_over_step`] says, until another node leads or
+    /// of 200 ms as [`hand_over_step`] says, for one election lease (then the
+    /// group's own elections finish it), until another node leads or
     /// `deadline`. `target`: the only follower to ask, if given.
     async fn campaign_until_leader(
         &self,
@@ -79,9 +80,17 @@ impl RaftNode {
         let mut rx = self.raft.metrics();
         let mut seen = HandOverState::default();
         let mut channels = BTreeMap::new();
+        // Voters refuse campaigns for at most one lease (the maximum election
+        // timeout) after the last heartbeat, which stopped here; asks after it
+        // (and a round's margin) only break up elections under way.
+        let lease = Duration::from_millis(self.raft.config().election_timeout_max);
+        let asks_until = tokio::time::Instant::now() + lease + Duration::from_millis(200);
         loop {
             let m = rx.borrow().clone();
-            let step = hand_over_step(self.id, target, &m, &mut seen);
+            let mut step = hand_over_step(self.id, target, &m, &mut seen);
+            if tokio::time::Instant::now() > asks_until && matches!(step, HandOver::Ask(_)) {
+                step = HandOver::Wait;
+            }
             match step {
                 HandOver::Done(l) => return Ok(l),
                 HandOver::Ask(t) => {
