@@ -111,8 +111,9 @@ fn sender(req: &Request<Payload>) -> Option<NodeId> {
 /// leader's lease refused: the hand-over asks again until the lease ends); not
 /// when it follows another leader elected meanwhile, or voted for another
 /// candidate whose first AppendEntries has not come yet, whose term a campaign
-/// would end. A sender that names no one (an earlier release) is obeyed as
-/// before. No I/O.
+/// would end. One that already leads says yes (openraft ignores the election
+/// trigger on a leader). A sender that names no one (an earlier release) is
+/// obeyed as before. No I/O.
 pub fn takes_over_from(
     me: NodeId,
     leader: Option<NodeId>,
@@ -121,6 +122,7 @@ pub fn takes_over_from(
 ) -> bool {
     from.is_none()
         || leader == from
+        || leader == Some(me)
         || (leader.is_none() && (voted_for.is_none() || voted_for == Some(me) || voted_for == from))
 }
 
@@ -340,6 +342,10 @@ mod tests {
         assert!(
             takes_over_from(0, Some(2), Some(2), None),
             "an earlier release's request"
+        );
+        assert!(
+            takes_over_from(0, Some(0), Some(0), Some(1)),
+            "it won already"
         );
     }
 

@@ -80,22 +80,30 @@ impl RaftNode {
         let mut rx = self.raft.metrics();
         let mut seen = HandOverState::default();
         let mut channels = BTreeMap::new();
-        // Voters refuse campaigns for at most one lease (the maximum election
-        // timeout) after the last heartbeat, which stopped here; asks after it
-        // (and a round's margin) only break up elections under way.
+        // Voters refuse campaigns while the lease (the maximum election
+        // timeout) from the old leader's last heartbeat holds; heartbeats
+        // stopped here. An ask made once it has ended is answered by a campaign
+        // the voters take; asks after that one only break up elections under
+        // way, so there is one, and then the group's own elections go on.
         let lease = Duration::from_millis(self.raft.config().election_timeout_max);
-        let asks_until = tokio::time::Instant::now() + lease + Duration::from_millis(200);
+        let lease_end = tokio::time::Instant::now() + lease;
+        let mut asked_after_lease = false;
         loop {
             let m = rx.borrow().clone();
             let mut step = hand_over_step(self.id, target, &m, &mut seen);
-            if tokio::time::Instant::now() > asks_until && matches!(step, HandOver::Ask(_)) {
+            if asked_after_lease && matches!(step, HandOver::Ask(_)) {
                 step = HandOver::Wait;
             }
             match step {
                 HandOver::Done(l) => return Ok(l),
                 HandOver::Ask(t) => {
-                    if !self.timeout_now(t, &mut channels, deadline).await {
-                        seen.refused.insert(t);
+                    let sent_at = tokio::time::Instant::now();
+                    match self.timeout_now(t, &mut channels, deadline).await {
+                        Asked::Accepted => asked_after_lease |= sent_at >= lease_end,
+                        Asked::Refused => {
+                            seen.refused.insert(t);
+                        }
+                        Asked::Failed => seen.unreachable = Some(t),
                     }
                 }
                 HandOver::Wait => {}
@@ -119,16 +127,14 @@ impl RaftNode {
     }
 
     /// Sends TimeoutNow to member `target` (its channel kept in `channels`),
-    /// waiting no later than `deadline` and at most 1 s. False when `target`
-    /// refused (it lost acknowledged entries, or follows another leader): it
-    /// is not asked again. A call that failed or timed out is logged, and the
-    /// next round decides again.
+    /// waiting no later than `deadline` and at most one round (200 ms). A call
+    /// that failed or timed out is logged.
     async fn timeout_now(
         &self,
         target: NodeId,
         channels: &mut BTreeMap<NodeId, tonic::transport::Channel>,
         deadline: tokio::time::Instant,
-    ) -> bool {
+    ) -> Asked {
         if let std::collections::btree_map::Entry::Vacant(slot) = channels.entry(target) {
             let addr = self
                 .raft
@@ -140,41 +146,57 @@ impl RaftNode {
                 .map(|n| n.addr.clone());
             let Some(addr) = addr else {
                 tracing::warn!(target, "TimeoutNow: not a member");
-                return false;
+                return Asked::Failed;
             };
             match lazy_channel(&addr, Duration::from_millis(500)) {
                 Ok(c) => slot.insert(c),
                 Err(e) => {
                     tracing::warn!(target, error = %e, "TimeoutNow: bad address");
-                    return false;
+                    return Asked::Failed;
                 }
             };
         }
         let ttl = deadline
             .saturating_duration_since(tokio::time::Instant::now())
-            .min(Duration::from_secs(1));
+            .min(Duration::from_millis(200));
+        if ttl.is_zero() {
+            return Asked::Failed;
+        }
         let Ok(req) = peer_request(self.id, &(), ttl) else {
-            return true;
+            return Asked::Failed;
         };
         let mut client = RaftPeerClient::new(channels[&target].clone());
         match tokio::time::timeout(ttl, client.timeout_now(req)).await {
             Ok(Ok(reply)) => match decode::<Result<(), String>>(reply.get_ref()) {
                 Ok(Err(why)) => {
                     tracing::info!(target, %why, "TimeoutNow refused; asking it no more");
-                    false
+                    Asked::Refused
                 }
-                _ => true,
+                _ => Asked::Accepted,
             },
             Ok(Err(s)) => {
                 tracing::warn!(target, error = %s, "TimeoutNow failed");
-                true
+                Asked::Failed
             }
             Err(_) => {
                 tracing::warn!(target, "TimeoutNow timed out");
-                true
+                Asked::Failed
             }
         }
     }
+}
+
+/// How a TimeoutNow went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// The follower campaigns.
+    Accepted,
+    /// It will not (it lost acknowledged entries, or follows another leader
+    /// or candidate): not asked again.
+    Refused,
+    /// No answer (unreachable, timed out): another follower as caught up is
+    /// asked next round.
+    Failed,
 }
 
 /// One round of a leader's hand-over, decided from its own metrics.
@@ -201,6 +223,9 @@ pub(crate) struct HandOverState {
     asked: Option<NodeId>,
     /// Followers that refused to take over: never asked again.
     pub(crate) refused: BTreeSet<NodeId>,
+    /// A follower that did not answer the last ask: next round another one
+    /// as caught up is asked, if there is one.
+    pub(crate) unreachable: Option<NodeId>,
 }
 
 /// What node `me`, handing leadership over, does this round (`target`: the
@@ -212,7 +237,7 @@ pub(crate) struct HandOverState {
 /// leader's lease refuses the first campaigns, so asking again ends the
 /// hand-over as soon as the lease does. It keeps asking the same follower
 /// while that one stays among the most caught up (two asked in turn would
-/// campaign against each other), and never one that refused. A follower whose
+/// campaign against each other) and answers, never one that refused. A follower whose
 /// log fell short of another's (an entry in flight as the hand-over began) is
 /// never the one asked: asking it again and again starts round after round it
 /// cannot win and breaks up the campaigns of the follower that can (seen in
@@ -248,9 +273,14 @@ pub(crate) fn hand_over_step(
             *matched == top && target.is_none_or(|t| t == *id) && !state.refused.contains(id)
         })
         .map(|(id, _)| *id);
+    let skip = state.unreachable.take();
     let pick = match state.asked {
-        Some(a) if candidates.clone().any(|id| id == a) => Some(a),
-        _ => candidates.next_back(),
+        Some(a) if a != skip.unwrap_or(me) && candidates.clone().any(|id| id == a) => Some(a),
+        _ => candidates
+            .clone()
+            .filter(|id| Some(*id) != skip)
+            .max()
+            .or_else(|| candidates.next_back()),
     };
     state.asked = pick.or(state.asked);
     pick.map_or(HandOver::Wait, HandOver::Ask)
@@ -335,6 +365,22 @@ mod tests {
         assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(2));
         state.refused.insert(2);
         assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Wait);
+    }
+
+    #[test]
+    fn a_follower_that_did_not_answer_gives_way_to_one_as_caught_up_for_a_round() {
+        let mut state = fresh();
+        let m = leading(&[(0, Some(100)), (2, Some(100))]);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(2));
+        state.unreachable = Some(2);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(0));
+        // 0 is now the one asked.
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(0));
+        // Alone at the top, an unanswering follower is asked again.
+        let mut state = fresh();
+        let m = leading(&[(0, Some(90)), (2, Some(100))]);
+        state.unreachable = Some(2);
+        assert_eq!(hand_over_step(1, None, &m, &mut state), HandOver::Ask(2));
     }
 
     #[test]
