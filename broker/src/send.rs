@@ -196,8 +196,10 @@ impl Broker {
             "a send answered with another number of placements"
         );
         if let Some(topic) = &topic_cfg {
-            for (kind, body_bytes) in counted {
-                self.metrics.message_in(&topic.name, kind, body_bytes);
+            // Usually one type per send: one call per run of the same type.
+            for run in counted.chunk_by(|a, b| a.0 == b.0) {
+                let bytes = run.iter().map(|(_, b)| *b);
+                self.metrics.messages_in(&topic.name, run[0].0, bytes);
             }
         }
         Ok(placed

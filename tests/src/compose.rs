@@ -275,8 +275,9 @@ pub async fn wait_leader(members: &[&str], limit: Duration) -> Result<String> {
     }
 }
 
-/// Waits up to `limit` until `member` of `group`'s members follows the group's
-/// leader (or leads) and the leader has it at most `max_lag` entries behind.
+/// Waits up to `limit` until `member` of `group`'s members leads, or follows
+/// a leader with its own applied index (read from the running process) at
+/// most `max_lag` below the leader's.
 pub async fn wait_caught_up(
     group: &[&str],
     member: &str,

@@ -56,6 +56,29 @@ pub fn pull_bodies(addr: &str, group: &str, topic: &str, queue_id: u32) -> Vec<V
         .collect()
 }
 
+/// A SEND_MESSAGE_V2 (310) of `body` to queue `queue_id` of `topic`, from
+/// producer group `PG`, with `properties` in RocketMQ's encoding
+/// (`KEY\u{1}value\u{2}`...; empty for none).
+pub fn send_request(topic: &str, queue_id: u32, properties: &str, body: &[u8]) -> RemotingCommand {
+    let q = queue_id.to_string();
+    let mut r = RemotingCommand::request(
+        310,
+        [
+            ("a", "PG"),
+            ("b", topic),
+            ("c", "TBW102"),
+            ("d", "4"),
+            ("e", &q),
+            ("f", "0"),
+            ("g", "1700000000000"),
+            ("h", "0"),
+            ("i", properties),
+        ],
+    );
+    r.body = body.to_vec();
+    r
+}
+
 /// Connects to `addr` (a 10 s read timeout), sends `cmd`, returns its answer.
 /// Panics when none comes.
 pub fn call(addr: &str, cmd: &RemotingCommand) -> RemotingCommand {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ledgermq_remoting::RemotingCommand;
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
-use ledgermq_tests::remoting::{call, pull_bodies};
+use ledgermq_tests::remoting::{call, pull_bodies, send_request};
 
 const TOPIC: &str = "MetricsT";
 const GROUP: &str = "MetricsG";
@@ -146,21 +146,7 @@ async fn broker_and_name_server_metrics_move_with_the_group() {
     for i in 0..10 {
         let body = format!("metric-{i}");
         body_bytes += body.len();
-        let mut send = RemotingCommand::request(
-            310,
-            [
-                ("a", "PG"),
-                ("b", TOPIC),
-                ("c", "TBW102"),
-                ("d", "1"),
-                ("e", "0"),
-                ("f", "0"),
-                ("g", "1700000000000"),
-                ("h", "0"),
-                ("i", ""),
-            ],
-        );
-        send.body = body.into_bytes();
+        let send = send_request(TOPIC, 0, "", body.as_bytes());
         let sent = call(&follower_remoting, &send);
         assert_eq!(sent.code, 0, "{:?}", sent.remark);
     }

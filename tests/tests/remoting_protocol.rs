@@ -15,7 +15,7 @@ use std::time::Duration;
 use ledgermq_remoting::message::decode_offset_message_id;
 use ledgermq_remoting::{RemotingCommand, SerializeType};
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
-use ledgermq_tests::remoting::{call, read_answer};
+use ledgermq_tests::remoting::{call, read_answer, send_request};
 
 fn connect(addr: &str) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
@@ -101,21 +101,7 @@ fn follower_behind_waits_for_its_apply(leader: &str, follower: &str, follower_id
     std::thread::sleep(Duration::from_millis(500));
     for i in 0..2 {
         let key = format!("UNIQ_KEY\u{1}BEHIND{i}\u{2}");
-        let send = request(
-            310,
-            &[
-                ("a", "PG"),
-                ("b", "Behind"),
-                ("c", "TBW102"),
-                ("d", "1"),
-                ("e", "0"),
-                ("f", "0"),
-                ("g", "1700000000000"),
-                ("h", "0"),
-                ("i", &key),
-            ],
-            b"behind",
-        );
+        let send = send_request("Behind", 0, &key, b"behind");
         let sent = call(leader, &send);
         assert_eq!(sent.code, 0, "{:?}", sent.remark);
     }
@@ -156,22 +142,10 @@ fn check(ns: &str) {
 
     // A send to a follower in the ROCKETMQ header is passed on, committed, and
     // answered with an offset message id naming the follower's address.
-    let mut send = request(
-        310,
-        &[
-            ("a", "PG"),
-            ("b", "Wire"),
-            ("c", "TBW102"),
-            ("d", "4"),
-            ("e", "1"),
-            ("f", "0"),
-            ("g", "1700000000000"),
-            ("h", "0"),
-            (
-                "i",
-                "TAGS\u{1}T1\u{2}KEYS\u{1}k1\u{2}UNIQ_KEY\u{1}ABCDEF\u{2}",
-            ),
-        ],
+    let mut send = send_request(
+        "Wire",
+        1,
+        "TAGS\u{1}T1\u{2}KEYS\u{1}k1\u{2}UNIQ_KEY\u{1}ABCDEF\u{2}",
         b"hello remoting",
     );
     send.serialize_type = SerializeType::RocketMq;

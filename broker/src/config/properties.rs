@@ -133,10 +133,26 @@ fn peers(v: &str) -> Result<BTreeMap<u64, String>, String> {
     Ok(out)
 }
 
-/// A value of one of this crate's own keys: a number, a boolean, or text.
-fn own_value(v: &str) -> Value {
+/// This crate's own keys whose values are text, even when they look like a
+/// number or a boolean (`broker_group=7`).
+const TEXT_KEYS: &[&str] = &[
+    "cluster",
+    "broker_group",
+    "client_addr",
+    "client_endpoint",
+    "remoting_addr",
+    "metrics_addr",
+    "store_root",
+    "flush",
+];
+
+/// The value of this crate's own key `key`: text for [`TEXT_KEYS`], else a
+/// number, a boolean, or text.
+fn own_value(key: &str, v: &str) -> Value {
     let v = v.trim();
-    if let Ok(i) = v.parse::<i64>() {
+    if TEXT_KEYS.contains(&key) {
+        Value::String(v.to_owned())
+    } else if let Ok(i) = v.parse::<i64>() {
         Value::Integer(i)
     } else if let Ok(f) = v.parse::<f64>() {
         Value::Float(f)
@@ -345,7 +361,7 @@ pub fn to_toml(bytes: &[u8], home: Option<&str>) -> Result<(Table, Vec<String>),
     let mut unused = Vec::new();
     for (k, v) in &props {
         if OWN_KEYS.contains(&k.as_str()) {
-            t.insert(k.clone(), own_value(v));
+            t.insert(k.clone(), own_value(k, v));
         } else if !used.contains(&k.as_str()) {
             unused.push(k.clone());
         }
@@ -462,6 +478,11 @@ mod tests {
         .unwrap();
         assert_eq!(t["broker_group"].as_str(), Some("caf\u{80}"));
         assert_eq!(t["cluster"].as_str(), Some("\u{e9}t\u{e9}"));
+        // An own text key that looks like a number stays text.
+        let (t, _) = to_toml(b"broker_group=7\ncluster=2024\nnode_id=0", Some("/h")).unwrap();
+        assert_eq!(t["broker_group"].as_str(), Some("7"));
+        assert_eq!(t["cluster"].as_str(), Some("2024"));
+        assert_eq!(t["node_id"].as_integer(), Some(0));
         // Required: brokerName, and storePathRootDir without HOME.
         let e = to_toml(b"dLegerPeers=n0-10.0.0.1:1\ndLegerSelfId=n0", Some("/h")).unwrap_err();
         assert!(e.contains("brokerName"), "{e}");

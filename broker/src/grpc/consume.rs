@@ -58,12 +58,14 @@ pub async fn receive_local(
             refuse(ErrorKind::MessageNotFound, "no new message").to_status(),
         )],
         Ok(messages) => {
-            for d in &messages {
+            // One call per run of one topic (a receive names one topic).
+            for run in messages.chunk_by(|a, b| a.record.topic == b.record.topic) {
+                let bytes = run.iter().map(|d| d.record.body.len() as u64).sum();
                 b.metrics.messages_out(
-                    &d.record.topic,
+                    &run[0].record.topic,
                     &request.group,
-                    1,
-                    d.record.body.len() as u64,
+                    run.len() as u64,
+                    bytes,
                 );
             }
             let mut out = Vec::with_capacity(messages.len() + 2);

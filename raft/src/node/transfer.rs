@@ -35,15 +35,8 @@ impl RaftNode {
                     leader: m.current_leader,
                 });
             }
-            let last = m.last_log_index;
-            let repl = m.replication.clone().unwrap_or_default();
-            let caught_up = repl
-                .iter()
-                .filter(|(id, _)| **id != self.id && target.is_none_or(|t| t == **id))
-                .filter(|(_, matched)| matched.map(|l| l.index) >= last)
-                .map(|(id, _)| *id)
-                .next();
-            if caught_up.is_some() {
+            let step = hand_over_step(self.id, target, &m, &mut HandOverState::default());
+            if matches!(step, HandOver::Ask(_)) {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -214,11 +207,9 @@ pub(crate) enum HandOver {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct HandOverState {
     /// This leader's last log index and each member's match index, from the
-    /// last round in which it still led.
+    /// last round in which it still led (none yet: `matches` is empty).
     last: Option<u64>,
     matches: Vec<(NodeId, Option<u64>)>,
-    /// Whether `last` and `matches` were taken.
-    seen: bool,
     /// The follower asked last.
     asked: Option<NodeId>,
     /// Followers that refused to take over: never asked again.
@@ -237,8 +228,8 @@ pub(crate) struct HandOverState {
 /// leader's lease refuses the first campaigns, so asking again ends the
 /// hand-over as soon as the lease does. It keeps asking the same follower
 /// while that one stays among the most caught up (two asked in turn would
-/// campaign against each other) and answers, never one that refused. A follower whose
-/// log fell short of another's (an entry in flight as the hand-over began) is
+/// campaign against each other) and answers, never one that refused. A
+/// follower whose log fell short of another's (an entry in flight as the hand-over began) is
 /// never the one asked: asking it again and again starts round after round it
 /// cannot win and breaks up the campaigns of the follower that can (seen in
 /// deploy/compose: terms 5 to 27 in 5 s). No I/O.
@@ -255,11 +246,7 @@ pub(crate) fn hand_over_step(
         if let Some(r) = &m.replication {
             state.last = m.last_log_index;
             state.matches = r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect();
-            state.seen = true;
         }
-    }
-    if !state.seen {
-        return HandOver::Wait;
     }
     let others = || state.matches.iter().filter(|(id, _)| *id != me);
     let Some(top) = others().map(|(_, matched)| *matched).max() else {
