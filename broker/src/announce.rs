@@ -87,7 +87,13 @@ pub fn describe(node: &RaftNode, id: &Identity) -> BrokerNode {
         term: m.current_term,
         commit_index: m.last_applied.map_or(0, |l| l.index),
         topics,
-        cut_off: !node.in_contact_with_quorum(),
+        // A node outside its group's membership (joining) is left out of
+        // routes as a cut-off one is; so is a learner no leader replicates to
+        // (a removed node never receives its removal: it stays a learner in
+        // its own view).
+        cut_off: !node.in_contact_with_quorum()
+            || !node.is_member()
+            || (m.state == ServerState::Learner && !node.leader_heard_lately()),
         remoting_addr: id.remoting_addr.clone(),
         member_addr: id.member_addr.clone(),
     }

@@ -110,6 +110,13 @@ pub struct BrokerConfig {
     /// members left out are looked up on the name servers.
     #[serde(default)]
     pub client_addrs: BTreeMap<String, String>,
+    /// This node joins a running group (`mqadmin addNode`): on its first start
+    /// (an empty store) it waits to be added as a learner instead of
+    /// initializing the group from `peers`; ignored once it holds a membership.
+    /// `peers` must still name this node's own peer address. Off by default;
+    /// `mqbroker --join` sets it too.
+    #[serde(default)]
+    pub join: bool,
     /// Create topics on first use (RocketMQ's `autoCreateTopicEnable`); off by
     /// default: create them with `mqadmin updateTopic`.
     #[serde(default)]

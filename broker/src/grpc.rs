@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod audit;
 pub mod consume;
+pub mod membership;
 pub mod message;
 pub mod metrics_layer;
 pub mod progress;

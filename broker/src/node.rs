@@ -141,6 +141,7 @@ impl BrokerNode {
                 write_timeout_ms: timings.write_timeout.as_millis() as u64,
                 cluster_name: cfg.broker_group.clone(),
                 retention_interval_ms: cfg.retention_interval.as_millis() as u64,
+                join: cfg.join,
             },
             opts.filter,
         )

@@ -40,7 +40,9 @@ pub fn quorum_in_contact(
 #[derive(Clone, Debug)]
 pub struct Contacts {
     self_id: NodeId,
-    members: Arc<Vec<NodeId>>,
+    /// The voters of the group's membership (followed by
+    /// `RaftNode`'s membership watch as changes are applied).
+    members: Arc<Mutex<Vec<NodeId>>>,
     window: Duration,
     last_heard: Arc<Mutex<HashMap<NodeId, Instant>>>,
     /// When a leader's AppendEntries (entries or heartbeat) last arrived.
@@ -59,12 +61,36 @@ impl Contacts {
         let last_heard = members.iter().map(|&m| (m, now)).collect();
         Self {
             self_id,
-            members: Arc::new(members),
+            members: Arc::new(Mutex::new(members)),
             window,
             last_heard: Arc::new(Mutex::new(last_heard)),
             last_leader: Arc::new(Mutex::new(now)),
             unanswered: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Replaces the voters counted for a quorum (a membership change); a voter
+    /// new to the set counts as heard from now, given one window to make contact
+    /// as at start.
+    pub fn set_members(&self, members: Vec<NodeId>) {
+        let mut current = self.members.lock().unwrap();
+        if *current == members {
+            return;
+        }
+        let now = Instant::now();
+        let mut heard = self.last_heard.lock().unwrap();
+        for &m in &members {
+            if !current.contains(&m) {
+                heard.insert(m, now);
+            }
+        }
+        heard.retain(|id, _| members.contains(id));
+        *current = members;
+    }
+
+    /// The voters counted for a quorum, as last set.
+    pub fn members(&self) -> Vec<NodeId> {
+        self.members.lock().unwrap().clone()
     }
 
     /// Records that a call to `peer` got no answer before its deadline.
@@ -89,7 +115,7 @@ impl Contacts {
 
     /// Records that `peer` was heard from just now.
     pub fn heard_from(&self, peer: NodeId) {
-        if peer != self.self_id && self.members.contains(&peer) {
+        if peer != self.self_id && self.members.lock().unwrap().contains(&peer) {
             self.last_heard.lock().unwrap().insert(peer, Instant::now());
         }
     }
@@ -136,10 +162,11 @@ impl Contacts {
     /// True if a majority of the group (this node included) was heard from within
     /// the window.
     pub fn in_contact_with_quorum(&self) -> bool {
+        let members = self.members.lock().unwrap().clone();
         quorum_in_contact(
             Instant::now(),
             &self.last_heard.lock().unwrap(),
-            &self.members,
+            &members,
             self.self_id,
             self.window,
         )
@@ -148,9 +175,9 @@ impl Contacts {
     /// The other members heard from within the window, in id order (the
     /// members are counted as heard from at start).
     pub fn peers_in_contact(&self) -> Vec<NodeId> {
+        let members = self.members.lock().unwrap().clone();
         let heard = self.last_heard.lock().unwrap();
-        let mut peers: Vec<NodeId> = self
-            .members
+        let mut peers: Vec<NodeId> = members
             .iter()
             .copied()
             .filter(|&m| m != self.self_id)
@@ -201,5 +228,28 @@ mod tests {
         assert!(!c.in_contact_with_quorum());
         c.heard_from(2);
         assert!(c.in_contact_with_quorum());
+    }
+
+    #[test]
+    fn a_membership_change_moves_the_quorum() {
+        let c = Contacts::new(3, vec![0, 1, 2], Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(80));
+        // A learner (not among the voters) needs a majority of the voters.
+        c.heard_from(0);
+        assert!(!c.in_contact_with_quorum());
+        c.heard_from(1);
+        assert!(c.in_contact_with_quorum());
+        // Now a voter of four: a voter new to the set starts heard from.
+        c.set_members(vec![0, 1, 2, 3]);
+        assert_eq!(c.peers_in_contact(), vec![0, 1]);
+        std::thread::sleep(Duration::from_millis(80));
+        c.heard_from(0);
+        assert!(!c.in_contact_with_quorum());
+        c.heard_from(1);
+        assert!(c.in_contact_with_quorum());
+        // A removed voter is a stranger again.
+        c.set_members(vec![1, 3]);
+        c.heard_from(0);
+        assert_eq!(c.peers_in_contact(), vec![1]);
     }
 }

@@ -140,6 +140,27 @@ pub enum RaftNodeError {
     /// Network or server setup failed.
     #[error("transport: {0}")]
     Transport(String),
+
+    /// A membership change that cannot be made as asked (`RaftNode::change_membership`):
+    /// the operator's mistake (an id or address already taken, the last voter) or a
+    /// change already in progress; nothing was changed by this call.
+    #[error("membership change refused: {0}")]
+    MembershipRefused(String),
+
+    /// Node `id` was added as a learner but did not catch up with the leader's log
+    /// (through `target_index`) within `timeout_ms`; it stays a learner, and asking
+    /// again goes on from there.
+    #[error("node {id} did not catch up within {timeout_ms} ms (it holds through log index {matched_index:?} of {target_index}); it stays a learner, ask again to go on")]
+    CatchUpTimeout {
+        /// The learner.
+        id: u64,
+        /// The last log index it was known to hold.
+        matched_index: Option<u64>,
+        /// The leader's last log index it has to reach.
+        target_index: u64,
+        /// How long this call waited.
+        timeout_ms: u64,
+    },
 }
 
 /// Wraps an error for openraft's `StorageIOError` constructors.

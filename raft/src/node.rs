@@ -25,6 +25,11 @@ use crate::types::{Command, NodeId, Placed, Raft, Request, Response};
 use crate::writer::{BatchConfig, Writer};
 
 mod disk;
+mod membership;
+pub use membership::{
+    leader_budget, plan_add, plan_remove, unfinished, AddStep, ChangeDone, ForwardedChange,
+    MembershipChange, MembershipOutcome, MembershipRefusal, RemoveStep, MAX_CHANGE_TIME,
+};
 mod storage;
 pub use storage::SET_ASIDE_MESSAGES_LOG;
 mod status;
@@ -87,6 +92,11 @@ pub struct RaftNodeConfig {
     pub cluster_name: String,
     /// How often retention runs, in ms (RocketMQ: every 10 s); 0 turns it off.
     pub retention_interval_ms: u64,
+    /// A node joining a running group (`mqadmin addNode`): it never initializes
+    /// a membership of its own, and waits for the leader to add it as a learner.
+    /// Without it a node with an empty store initializes the group with
+    /// `members`.
+    pub join: bool,
 }
 
 /// One running member of a broker group.
@@ -218,6 +228,7 @@ impl RaftNode {
         // able to ask this node in turn (a group restarting together). Until
         // `core` is set it answers only `ReadEntry`.
         let core = Arc::new(std::sync::OnceLock::new());
+        let node_cell = Arc::new(std::sync::OnceLock::new());
         let appends = Arc::new(crate::server::AppendCounts::default());
         let service = PeerService {
             node_id: cfg.node_id,
@@ -226,6 +237,7 @@ impl RaftNode {
             store: store.clone(),
             contacts: contacts.clone(),
             appends: appends.clone(),
+            node: node_cell.clone(),
         };
         let listener = tokio::net::TcpListener::bind(cfg.listen_addr)
             .await
@@ -336,6 +348,11 @@ impl RaftNode {
                 tracing::warn!(error = %e, "finishing an interrupted purge failed");
             }
         }
+        let _ = node_cell.set(Arc::downgrade(&node));
+        tokio::spawn(membership::follow_membership(
+            Arc::downgrade(&node),
+            repair.clone(),
+        ));
         tokio::spawn(crate::repair::scrub(Arc::downgrade(&repair)));
         tokio::spawn(probe_peers(
             Arc::downgrade(&node),
@@ -353,11 +370,12 @@ impl RaftNode {
                 purge_point_moved,
             ));
         }
-        if !node
-            .raft
-            .is_initialized()
-            .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))?
+        if !cfg.join
+            && !node
+                .raft
+                .is_initialized()
+                .await
+                .map_err(|e| RaftNodeError::Raft(e.to_string()))?
         {
             let members: BTreeMap<NodeId, BasicNode> = cfg
                 .members

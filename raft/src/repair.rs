@@ -115,7 +115,9 @@ enum Answer {
 pub struct EntryRepair {
     self_id: NodeId,
     /// Every other member: id → peer address.
-    peers: BTreeMap<NodeId, String>,
+    /// The other members (id → peer address), learners included; follows the
+    /// membership once it is applied ([`Self::set_peers`]).
+    peers: Mutex<BTreeMap<NodeId, String>>,
     store: Arc<MessageStore>,
     filter: NetworkFilter,
     channels: Mutex<BTreeMap<NodeId, Channel>>,
@@ -142,12 +144,28 @@ impl EntryRepair {
             .collect();
         Self {
             self_id,
-            peers,
+            peers: Mutex::new(peers),
             store,
             filter,
             channels: Mutex::new(BTreeMap::new()),
             in_flight: Mutex::new(BTreeSet::new()),
             stopping: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Replaces the members asked for copies (a membership change): every node of
+    /// `members` but this one.
+    pub fn set_peers(&self, members: &BTreeMap<NodeId, String>) {
+        let peers: BTreeMap<NodeId, String> = members
+            .iter()
+            .filter(|(&id, _)| id != self.self_id)
+            .map(|(&id, a)| (id, a.clone()))
+            .collect();
+        let mut current = self.peers.lock().unwrap();
+        if *current != peers {
+            // A peer's address may have changed: its cached channel goes.
+            self.channels.lock().unwrap().clear();
+            *current = peers;
         }
     }
 
@@ -202,7 +220,7 @@ impl EntryRepair {
         if let Ok(Some(entry)) = read_intact(&self.store, wanted) {
             return Some(entry);
         }
-        let mut asking: Vec<NodeId> = self.peers.keys().copied().collect();
+        let mut asking: Vec<NodeId> = self.peers.lock().unwrap().keys().copied().collect();
         while !asking.is_empty() {
             let mut still = Vec::new();
             for peer in asking {
@@ -304,11 +322,14 @@ impl EntryRepair {
     }
 
     fn channel(&self, peer: NodeId) -> Option<Channel> {
+        // The address first, its lock released: `set_peers` takes the two locks
+        // in the other order.
+        let addr = self.peers.lock().unwrap().get(&peer)?.clone();
         let mut cache = self.channels.lock().unwrap();
         if let Some(c) = cache.get(&peer) {
             return Some(c.clone());
         }
-        let c = lazy_channel(self.peers.get(&peer)?, Duration::from_millis(500)).ok()?;
+        let c = lazy_channel(&addr, Duration::from_millis(500)).ok()?;
         cache.insert(peer, c.clone());
         Some(c)
     }

@@ -47,6 +47,9 @@ pub struct PeerService {
     pub contacts: crate::contact::Contacts,
     /// AppendEntries answered by Raft since start, by transport.
     pub appends: Arc<AppendCounts>,
+    /// The node, once started (membership changes a follower passes on are made
+    /// by the node, which may hand leadership over first).
+    pub node: Arc<std::sync::OnceLock<std::sync::Weak<crate::RaftNode>>>,
 }
 
 /// AppendEntries a node answered (Raft handled them and the answer went out),
@@ -260,6 +263,27 @@ impl RaftPeer for PeerService {
             .write_local_until(request, deadline)
             .await
             .map_err(ForwardRefusal::from);
+        Ok(Response::new(encode(&res)?))
+    }
+
+    async fn change_membership(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let _core = self.core()?;
+        self.admit(&req)?;
+        let asked: crate::node::ForwardedChange = decode(req.get_ref())?;
+        let node = self
+            .node
+            .get()
+            .and_then(|n| n.upgrade())
+            .ok_or_else(|| Status::unavailable("starting: the node is not running yet"))?;
+        let res = if node.is_leader() {
+            let budget = std::time::Duration::from_millis(asked.timeout_ms)
+                .min(crate::node::MAX_CHANGE_TIME);
+            node.change_here(asked.change, tokio::time::Instant::now() + budget)
+                .await
+                .map_err(crate::node::MembershipRefusal::from)
+        } else {
+            Err(crate::node::MembershipRefusal::NotLeader)
+        };
         Ok(Response::new(encode(&res)?))
     }
 

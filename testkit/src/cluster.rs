@@ -424,6 +424,76 @@ impl LocalCluster {
         }
     }
 
+    /// Starts a new node `node_id` of `group` that joins it (`join = true`, for
+    /// `mqadmin addNode`): node `idx` of the group's configuration with this
+    /// node's id, free ports, an empty store under the cluster directory, and
+    /// itself added to `[peers]` and `[client_addrs]`. Returns its index in
+    /// [`Self::nodes`] and its Raft peer address, once its client port listens.
+    pub fn start_joiner(&mut self, group: &str, node_id: u64) -> Result<(usize, String)> {
+        let model = self
+            .nodes
+            .iter()
+            .find(|n| n.group == group)
+            .ok_or_else(|| KitError::Config {
+                path: self.dir.clone(),
+                reason: format!("no node of group {group}"),
+            })?;
+        let mut cfg = read_toml(&model.config)?;
+        let name = format!("{group}-n{node_id}");
+        let raft = format!("127.0.0.1:{}", free_port());
+        let client = format!("127.0.0.1:{}", free_port());
+        let metrics = model
+            .metrics_addr
+            .as_ref()
+            .map(|_| format!("127.0.0.1:{}", free_port()));
+        let t = cfg.as_table_mut().expect("a TOML file is a table");
+        let id = node_id.to_string();
+        t.insert("node_id".into(), toml::Value::Integer(node_id as i64));
+        t.insert("client_addr".into(), client.clone().into());
+        t.insert("join".into(), true.into());
+        t.insert(
+            "store_root".into(),
+            self.dir.join(&name).display().to_string().into(),
+        );
+        if let Some(m) = &metrics {
+            t.insert("metrics_addr".into(), m.clone().into());
+        }
+        if t.contains_key("remoting_addr") {
+            t.insert(
+                "remoting_addr".into(),
+                format!("127.0.0.1:{}", free_port()).into(),
+            );
+        }
+        for (key, addr) in [("peers", &raft), ("client_addrs", &client)] {
+            if let Some(toml::Value::Table(m)) = t.get_mut(key) {
+                m.insert(id.clone(), addr.clone().into());
+            }
+        }
+        let config = self.dir.join(format!("{name}.toml"));
+        let text = toml::to_string(&cfg).map_err(|e| KitError::Config {
+            path: config.clone(),
+            reason: e.to_string(),
+        })?;
+        std::fs::write(&config, text)
+            .map_err(KitError::io(format!("writing {}", config.display())))?;
+        let mut node = BrokerProc {
+            group: group.to_owned(),
+            node_id,
+            client_addr: client.clone(),
+            metrics_addr: metrics,
+            config,
+            log: self.dir.join(format!("{name}.log")),
+            store_dir: None,
+            env: Vec::new(),
+            netns: self.netns.clone(),
+            child: None,
+        };
+        node.spawn()?;
+        self.nodes.push(node);
+        wait_listening(&client, Duration::from_secs(20))?;
+        Ok((self.nodes.len() - 1, raft))
+    }
+
     /// SIGKILLs node `idx`.
     pub fn kill(&mut self, idx: usize) {
         if let Some(mut c) = self.nodes[idx].child.take() {

@@ -4,12 +4,14 @@
 //! [`ledgermq_testkit`], the kit every harness shares), [`clocks`], one
 //! whose node clocks a test can move, [`netns`], a network namespace with its own
 //! hosts file, [`compose`], deploy/compose's containers, [`python`], which runs a
-//! check script of the official Python client, and [`remoting`], a blocking 4.x
+//! check script of the official Python client, [`grpc`], a one-call 5.x producer,
+//! and [`remoting`], a blocking 4.x
 //! remoting client.
 
 #![deny(missing_docs)]
 pub mod clocks;
 pub mod compose;
+pub mod grpc;
 pub use ledgermq_testkit::cluster;
 pub mod netns;
 pub mod python;

@@ -122,6 +122,7 @@ impl Group {
                 write_timeout_ms: 3000,
                 cluster_name: "g1".into(),
                 retention_interval_ms: 0,
+                join: false,
             };
             let raft = RaftNode::start(cfg, NetworkFilter::default())
                 .await

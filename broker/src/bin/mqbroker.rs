@@ -34,6 +34,11 @@ struct Args {
     /// lost.
     #[arg(long)]
     forget_lost_acknowledged: bool,
+    /// Join a running group (`mqadmin addNode`) instead of initializing one: on
+    /// the first start, with an empty store, wait for the leader to add this
+    /// node (sets `join` of the file).
+    #[arg(long)]
+    join: bool,
     /// Log lines as `text` or `json` (one object per line), on stdout;
     /// colour codes only on a terminal without NO_COLOR. RUST_LOG filters.
     #[arg(long, env = "LEDGERMQ_LOG_FORMAT", default_value = "text")]
@@ -48,6 +53,7 @@ async fn main() -> Result<()> {
     if let Some(dir) = args.store_dir {
         cfg.store_root = dir;
     }
+    cfg.join |= args.join;
     let node = BrokerNode::start(
         &cfg,
         StartOptions {

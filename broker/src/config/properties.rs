@@ -87,6 +87,7 @@ const OWN_KEYS: &[&str] = &[
     "disk_max_used_space_ratio",
     "default_topic_queue_count",
     "retention_interval_ms",
+    "join",
 ];
 
 fn parse<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {

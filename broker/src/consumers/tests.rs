@@ -47,6 +47,7 @@ impl OneNode {
                 write_timeout_ms: 3000,
                 cluster_name: "test-group".into(),
                 retention_interval_ms: 0,
+                join: false,
             },
             NetworkFilter::default(),
         )

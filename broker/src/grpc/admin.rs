@@ -13,11 +13,11 @@ use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
-    AdminResponse, CheckTransactionRequest, CheckTransactionResponse, ConsumerProgressRequest,
-    ConsumerProgressResponse, LogDigestRequest, LogDigestResponse, QueryMessageRequest,
-    QueryMessageResponse, QueueDigestRequest, QueueDigestResponse, RaftStatusRequest,
-    RaftStatusResponse, ResetOffsetRequest, ResetOffsetResponse, UpdateGroupRequest,
-    UpdateTopicRequest,
+    AddNodeRequest, AdminResponse, CheckTransactionRequest, CheckTransactionResponse,
+    ConsumerProgressRequest, ConsumerProgressResponse, LogDigestRequest, LogDigestResponse,
+    MembershipResponse, QueryMessageRequest, QueryMessageResponse, QueueDigestRequest,
+    QueueDigestResponse, RaftStatusRequest, RaftStatusResponse, RemoveNodeRequest,
+    ResetOffsetRequest, ResetOffsetResponse, UpdateGroupRequest, UpdateTopicRequest,
 };
 use crate::broker::Broker;
 use crate::broker::MAX_QUEUES;
@@ -245,6 +245,24 @@ impl BrokerAdmin for Admin {
             node.id(),
             &metrics,
         )))
+    }
+
+    async fn add_node(
+        &self,
+        req: Request<AddNodeRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        Ok(Response::new(
+            crate::grpc::membership::add_node(&self.0.node, req.into_inner()).await,
+        ))
+    }
+
+    async fn remove_node(
+        &self,
+        req: Request<RemoveNodeRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        Ok(Response::new(
+            crate::grpc::membership::remove_node(&self.0.node, req.into_inner()).await,
+        ))
     }
 
     async fn consumer_progress(

@@ -46,6 +46,11 @@ pub fn raft_status(
         last_log_index: last,
         applied_index: metrics.last_applied.map(|l| l.index),
         voters: metrics.membership_config.membership().voter_ids().collect(),
+        learners: metrics
+            .membership_config
+            .membership()
+            .learner_ids()
+            .collect(),
         followers,
     }
 }

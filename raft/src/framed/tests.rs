@@ -34,6 +34,7 @@ fn service_without_raft(dir: &std::path::Path) -> PeerService {
         store: ledgermq_store::MessageStore::open(ledgermq_store::StoreConfig::new(dir)).unwrap(),
         contacts: crate::contact::Contacts::new(1, vec![0, 1], Duration::from_secs(1)),
         appends: Default::default(),
+        node: Default::default(),
     }
 }
 

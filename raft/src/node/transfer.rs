@@ -245,7 +245,13 @@ pub(crate) fn hand_over_step(
     if m.state == openraft::ServerState::Leader {
         if let Some(r) = &m.replication {
             state.last = m.last_log_index;
-            state.matches = r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect();
+            // Voters only: a learner told to campaign does not.
+            let membership = m.membership_config.membership();
+            state.matches = r
+                .iter()
+                .filter(|(id, _)| membership.voter_ids().any(|v| v == **id))
+                .map(|(id, l)| (*id, l.map(|l| l.index)))
+                .collect();
         }
     }
     let others = || state.matches.iter().filter(|(id, _)| *id != me);
@@ -306,7 +312,35 @@ mod tests {
             r.insert(*id, i.map(|i| crate::codec::log_id(3, i)));
         }
         m.replication = Some(r);
+        m.membership_config = voters(&[0, 1, 2], &[]);
         m
+    }
+
+    /// A membership of `voters` and `learners`.
+    fn voters(
+        voters: &[NodeId],
+        learners: &[NodeId],
+    ) -> std::sync::Arc<openraft::StoredMembership<NodeId, openraft::BasicNode>> {
+        let nodes: BTreeMap<NodeId, openraft::BasicNode> = voters
+            .iter()
+            .chain(learners)
+            .map(|&id| (id, openraft::BasicNode::new(format!("n{id}:1"))))
+            .collect();
+        std::sync::Arc::new(openraft::StoredMembership::new(
+            None,
+            openraft::Membership::new(vec![voters.iter().copied().collect()], nodes),
+        ))
+    }
+
+    #[test]
+    fn a_learner_is_never_asked() {
+        // Learner 3 holds the whole log, voter 0 does not yet.
+        let mut m = leading(&[(0, Some(99)), (2, Some(90)), (3, Some(100))]);
+        m.membership_config = voters(&[0, 1, 2], &[3]);
+        assert_eq!(hand_over_step(1, None, &m, &mut fresh()), HandOver::Wait);
+        let mut m = leading(&[(0, Some(100)), (2, Some(90)), (3, Some(100))]);
+        m.membership_config = voters(&[0, 1, 2], &[3]);
+        assert_eq!(hand_over_step(1, None, &m, &mut fresh()), HandOver::Ask(0));
     }
 
     /// The metrics of node 1 once a campaign in term 4 took its leadership.

@@ -190,7 +190,9 @@ impl RaftNode {
 /// Every `every`, pings each peer not heard from within two periods (followers do
 /// not otherwise talk to each other; a leader hears from them on every heartbeat),
 /// so [`RaftNode::in_contact_with_quorum`] knows whether this node is cut off; and
-/// each peer that left a call unanswered, so that an answer clears it.
+/// each peer that left a call unanswered, so that an answer clears it. The
+/// peers are the nodes of the latest membership in the log; `members` (the configured ones)
+/// until a joining node has a membership.
 pub(super) async fn probe_peers(
     node: std::sync::Weak<RaftNode>,
     members: BTreeMap<NodeId, String>,
@@ -204,14 +206,14 @@ pub(super) async fn probe_peers(
         if node.store.is_closed() {
             return;
         }
-        for (&peer, addr) in &members {
+        for (peer, addr) in super::membership::peers_to_probe(&node.raft, &members) {
             if peer == node.id
                 || (node.contacts.heard_within(peer, every * 2) && !node.contacts.unanswered(peer))
                 || node.filter.is_blocked(node.id, peer)
             {
                 continue;
             }
-            let Ok(channel) = node.channel(addr) else {
+            let Ok(channel) = node.channel(&addr) else {
                 continue;
             };
             let contacts = node.contacts.clone();

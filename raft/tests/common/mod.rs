@@ -114,6 +114,7 @@ impl Cluster {
                     write_timeout_ms: 3000,
                     cluster_name: "test-group".into(),
                     retention_interval_ms: 0,
+                    join: false,
                 },
             );
             tweak(cfgs.get_mut(&id).unwrap());

@@ -108,6 +108,7 @@ async fn throughput(
             write_timeout_ms: 5000,
             cluster_name: "bench".into(),
             retention_interval_ms: 0,
+            join: false,
         };
         nodes.push(RaftNode::start(cfg, NetworkFilter::default()).await?);
     }

@@ -82,6 +82,7 @@ async fn main() -> Result<()> {
         write_timeout_ms: 3000,
         cluster_name: "raft-node".into(),
         retention_interval_ms: 10_000,
+        join: false,
     };
     let node = RaftNode::start(cfg, NetworkFilter::default()).await?;
     println!("ready {}", args.id);

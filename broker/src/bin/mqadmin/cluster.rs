@@ -71,16 +71,17 @@ pub async fn nodes(namesrv: &str) -> Result<Vec<ClusterNode>> {
         .nodes)
 }
 
-/// `clusterList`: one line per node.
+/// `clusterList`: one line per node; the last column says whether routes
+/// name it (`in`) or leave it out (`cut-off`).
 pub async fn cluster_list(namesrv: &str) -> Result<()> {
     println!(
-        "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>8}",
+        "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>8}  routes",
         "cluster", "group", "node", "address", "role", "term", "commit", "silent"
     );
     for n in nodes(namesrv).await? {
         let (silent, n) = (n.silent_ms, n.node.unwrap_or_default());
         println!(
-            "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>7.1}s",
+            "{:<16} {:<12} {:<5} {:<22} {:<10} {:>6} {:>12} {:>7.1}s  {}",
             n.cluster,
             n.broker_group,
             n.node_id,
@@ -88,7 +89,10 @@ pub async fn cluster_list(namesrv: &str) -> Result<()> {
             role_name(n.role),
             n.term,
             n.commit_index,
-            silent as f64 / 1000.0
+            silent as f64 / 1000.0,
+            // Cut off from its group, or outside its membership: left out of
+            // routes while another member is not.
+            if n.cut_off { "cut-off" } else { "in" }
         );
     }
     Ok(())

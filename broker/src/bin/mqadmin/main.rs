@@ -34,24 +34,38 @@
 //!   hosts, the body's first 4 KiB). Each broker group's leader answers (another
 //!   member if it does not).
 //!
+//! - `addNode -n NAMESRV -b GROUP -i ID -p PEER_ADDR [--timeoutSeconds S]`: adds
+//!   node ID (started with `mqbroker --join`, its Raft peer server at PEER_ADDR)
+//!   to the group: a learner until it holds the leader's log, then a voter.
+//!   `removeNode -n NAMESRV -b GROUP -i ID`: removes node ID (a voter is made a
+//!   learner first). Replacing a node whose disk died is both, with a new id.
+//!
+//! - `verifyReplicas -n NAMESRV [-c CLUSTER] [-b GROUP]`: whether every member
+//!   of each group holds the same committed log entries (over the indexes all
+//!   hold and applied) and ConsumeQueue entries; exits non-zero if not.
+//!
 //! `-n` takes one name server (`host:port`) or several separated by `;`. Changes go
 //! to any live member of each group (the admin service on its client port), which
 //! commits them through Raft.
 
-use std::collections::BTreeMap;
+use std::time::Duration;
 
 mod cluster;
+mod membership;
 mod messages;
 mod progress;
+mod select;
+mod verify;
 
 use cluster::{client, role_name};
+use select::{group_members, group_nodes, groups, topic_groups, Scope};
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
 use ledgermq_meta::RetryPolicy;
-use ledgermq_namesrv::pb::{QueryRouteRequest, Role};
+use ledgermq_namesrv::pb::QueryRouteRequest;
 
 #[derive(Parser)]
 #[command(
@@ -209,6 +223,53 @@ enum Cmd {
         #[command(flatten)]
         scope: Scope,
     },
+    /// Add a node to a broker group: it joins as a learner (started with
+    /// `mqbroker --join`), catches up, then votes.
+    #[command(name = "addNode")]
+    AddNode {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// The broker group.
+        #[arg(short = 'b', long = "brokerName")]
+        broker_group: String,
+        /// The new node's id (unused in the group).
+        #[arg(short = 'i', long = "nodeId")]
+        node_id: u64,
+        /// The new node's Raft peer address, host:port.
+        #[arg(short = 'p', long = "peerAddr")]
+        peer_addr: String,
+        /// How long to wait for it to catch up and vote, in seconds.
+        #[arg(long = "timeoutSeconds", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        timeout_s: u64,
+    },
+    /// Remove a node from a broker group (a voter is made a learner first; a
+    /// leader hands leadership over first).
+    #[command(name = "removeNode")]
+    RemoveNode {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// The broker group.
+        #[arg(short = 'b', long = "brokerName")]
+        broker_group: String,
+        /// The node's id.
+        #[arg(short = 'i', long = "nodeId")]
+        node_id: u64,
+        /// How long to wait, in seconds.
+        #[arg(long = "timeoutSeconds", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        timeout_s: u64,
+    },
+    /// Check that every member of each broker group holds the same committed
+    /// log and ConsumeQueue entries.
+    #[command(name = "verifyReplicas")]
+    VerifyReplicas {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
     /// Each queue's min and max offsets of a topic (RocketMQ's topicStatus).
     #[command(name = "topicStatus")]
     TopicStatus {
@@ -239,71 +300,6 @@ enum Cmd {
         #[arg(short = 't', long = "topic")]
         topic: String,
     },
-}
-
-/// Which broker groups a change goes to (all the name server knows by default).
-#[derive(clap::Args, Default)]
-struct Scope {
-    /// Only broker groups of this cluster.
-    #[arg(short = 'c', long = "clusterName")]
-    cluster: Option<String>,
-    /// Only this broker group.
-    #[arg(short = 'b', long = "brokerName")]
-    broker_group: Option<String>,
-}
-
-/// Each selected broker group with its members' client addresses, leader first.
-async fn groups(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, Vec<String>>> {
-    let nodes = cluster::nodes(namesrv).await?;
-    let mut out: BTreeMap<String, Vec<(bool, String)>> = BTreeMap::new();
-    for n in nodes.into_iter().filter_map(|n| n.node) {
-        if scope.cluster.as_ref().is_some_and(|c| *c != n.cluster)
-            || scope
-                .broker_group
-                .as_ref()
-                .is_some_and(|g| *g != n.broker_group)
-        {
-            continue;
-        }
-        let addr = cluster::member_addr(&n).to_owned();
-        out.entry(n.broker_group)
-            .or_default()
-            .push((n.role != Role::Leader as i32, addr));
-    }
-    if out.is_empty() {
-        bail!("the name server knows no broker group matching the scope");
-    }
-    Ok(out
-        .into_iter()
-        .map(|(g, mut m)| {
-            m.sort();
-            (g, m.into_iter().map(|(_, a)| a).collect())
-        })
-        .collect())
-}
-
-/// The selected broker groups ([`groups`]) that serve `topic`, as its route at
-/// the name server says. Error: none of them does.
-async fn topic_groups(
-    namesrv: &str,
-    scope: &Scope,
-    topic: &str,
-) -> Result<BTreeMap<String, Vec<String>>> {
-    let route = client(namesrv)
-        .await?
-        .query_route(QueryRouteRequest {
-            topic: topic.to_owned(),
-        })
-        .await?
-        .into_inner();
-    let serving: std::collections::BTreeSet<String> =
-        route.groups.into_iter().map(|g| g.broker_group).collect();
-    let mut selected = groups(namesrv, scope).await?;
-    selected.retain(|g, _| serving.contains(g));
-    if selected.is_empty() {
-        bail!("topic {topic} is not served by any broker group in the scope");
-    }
-    Ok(selected)
 }
 
 /// Sends one admin change to every selected group (to its first member that
@@ -436,8 +432,47 @@ async fn main() -> Result<()> {
             }
             progress::consumer_progress(groups(&namesrv, &scope).await?, &group, topic).await
         }
+        Cmd::AddNode {
+            namesrv,
+            broker_group,
+            node_id,
+            peer_addr,
+            timeout_s,
+        } => {
+            let members = group_members(&namesrv, &broker_group).await?;
+            let change = membership::Change::Add {
+                id: node_id,
+                peer_addr,
+            };
+            membership::change(
+                &broker_group,
+                &members,
+                change,
+                Duration::from_secs(timeout_s),
+            )
+            .await?
+        }
+        Cmd::RemoveNode {
+            namesrv,
+            broker_group,
+            node_id,
+            timeout_s,
+        } => {
+            let members = group_members(&namesrv, &broker_group).await?;
+            let change = membership::Change::Remove { id: node_id };
+            membership::change(
+                &broker_group,
+                &members,
+                change,
+                Duration::from_secs(timeout_s),
+            )
+            .await?
+        }
+        Cmd::VerifyReplicas { namesrv, scope } => {
+            verify::verify_replicas(group_nodes(&namesrv, &scope).await?).await?
+        }
         Cmd::RaftStatus { namesrv, scope } => {
-            progress::raft_status(groups(&namesrv, &scope).await?).await?
+            progress::raft_status(group_nodes(&namesrv, &scope).await?).await?
         }
         Cmd::TopicStatus { namesrv, topic } => {
             let serving = topic_groups(&namesrv, &Scope::default(), &topic).await?;

@@ -13,7 +13,7 @@ use ledgermq_broker::admin_pb::{
 
 /// An admin client of the node at `addr` (connecting within 3 s, each call
 /// within 10 s: these calls answer from the node's memory).
-async fn admin_client(
+pub(crate) async fn admin_client(
     addr: &str,
 ) -> Result<BrokerAdminClient<tonic::transport::Channel>, tonic::transport::Error> {
     let channel = crate::cluster::channel(addr, Some(std::time::Duration::from_secs(10))).await?;
@@ -122,19 +122,24 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-/// `raftStatus`: one line per member of each of `groups` as it sees itself
-/// (role, term, leader, last log and applied index), then each leader's view
-/// of its followers (match index, lag in entries). Error: a member that did
-/// not answer (its line says so; the others are still printed).
-pub async fn raft_status(groups: BTreeMap<String, Vec<String>>) -> Result<()> {
+/// `raftStatus`: one line per node of each of `groups` (name → node id and
+/// client address of each node the name servers know) as it sees itself (role,
+/// term, leader, last log and applied index), then each leader's view of its
+/// membership and followers (match index, lag in entries). Error: a member
+/// that did not answer (its line says so; the others are still printed). A
+/// node that does not answer and that no answering node counts as a member
+/// (removed, still listed by the name servers) is said so, not an error.
+pub async fn raft_status(groups: BTreeMap<String, Vec<(u64, String)>>) -> Result<()> {
     println!(
         "{:<12} {:<5} {:<22} {:<10} {:>6} {:>7} {:>12} {:>12}",
         "#Group", "#Node", "#Address", "#Role", "#Term", "#Leader", "#Last Log", "#Applied"
     );
     let mut leaders: Vec<(String, RaftStatusResponse)> = Vec::new();
     let mut failed = 0;
-    for (group, members) in groups {
-        for addr in members {
+    for (group, nodes) in groups {
+        let mut members = std::collections::BTreeSet::new();
+        let mut silent = Vec::new();
+        for (id, addr) in nodes {
             let answer = match admin_client(&addr).await {
                 Ok(mut c) => c
                     .raft_status(RaftStatusRequest {})
@@ -156,25 +161,36 @@ pub async fn raft_status(groups: BTreeMap<String, Vec<String>>) -> Result<()> {
                         opt(r.last_log_index),
                         opt(r.applied_index)
                     );
+                    members.extend(r.voters.iter().chain(&r.learners).copied());
                     if r.role == "leader" {
                         leaders.push((group.clone(), r));
                     }
                 }
-                Err(e) => {
-                    failed += 1;
-                    println!("{group:<12} {:<5} {addr:<22} no answer: {e}", "?");
-                }
+                Err(e) => silent.push((id, addr, e)),
+            }
+        }
+        for (id, addr, e) in silent {
+            if members.is_empty() || members.contains(&id) {
+                failed += 1;
+                println!("{group:<12} {id:<5} {addr:<22} no answer: {e}");
+            } else {
+                println!("{group:<12} {id:<5} {addr:<22} no answer, and not a member (removed)");
             }
         }
     }
     for (group, l) in leaders {
         println!(
-            "\n{group}: leader {} (term {}), followers:",
-            l.node_id, l.term
+            "\n{group}: leader {} (term {}), voters {:?}, learners {:?}, followers:",
+            l.node_id, l.term, l.voters, l.learners
         );
         for f in l.followers {
+            let learner = if l.learners.contains(&f.node_id) {
+                "  (learner)"
+            } else {
+                ""
+            };
             println!(
-                "  node {:<5} match {:>12}  lag {:>10} entries",
+                "  node {:<5} match {:>12}  lag {:>10} entries{learner}",
                 f.node_id,
                 opt(f.match_index),
                 opt(f.lag_entries)
