@@ -170,6 +170,12 @@ pub struct Broker {
     pub(crate) remoting_producers: crate::transactions::remoting_producers::RemotingProducers,
     /// This node's Prometheus metrics.
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
+    /// When this broker started (brokerStatus's uptime).
+    pub started: std::time::Instant,
+    /// The node's effective configuration as TOML, defaults included, set once
+    /// at start by `BrokerNode::start` (getBrokerConfig); unset for a broker
+    /// built without a configuration file (tests).
+    pub effective_config: std::sync::OnceLock<String>,
 }
 
 impl Broker {
@@ -198,6 +204,8 @@ impl Broker {
             producers: Producers::default(),
             remoting_producers: Default::default(),
             metrics,
+            started: std::time::Instant::now(),
+            effective_config: std::sync::OnceLock::new(),
         })
     }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ledgermq_store::{FlushMode, StoreConfig};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod defaults;
 pub mod properties;
@@ -28,7 +28,7 @@ use defaults::*;
 /// 1 = "127.0.0.1:40912"
 /// 2 = "127.0.0.1:40913"
 /// ```
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     /// RocketMQ cluster name.
@@ -81,28 +81,32 @@ pub struct BrokerConfig {
     #[serde(
         rename = "namesrv_heartbeat_ms",
         default = "default_heartbeat",
-        deserialize_with = "millis"
+        deserialize_with = "millis",
+        serialize_with = "ser_millis"
     )]
     pub namesrv_heartbeat: Duration,
     /// Raft heartbeat period, key `raft_heartbeat_ms`.
     #[serde(
         rename = "raft_heartbeat_ms",
         default = "default_raft_heartbeat",
-        deserialize_with = "millis"
+        deserialize_with = "millis",
+        serialize_with = "ser_millis"
     )]
     pub raft_heartbeat: Duration,
     /// Raft election timeout lower bound, key `raft_election_min_ms`.
     #[serde(
         rename = "raft_election_min_ms",
         default = "default_election_min",
-        deserialize_with = "millis"
+        deserialize_with = "millis",
+        serialize_with = "ser_millis"
     )]
     pub raft_election_min: Duration,
     /// Raft election timeout upper bound, key `raft_election_max_ms`.
     #[serde(
         rename = "raft_election_max_ms",
         default = "default_election_max",
-        deserialize_with = "millis"
+        deserialize_with = "millis",
+        serialize_with = "ser_millis"
     )]
     pub raft_election_max: Duration,
     /// Client addresses of the group's members: node id (as a string key) →
@@ -155,7 +159,8 @@ pub struct BrokerConfig {
     #[serde(
         rename = "broadcast_client_idle_ms",
         default = "default_broadcast_client_idle",
-        deserialize_with = "millis"
+        deserialize_with = "millis",
+        serialize_with = "ser_millis"
     )]
     pub broadcast_client_idle: Duration,
     /// Latest delivery time a delay message may ask for, after it is sent, key
@@ -163,7 +168,8 @@ pub struct BrokerConfig {
     #[serde(
         rename = "max_delay_ms",
         default = "default_max_delay",
-        deserialize_with = "millis"
+        deserialize_with = "millis",
+        serialize_with = "ser_millis"
     )]
     pub max_delay: Duration,
     /// Most messages in one SendMessage request.
@@ -220,14 +226,15 @@ pub struct BrokerConfig {
     #[serde(
         rename = "retention_interval_ms",
         default = "default_retention_interval",
-        deserialize_with = "millis"
+        deserialize_with = "millis",
+        serialize_with = "ser_millis"
     )]
     pub retention_interval: Duration,
     /// Removed (accepted and ignored, so files written for earlier releases still
     /// load): the jepsen harness's durable mark, a file where the node recorded its
     /// last fsynced CommitLog offset. The harness now finds what a power loss takes
     /// from the kernel's page cache instead of asking the node.
-    #[serde(default, rename = "durable_mark_file")]
+    #[serde(default, rename = "durable_mark_file", skip_serializing)]
     _removed_durable_mark_file: Option<serde::de::IgnoredAny>,
 }
 

@@ -26,6 +26,7 @@ pub mod consume;
 pub mod membership;
 pub mod message;
 pub mod metrics_layer;
+pub mod ops;
 pub mod progress;
 pub mod query;
 pub mod raft_status;

@@ -285,6 +285,25 @@ impl BrokerMetrics {
             .inc_by(body_bytes);
     }
 
+    /// Messages and body bytes counted in (sends answered OK) and out (handed
+    /// to consumers) since start, over every label: `(in, in_bytes, out,
+    /// out_bytes)`.
+    pub fn totals(&self) -> (u64, u64, u64, u64) {
+        let sum = |c: &IntCounterVec| -> u64 {
+            prometheus::core::Collector::collect(c)
+                .iter()
+                .flat_map(|f| f.get_metric())
+                .map(|m| m.get_counter().get_value() as u64)
+                .sum()
+        };
+        (
+            sum(&self.messages_in),
+            sum(&self.throughput_in),
+            sum(&self.messages_out),
+            sum(&self.throughput_out),
+        )
+    }
+
     /// A client call answered after `took`.
     pub fn rpc(
         &self,

@@ -166,6 +166,12 @@ impl BrokerNode {
             Members::new(cfg.broker_group.clone(), member_clients),
             metrics,
         );
+        match toml::to_string(cfg) {
+            Ok(text) => {
+                let _ = broker.effective_config.set(text);
+            }
+            Err(e) => tracing::warn!(error = %e, "the effective configuration does not render"),
+        }
         // The client port serves before the node is announced, so that routes
         // never name a port that is not listening (and a port that cannot be
         // bound leaves nothing registered).

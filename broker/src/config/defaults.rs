@@ -28,6 +28,10 @@ pub(super) fn default_broadcast_client_idle() -> Duration {
 pub(super) fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     u64::deserialize(d).map(Duration::from_millis)
 }
+/// Writes a duration as its whole milliseconds (the `_ms` keys).
+pub(super) fn ser_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 pub(super) fn default_max_delay() -> Duration {
     Duration::from_millis(crate::broker::ServiceSettings::default().max_delay_ms)
 }

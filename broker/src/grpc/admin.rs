@@ -13,11 +13,13 @@ use tonic::{Request, Response, Status};
 
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
-    AddNodeRequest, AdminResponse, CheckTransactionRequest, CheckTransactionResponse,
-    ConsumerProgressRequest, ConsumerProgressResponse, LogDigestRequest, LogDigestResponse,
-    MembershipResponse, QueryMessageRequest, QueryMessageResponse, QueueDigestRequest,
-    QueueDigestResponse, RaftStatusRequest, RaftStatusResponse, RemoveNodeRequest,
-    ResetOffsetRequest, ResetOffsetResponse, UpdateGroupRequest, UpdateTopicRequest,
+    AddNodeRequest, AdminResponse, BrokerStatusRequest, CheckTransactionRequest,
+    CheckTransactionResponse, ConsumerProgressRequest, ConsumerProgressResponse,
+    DeleteGroupRequest, DeleteTopicRequest, GetBrokerConfigRequest, KeyValues, LogDigestRequest,
+    LogDigestResponse, MembershipResponse, QueryMessageRequest, QueryMessageResponse,
+    QueueDigestRequest, QueueDigestResponse, RaftStatusRequest, RaftStatusResponse,
+    RemoveNodeRequest, ResetOffsetRequest, ResetOffsetResponse, TransferLeaderRequest,
+    TransferLeaderResponse, UpdateGroupRequest, UpdateTopicRequest,
 };
 use crate::broker::Broker;
 use crate::broker::MAX_QUEUES;
@@ -263,6 +265,64 @@ impl BrokerAdmin for Admin {
         Ok(Response::new(
             crate::grpc::membership::remove_node(&self.0.node, req.into_inner()).await,
         ))
+    }
+
+    async fn delete_topic(
+        &self,
+        req: Request<DeleteTopicRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        let name = req.into_inner().name;
+        if let Err(e) = check_topic(&name) {
+            return Ok(Response::new(AdminResponse {
+                error: e.to_string(),
+                ..Default::default()
+            }));
+        }
+        tracing::info!(topic = %name, "deleteTopic asked");
+        Ok(Response::new(self.commit(Command::DeleteTopic(name)).await))
+    }
+
+    async fn delete_group(
+        &self,
+        req: Request<DeleteGroupRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        let name = req.into_inner().name;
+        if let Err(e) = check_group(&name) {
+            return Ok(Response::new(AdminResponse {
+                error: e.to_string(),
+                ..Default::default()
+            }));
+        }
+        tracing::info!(group = %name, "deleteSubGroup asked");
+        Ok(Response::new(self.commit(Command::DeleteGroup(name)).await))
+    }
+
+    async fn transfer_leader(
+        &self,
+        req: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        Ok(Response::new(
+            crate::grpc::ops::transfer_leader(&self.0, req.into_inner()).await,
+        ))
+    }
+
+    async fn broker_status(
+        &self,
+        _: Request<BrokerStatusRequest>,
+    ) -> Result<Response<KeyValues>, Status> {
+        let broker = self.0.clone();
+        // Asks the file system for the disk's usage: off the async workers.
+        tokio::task::spawn_blocking(move || crate::grpc::ops::broker_status(&broker))
+            .await
+            .map(Response::new)
+            .map_err(|e| Status::internal(format!("the status task failed: {e}")))
+    }
+
+    async fn get_broker_config(
+        &self,
+        _: Request<GetBrokerConfigRequest>,
+    ) -> Result<Response<KeyValues>, Status> {
+        Ok(Response::new(crate::grpc::ops::broker_config(&self.0)))
     }
 
     async fn consumer_progress(

@@ -40,6 +40,15 @@
 //!   `removeNode -n NAMESRV -b GROUP -i ID`: removes node ID (a voter is made a
 //!   learner first). Replacing a node whose disk died is both, with a new id.
 //!
+//! - `deleteTopic -n NAMESRV -t TOPIC [-c CLUSTER] [-b GROUP]`,
+//!   `deleteSubGroup -n NAMESRV -g GROUP [-c CLUSTER] [-b GROUP]`: delete a
+//!   topic's configuration (its messages age out by retention), or a consumer
+//!   group with its offsets, on every selected broker group.
+//! - `transferLeader -n NAMESRV -b GROUP [-i NODE]`: hands the group's
+//!   leadership to node NODE (or the most caught-up follower).
+//! - `brokerStatus -n NAMESRV [-c CLUSTER] [-b GROUP]`, `getBrokerConfig` (same
+//!   flags): each node's status (role, term, log, store, traffic since start)
+//!   or effective configuration, `key : value` per line.
 //! - `verifyReplicas -n NAMESRV [-c CLUSTER] [-b GROUP]`: whether every member
 //!   of each group holds the same committed log entries (over the indexes all
 //!   hold and applied) and ConsumeQueue entries; exits non-zero if not.
@@ -50,20 +59,24 @@
 
 use std::time::Duration;
 
+mod changes;
 mod cluster;
 mod membership;
 mod messages;
+mod ops;
 mod progress;
 mod select;
 mod verify;
 
+use changes::{apply, topic_message_type, AdminReq};
 use cluster::{client, role_name};
 use select::{group_members, group_nodes, groups, topic_groups, Scope};
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
-use ledgermq_broker::admin_pb::{UpdateGroupRequest, UpdateTopicRequest};
+use ledgermq_broker::admin_pb::{
+    DeleteGroupRequest, DeleteTopicRequest, UpdateGroupRequest, UpdateTopicRequest,
+};
 use ledgermq_meta::RetryPolicy;
 use ledgermq_namesrv::pb::QueryRouteRequest;
 
@@ -260,6 +273,66 @@ enum Cmd {
         #[arg(long = "timeoutSeconds", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
         timeout_s: u64,
     },
+    /// Delete a topic's configuration on every broker group (of the cluster, or
+    /// the group given); its stored messages age out by retention.
+    #[command(name = "deleteTopic")]
+    DeleteTopic {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Topic.
+        #[arg(short = 't', long = "topic")]
+        topic: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Delete a consumer group, its offsets and FIFO leases, on every broker
+    /// group (of the cluster, or the group given).
+    #[command(name = "deleteSubGroup")]
+    DeleteSubGroup {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Consumer group.
+        #[arg(short = 'g', long = "groupName")]
+        group: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Hand a broker group's leadership to a caught-up follower.
+    #[command(name = "transferLeader")]
+    TransferLeader {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// The broker group.
+        #[arg(short = 'b', long = "brokerName")]
+        broker_group: String,
+        /// The follower to hand it to (default: the most caught-up one).
+        #[arg(short = 'i', long = "nodeId")]
+        node_id: Option<u64>,
+        /// How long to wait, in seconds.
+        #[arg(long = "timeoutSeconds", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+        timeout_s: u64,
+    },
+    /// Each node's status: Raft, store and traffic since start.
+    #[command(name = "brokerStatus")]
+    BrokerStatus {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Each node's effective configuration, defaults included.
+    #[command(name = "getBrokerConfig")]
+    GetBrokerConfig {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
     /// Check that every member of each broker group holds the same committed
     /// log and ConsumeQueue entries.
     #[command(name = "verifyReplicas")]
@@ -300,62 +373,6 @@ enum Cmd {
         #[arg(short = 't', long = "topic")]
         topic: String,
     },
-}
-
-/// Sends one admin change to every selected group (to its first member that
-/// answers); fails if any group refused it.
-async fn apply(namesrv: &str, scope: &Scope, what: &str, req: AdminReq) -> Result<()> {
-    let mut failed = 0;
-    for (group, addrs) in groups(namesrv, scope).await? {
-        let mut result = Err(anyhow::anyhow!("no member reachable"));
-        for addr in &addrs {
-            let Ok(mut c) = cluster::channel(addr, None)
-                .await
-                .map(BrokerAdminClient::new)
-            else {
-                continue;
-            };
-            let reply = match &req {
-                AdminReq::Topic(r) => c.update_topic(r.clone()).await,
-                AdminReq::Group(r) => c.update_group(r.clone()).await,
-            };
-            let policy_given = matches!(&req, AdminReq::Group(g) if !g.retry_policy.is_empty());
-            result = match reply {
-                Ok(r)
-                    if r.get_ref().error.is_empty()
-                        && policy_given
-                        && !r.get_ref().retry_policy_set =>
-                {
-                    Err(anyhow::anyhow!(
-                        "{addr} runs a release that does not read retry policies: the group was \
-                         updated without its retry policy; upgrade every member and run this again"
-                    ))
-                }
-                Ok(r) if r.get_ref().error.is_empty() => Ok(()),
-                Ok(r) => Err(anyhow::anyhow!(r.into_inner().error)),
-                Err(s) => Err(anyhow::anyhow!("{addr}: {}", s.message())),
-            };
-            if result.is_ok() {
-                break;
-            }
-        }
-        match result {
-            Ok(()) => println!("{what} on broker group {group}: OK"),
-            Err(e) => {
-                failed += 1;
-                println!("{what} on broker group {group}: FAILED: {e}");
-            }
-        }
-    }
-    if failed > 0 {
-        bail!("{failed} broker group(s) refused the change");
-    }
-    Ok(())
-}
-
-enum AdminReq {
-    Topic(UpdateTopicRequest),
-    Group(UpdateGroupRequest),
 }
 
 #[tokio::main]
@@ -468,6 +485,47 @@ async fn main() -> Result<()> {
             )
             .await?
         }
+        Cmd::DeleteTopic {
+            namesrv,
+            topic,
+            scope,
+        } => {
+            let req = AdminReq::DeleteTopic(DeleteTopicRequest {
+                name: topic.clone(),
+            });
+            apply(&namesrv, &scope, &format!("deleteTopic {topic}"), req).await?;
+        }
+        Cmd::DeleteSubGroup {
+            namesrv,
+            group,
+            scope,
+        } => {
+            let req = AdminReq::DeleteGroup(DeleteGroupRequest {
+                name: group.clone(),
+            });
+            apply(&namesrv, &scope, &format!("deleteSubGroup {group}"), req).await?;
+        }
+        Cmd::TransferLeader {
+            namesrv,
+            broker_group,
+            node_id,
+            timeout_s,
+        } => {
+            let members = group_members(&namesrv, &broker_group).await?;
+            ops::transfer_leader(
+                &broker_group,
+                &members,
+                node_id,
+                Duration::from_secs(timeout_s),
+            )
+            .await?
+        }
+        Cmd::BrokerStatus { namesrv, scope } => {
+            ops::each_node(groups(&namesrv, &scope).await?, ops::NodeCall::Status).await?
+        }
+        Cmd::GetBrokerConfig { namesrv, scope } => {
+            ops::each_node(groups(&namesrv, &scope).await?, ops::NodeCall::Config).await?
+        }
         Cmd::VerifyReplicas { namesrv, scope } => {
             verify::verify_replicas(group_nodes(&namesrv, &scope).await?).await?
         }
@@ -560,64 +618,4 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The `message.type` a RocketMQ attribute list (`-a`) sets: `+message.type=X`
-/// gives X as written (the broker checks it), `-message.type` gives NORMAL (the
-/// attribute's default), no mention None. Entries are comma-separated and each
-/// begins with `+` (add or change, `key=value`) or `-` (remove, `key`), as
-/// RocketMQ's `AttributeParser` reads them. Errors: another form, another key
-/// (this broker has no other topic attribute), the key twice.
-fn topic_message_type(attributes: &str) -> Result<Option<String>> {
-    let mut found = None;
-    for entry in attributes
-        .split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-    {
-        let (key, value) = if let Some(kv) = entry.strip_prefix('+') {
-            match kv.split_once('=') {
-                Some((k, v)) if !v.is_empty() => (k, v.to_owned()),
-                _ => bail!("attribute {entry:?}: adding one takes +key=value"),
-            }
-        } else if let Some(k) = entry.strip_prefix('-') {
-            if k.contains('=') {
-                bail!("attribute {entry:?}: removing one takes -key, without a value");
-            }
-            (k, "NORMAL".to_owned())
-        } else {
-            bail!("attribute {entry:?} must begin with + (add) or - (remove)");
-        };
-        if key != "message.type" {
-            bail!("attribute {key:?} is not supported (topics take message.type)");
-        }
-        if found.replace(value).is_some() {
-            bail!("message.type is given twice in {attributes:?}");
-        }
-    }
-    Ok(found)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::topic_message_type;
-
-    #[test]
-    fn attributes_set_the_message_type_as_rocketmq_writes_them() {
-        let t = |a: &str| topic_message_type(a).unwrap();
-        assert_eq!(t("+message.type=DELAY"), Some("DELAY".into()));
-        assert_eq!(t(" +message.type=MIXED , "), Some("MIXED".into()));
-        assert_eq!(t("-message.type"), Some("NORMAL".into()));
-        assert_eq!(t(""), None);
-        for bad in [
-            "message.type=DELAY",
-            "+message.type",
-            "+message.type=",
-            "-message.type=FIFO",
-            "+queue.type=BCQ",
-            "+message.type=FIFO,+message.type=DELAY",
-        ] {
-            assert!(topic_message_type(bad).is_err(), "{bad}");
-        }
-    }
 }
