@@ -170,6 +170,8 @@ pub struct Broker {
     pub(crate) remoting_producers: crate::transactions::remoting_producers::RemotingProducers,
     /// This node's Prometheus metrics.
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
+    /// The consumers connected to this node (consumerConnection).
+    pub consumer_clients: crate::consumer_clients::ConsumerClients,
     /// When this broker started (brokerStatus's uptime).
     pub started: std::time::Instant,
     /// The node's effective configuration as TOML, defaults included, set once
@@ -204,6 +206,7 @@ impl Broker {
             producers: Producers::default(),
             remoting_producers: Default::default(),
             metrics,
+            consumer_clients: Default::default(),
             started: std::time::Instant::now(),
             effective_config: std::sync::OnceLock::new(),
         })

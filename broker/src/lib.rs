@@ -30,6 +30,7 @@ pub mod announce;
 pub mod broker;
 pub mod config;
 mod consume;
+pub mod consumer_clients;
 mod consumers;
 pub mod error;
 mod filter;

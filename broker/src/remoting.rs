@@ -135,6 +135,7 @@ pub async fn serve(
                     let s = s.clone();
                     move |c: &Conn| {
                         s.clients.connection_closed(c.id);
+                        s.broker.consumer_clients.connection_closed(c.id);
                         s.broker.remoting_producers.connection_closed(c.id);
                     }
                 };

@@ -43,3 +43,102 @@ pub async fn send_one(addr: &str, topic: &str, body: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Sends a 5.x HeartbeatRequest of a simple consumer of `group`, as client
+/// `client_id` (language PYTHON, version 5.0.0), to `addr`; an error unless
+/// answered OK.
+pub async fn heartbeat_consumer(addr: &str, group: &str, client_id: &str) -> Result<()> {
+    use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
+    use ledgermq_broker::pb::{ClientType, Code, HeartbeatRequest, Resource};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await?;
+    let mut req = tonic::Request::new(HeartbeatRequest {
+        group: Some(Resource {
+            resource_namespace: String::new(),
+            name: group.to_owned(),
+        }),
+        client_type: ClientType::SimpleConsumer as i32,
+    });
+    req.metadata_mut()
+        .insert("x-mq-client-id", client_id.parse()?);
+    req.metadata_mut()
+        .insert("x-mq-language", "PYTHON".parse()?);
+    req.metadata_mut()
+        .insert("x-mq-client-version", "5.0.0".parse()?);
+    let status = MessagingServiceClient::new(channel)
+        .heartbeat(req)
+        .await?
+        .into_inner()
+        .status
+        .context("a status")?;
+    if status.code != Code::Ok as i32 {
+        bail!("{addr}: {} {}", status.code, status.message);
+    }
+    Ok(())
+}
+
+/// One ReceiveMessage of up to 32 messages of `topic` for consumer group
+/// `group` on `addr` (long-polling 2 s, invisible 30 s) as client
+/// `client_id`, then one AckMessage of what came; returns the bodies acked.
+/// Error: the receive or the ack failed (the messages come again later).
+pub async fn receive_and_ack(
+    addr: &str,
+    group: &str,
+    topic: &str,
+    client_id: &str,
+) -> Result<Vec<String>> {
+    use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
+    use ledgermq_broker::pb::receive_message_response::Content;
+    use ledgermq_broker::pb::{AckMessageEntry, AckMessageRequest, Code, Resource};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    let mut c = MessagingServiceClient::new(channel);
+    let mut req = tonic::Request::new(ledgermq_jepsen::workload::receive_request(
+        group, topic, 30, 2,
+    ));
+    req.metadata_mut()
+        .insert("x-mq-client-id", client_id.parse()?);
+    let mut stream = c.receive_message(req).await?.into_inner();
+    let (mut bodies, mut entries) = (Vec::new(), Vec::new());
+    while let Some(item) = stream.message().await? {
+        if let Some(Content::Message(m)) = item.content {
+            let handle = m
+                .system_properties
+                .and_then(|p| p.receipt_handle)
+                .context("a receipt handle")?;
+            bodies.push(String::from_utf8_lossy(&m.body).into_owned());
+            entries.push(AckMessageEntry {
+                message_id: String::new(),
+                receipt_handle: handle,
+            });
+        }
+    }
+    if entries.is_empty() {
+        return Ok(bodies);
+    }
+    let res = |name: &str| {
+        Some(Resource {
+            resource_namespace: String::new(),
+            name: name.to_owned(),
+        })
+    };
+    let mut ack = tonic::Request::new(AckMessageRequest {
+        group: res(group),
+        topic: res(topic),
+        entries,
+    });
+    ack.metadata_mut()
+        .insert("x-mq-client-id", client_id.parse()?);
+    let r = c.ack_message(ack).await?.into_inner();
+    let code = r.status.map_or(-1, |s| s.code);
+    if code != Code::Ok as i32 {
+        bail!("{addr}: ack answered {code}");
+    }
+    Ok(bodies)
+}

@@ -1,13 +1,16 @@
 //! The operator's mqadmin commands on real processes (issue 18): brokerStatus
 //! (its figures move with traffic), getBrokerConfig (the effective
-//! configuration, defaults included), transferLeader (to the node asked),
-//! deleteTopic (routes and topicList stop naming the topic) and deleteSubGroup
-//! (the group goes from every node).
+//! configuration, defaults included), consumerConnection (a 5.x and a 4.x
+//! consumer, each on the node it talks to), transferLeader (to the node
+//! asked), deleteTopic (routes and topicList stop naming the topic) and
+//! deleteSubGroup (the group goes from every node).
 
 use std::time::{Duration, Instant};
 
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
-use ledgermq_tests::grpc::send_one;
+use ledgermq_tests::grpc::{heartbeat_consumer, send_one};
+use ledgermq_tests::remoting::read_answer;
+use std::io::Write;
 
 const TOPIC: &str = "TopicOps";
 const GROUP: &str = "GroupOps";
@@ -42,9 +45,11 @@ async fn wait_admin(cluster: &LocalCluster, args: &[&str], done: impl Fn(&str) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_config_transfer_and_deletes_work_on_a_running_group() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = LocalCluster::start(dir.path(), &ClusterOptions::default())
-        .await
-        .unwrap();
+    let opts = ClusterOptions {
+        remoting: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(dir.path(), &opts).await.unwrap();
     let leader = cluster
         .prepare(
             "broker-a",
@@ -114,6 +119,57 @@ async fn status_config_transfer_and_deletes_work_on_a_running_group() {
         );
     }
 
+    // consumerConnection: a 5.x consumer heartbeats to node 0, a 4.x one to
+    // node 1 over a connection it keeps open.
+    heartbeat_consumer(&cluster.nodes[0].client_addr, GROUP, "py-consumer@1")
+        .await
+        .unwrap();
+    let config_1 = std::fs::read_to_string(&cluster.nodes[1].config).unwrap();
+    let remoting_1 = config_1
+        .lines()
+        .find_map(|l| l.strip_prefix("remoting_addr = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_owned();
+    let mut conn = std::net::TcpStream::connect(&remoting_1).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let body = format!(
+        r#"{{"clientID":"cpp-consumer@2","consumerDataSet":[{{"groupName":"{GROUP}","messageModel":"CLUSTERING"}}],"producerDataSet":[]}}"#
+    );
+    let mut hb = ledgermq_remoting::RemotingCommand::request(34, Vec::<(String, String)>::new());
+    hb.body = body.into_bytes();
+    conn.write_all(&hb.encode().unwrap()).unwrap();
+    assert_eq!(read_answer(&mut conn).unwrap().code, 0);
+    let consumers = cluster.admin(&["consumerConnection", "-g", GROUP]).unwrap();
+    println!("{consumers}");
+    let line = |id: &str| {
+        consumers
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} not listed:\n{consumers}"))
+            .to_owned()
+    };
+    let py = line("py-consumer@1");
+    assert!(
+        py.contains("gRPC 5.x") && py.contains("PYTHON") && py.ends_with("broker-a/0"),
+        "{py}"
+    );
+    let cpp = line("cpp-consumer@2");
+    assert!(
+        cpp.contains("remoting 4.x") && cpp.ends_with("broker-a/1"),
+        "{cpp}"
+    );
+    // Its connection closes: it is no longer listed.
+    drop(conn);
+    wait_admin(&cluster, &["consumerConnection", "-g", GROUP], |out| {
+        !out.contains("cpp-consumer@2")
+    })
+    .await;
+    assert!(cluster
+        .admin(&["consumerConnection", "-g", "NoSuchGroup"])
+        .is_err());
+
     // transferLeader to a follower named.
     let target = (leader_id + 1) % 3;
     let out = cluster
@@ -134,12 +190,45 @@ async fn status_config_transfer_and_deletes_work_on_a_running_group() {
         .await
         .unwrap();
     assert_eq!(cluster.nodes[now].node_id, target);
-    // A node that is not another voter is refused.
+    // A node that is not another voter is refused; the leader itself is a no-op.
     let refused = cluster.admin(&["transferLeader", "-b", "broker-a", "-i", "9"]);
-    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        format!("{refused:?}").contains("is not another voter"),
+        "{refused:?}"
+    );
+    let same = cluster
+        .admin(&[
+            "transferLeader",
+            "-b",
+            "broker-a",
+            "-i",
+            &target.to_string(),
+        ])
+        .unwrap();
+    assert!(
+        same.contains(&format!("handed over to node {target}")),
+        "{same}"
+    );
 
-    // deleteSubGroup: the group goes from every node's count.
-    cluster.admin(&["deleteSubGroup", "-g", GROUP]).unwrap();
+    // deleteSubGroup: refused without -r true (offsets go with the group) or a
+    // scope; then the group goes from every node's count.
+    assert!(cluster
+        .admin(&["deleteSubGroup", "-g", GROUP, "-b", "broker-a"])
+        .is_err());
+    assert!(cluster
+        .admin(&["deleteSubGroup", "-g", GROUP, "-r", "true"])
+        .is_err());
+    cluster
+        .admin(&[
+            "deleteSubGroup",
+            "-g",
+            GROUP,
+            "-r",
+            "true",
+            "-b",
+            "broker-a",
+        ])
+        .unwrap();
     wait_admin(&cluster, &["brokerStatus", "-b", "broker-a"], |out| {
         (0..3).all(|id| {
             value_of(out, id, "consumerGroupCount")
@@ -151,7 +240,19 @@ async fn status_config_transfer_and_deletes_work_on_a_running_group() {
 
     // deleteTopic: topicList and routes stop naming it.
     assert!(cluster.admin(&["topicList"]).unwrap().contains(TOPIC));
-    cluster.admin(&["deleteTopic", "-t", TOPIC]).unwrap();
+    // The broker's own topics are not deleted.
+    for own in [
+        "TBW102",
+        "rmq_sys_wheel_timer",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "%RETRY%GroupOps",
+    ] {
+        let r = cluster.admin(&["deleteTopic", "-t", own, "-c", "DefaultCluster"]);
+        assert!(format!("{r:?}").contains("FAILED"), "{own}: {r:?}");
+    }
+    cluster
+        .admin(&["deleteTopic", "-t", TOPIC, "-c", "DefaultCluster"])
+        .unwrap();
     wait_admin(&cluster, &["topicList"], |out| !out.contains(TOPIC)).await;
     let route = cluster.admin(&["topicRoute", "-t", TOPIC]);
     assert!(

@@ -2,11 +2,12 @@
 //! (issue 18): a follower's disk dies (its process killed, its store deleted), a
 //! new node started with `join = true` is added with `addNode` and the dead one
 //! removed with `removeNode`; then the leader itself is removed (it hands
-//! leadership over first). Every send is acknowledged by some member within the
-//! producer's retries, sends keep being acknowledged after each change, the
-//! group's queues hold at least every acknowledged message, and
-//! `verifyReplicas` finds the remaining members identical (the new node
-//! included). The longest gap between acknowledgements around the leader's
+//! leadership over first). A consumer receives and acks all the while. Every
+//! send is acknowledged by some member within the producer's retries, sends
+//! keep being acknowledged after each change, the consumer receives every
+//! acknowledged message, the group's queues hold at least every acknowledged
+//! message, and `verifyReplicas` finds the remaining members identical (the
+//! new node included). The longest gap between acknowledgements around the leader's
 //! removal is printed, not asserted (timing on a shared machine is noisy).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,10 +17,37 @@ use std::time::{Duration, Instant};
 use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::LogDigestRequest;
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
-use ledgermq_tests::grpc::send_one;
+use ledgermq_tests::grpc::{receive_and_ack, send_one};
 
 const TOPIC: &str = "TopicMembers";
 const GROUP: &str = "broker-a";
+const CONSUMER_GROUP: &str = "MembersConsumers";
+
+/// Receives and acks `TOPIC` for `CONSUMER_GROUP` until `stop`, through the
+/// next address of `addrs` after each failed call; every body received goes
+/// into `received`.
+fn spawn_consumer(
+    addrs: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    received: Arc<Mutex<std::collections::BTreeSet<String>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut turn = 0usize;
+        while !stop.load(Ordering::Relaxed) {
+            let addr = {
+                let a = addrs.lock().unwrap();
+                a[turn % a.len()].clone()
+            };
+            match receive_and_ack(&addr, CONSUMER_GROUP, TOPIC, "members-consumer@1").await {
+                Ok(bodies) => received.lock().unwrap().extend(bodies),
+                Err(_) => {
+                    turn += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
 
 /// What the producer saw.
 #[derive(Default)]
@@ -105,6 +133,9 @@ async fn mqadmin_replaces_a_dead_node_and_removes_the_leader_while_a_producer_ru
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(Mutex::new(Sent::default()));
     let producer = spawn_producer(addrs.clone(), stop.clone(), sent.clone());
+    let stop_consumer = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let consumer = spawn_consumer(addrs.clone(), stop_consumer.clone(), received.clone());
     wait_acks(&sent, 20, "at start").await;
 
     // A follower's disk dies.
@@ -185,6 +216,24 @@ async fn mqadmin_replaces_a_dead_node_and_removes_the_leader_while_a_producer_ru
         "sends never acknowledged: {:?}",
         sent.failed
     );
+    // The consumer gets every acknowledged message.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let missing = {
+            let got = received.lock().unwrap();
+            sent.acked.iter().filter(|(b, _)| !got.contains(b)).count()
+        };
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} acknowledged message(s) never received"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop_consumer.store(true, Ordering::Relaxed);
+    consumer.await.unwrap();
     println!(
         "{} messages acknowledged; longest gap between acknowledgements from the leader's removal on: {:?}",
         sent.acked.len(),

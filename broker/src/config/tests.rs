@@ -250,3 +250,63 @@ fn rocketmq_prometheus_exporter_keys_set_the_metrics_address() {
     assert!(t.get("metrics_addr").is_none());
     assert_eq!(unused, ["metricsExporterType"]);
 }
+
+/// getBrokerConfig shows the whole serialized configuration to whoever can
+/// reach the admin service: every key must be one this list names, so that a
+/// key added later (a secret, say) is seen here first and either listed or
+/// kept out with `skip_serializing`. A rendered configuration also loads back
+/// as the same one.
+#[test]
+fn the_rendered_configuration_holds_only_the_keys_listed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/n0.toml");
+    let cfg = BrokerConfig::load(&root).unwrap();
+    let text = toml::to_string(&cfg).unwrap();
+    let table: toml::Table = text.parse().unwrap();
+    let keys: Vec<&str> = table.keys().map(String::as_str).collect();
+    let listed = [
+        "auto_create_groups",
+        "auto_create_topics",
+        "broadcast_client_idle_ms",
+        "broker_group",
+        "client_addr",
+        "client_addrs",
+        "client_endpoint",
+        "cluster",
+        "commit_log_segment_bytes",
+        "default_topic_queue_count",
+        "delete_when_hour",
+        "disk_force_clean_ratio",
+        "disk_max_used_space_ratio",
+        "disk_space_warning_ratio",
+        "exact_delivery_attempts",
+        "file_reserved_time_hours",
+        "flush",
+        "join",
+        "max_body_bytes",
+        "max_broadcast_clients_per_group",
+        "max_consumer_groups",
+        "max_delay_ms",
+        "max_messages_per_send",
+        "max_queues_per_topic",
+        "metrics_addr",
+        "namesrv_addrs",
+        "namesrv_heartbeat_ms",
+        "node_id",
+        "peers",
+        "raft_election_max_ms",
+        "raft_election_min_ms",
+        "raft_heartbeat_ms",
+        "remoting_addr",
+        "require_client_id",
+        "retention_interval_ms",
+        "store_root",
+        "telemetry_reply_buffer",
+        "transaction_check_interval_ms",
+        "transaction_check_max",
+        "transaction_timeout_ms",
+    ];
+    let unlisted: Vec<&&str> = keys.iter().filter(|k| !listed.contains(k)).collect();
+    assert!(unlisted.is_empty(), "keys not listed: {unlisted:?}");
+    let back: BrokerConfig = toml::from_str(&text).unwrap();
+    assert_eq!(format!("{back:?}"), format!("{cfg:?}"));
+}

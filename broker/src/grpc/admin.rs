@@ -14,12 +14,13 @@ use tonic::{Request, Response, Status};
 use crate::admin_pb::broker_admin_server::BrokerAdmin;
 use crate::admin_pb::{
     AddNodeRequest, AdminResponse, BrokerStatusRequest, CheckTransactionRequest,
-    CheckTransactionResponse, ConsumerProgressRequest, ConsumerProgressResponse,
-    DeleteGroupRequest, DeleteTopicRequest, GetBrokerConfigRequest, KeyValues, LogDigestRequest,
-    LogDigestResponse, MembershipResponse, QueryMessageRequest, QueryMessageResponse,
-    QueueDigestRequest, QueueDigestResponse, RaftStatusRequest, RaftStatusResponse,
-    RemoveNodeRequest, ResetOffsetRequest, ResetOffsetResponse, TransferLeaderRequest,
-    TransferLeaderResponse, UpdateGroupRequest, UpdateTopicRequest,
+    CheckTransactionResponse, ConsumerConnectionRequest, ConsumerConnectionResponse,
+    ConsumerProgressRequest, ConsumerProgressResponse, DeleteGroupRequest, DeleteTopicRequest,
+    GetBrokerConfigRequest, KeyValues, LogDigestRequest, LogDigestResponse, MembershipResponse,
+    QueryMessageRequest, QueryMessageResponse, QueueDigestRequest, QueueDigestResponse,
+    RaftStatusRequest, RaftStatusResponse, RemoveNodeRequest, ResetOffsetRequest,
+    ResetOffsetResponse, TransferLeaderRequest, TransferLeaderResponse, UpdateGroupRequest,
+    UpdateTopicRequest,
 };
 use crate::broker::Broker;
 use crate::broker::MAX_QUEUES;
@@ -272,9 +273,13 @@ impl BrokerAdmin for Admin {
         req: Request<DeleteTopicRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
         let name = req.into_inner().name;
-        if let Err(e) = check_topic(&name) {
+        let refused = check_topic(&name)
+            .err()
+            .map(|e| e.to_string())
+            .or_else(|| crate::grpc::ops::undeletable_topic(&name));
+        if let Some(error) = refused {
             return Ok(Response::new(AdminResponse {
-                error: e.to_string(),
+                error,
                 ..Default::default()
             }));
         }
@@ -294,7 +299,20 @@ impl BrokerAdmin for Admin {
             }));
         }
         tracing::info!(group = %name, "deleteSubGroup asked");
-        Ok(Response::new(self.commit(Command::DeleteGroup(name)).await))
+        let answer = self.commit(Command::DeleteGroup(name.clone())).await;
+        if !answer.error.is_empty() {
+            return Ok(Response::new(answer));
+        }
+        // Its retry and dead-letter topics go with it, as in RocketMQ.
+        for topic in [format!("%RETRY%{name}"), format!("%DLQ%{name}")] {
+            if self.0.topic(&topic).is_some() {
+                let a = self.commit(Command::DeleteTopic(topic)).await;
+                if !a.error.is_empty() {
+                    return Ok(Response::new(a));
+                }
+            }
+        }
+        Ok(Response::new(answer))
     }
 
     async fn transfer_leader(
@@ -323,6 +341,16 @@ impl BrokerAdmin for Admin {
         _: Request<GetBrokerConfigRequest>,
     ) -> Result<Response<KeyValues>, Status> {
         Ok(Response::new(crate::grpc::ops::broker_config(&self.0)))
+    }
+
+    async fn consumer_connection(
+        &self,
+        req: Request<ConsumerConnectionRequest>,
+    ) -> Result<Response<ConsumerConnectionResponse>, Status> {
+        Ok(Response::new(crate::grpc::ops::consumer_connection(
+            &self.0,
+            &req.get_ref().group,
+        )))
     }
 
     async fn consumer_progress(

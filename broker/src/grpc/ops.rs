@@ -1,6 +1,7 @@
 //! The day-to-day admin calls of `mqadmin` that are not about messages:
-//! TransferLeader (`transferLeader`), BrokerStatus (`brokerStatus`) and
-//! GetBrokerConfig (`getBrokerConfig`). The status and configuration are this
+//! TransferLeader (`transferLeader`), BrokerStatus (`brokerStatus`),
+//! GetBrokerConfig (`getBrokerConfig`) and ConsumerConnection
+//! (`consumerConnection`). The status and configuration are this
 //! node's own, never passed on; the key/value rendering is plain (no I/O but
 //! what the callers read).
 
@@ -8,13 +9,45 @@ use std::time::Duration;
 
 use ledgermq_raft::RaftNodeError;
 
-use crate::admin_pb::{KeyValue, KeyValues, TransferLeaderRequest, TransferLeaderResponse};
+use crate::admin_pb::{
+    ConsumerConnection, ConsumerConnectionResponse, KeyValue, KeyValues, TransferLeaderRequest,
+    TransferLeaderResponse,
+};
 use crate::broker::Broker;
 
 /// How long a TransferLeader waits when the request names no timeout.
 const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest a TransferLeader may wait.
-const MAX_TRANSFER_TIMEOUT: Duration = Duration::from_secs(600);
+/// The longest a TransferLeader may wait: writes pause while it does.
+const MAX_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How far behind the leader's log a follower may be to be handed leadership
+/// (it must catch up while writes are paused).
+const TRANSFER_MAX_LAG: u64 = 10_000;
+
+/// Whether a hand-over to `target` (or, if `None`, to any follower) may start,
+/// given the followers `caught_up` (heard from lately and within
+/// [`TRANSFER_MAX_LAG`]) and the group's `voters`: a target that is not
+/// another voter, or a follower that is down or far behind, would leave
+/// writes paused for the whole timeout. `me` is the leader. No I/O.
+pub fn transfer_refusal(
+    me: u64,
+    target: Option<u64>,
+    voters: &[u64],
+    caught_up: &[u64],
+) -> Option<String> {
+    match target {
+        Some(t) if t == me => None,
+        Some(t) if !voters.contains(&t) => Some(format!(
+            "node {t} is not another voter of this group (voters {voters:?})"
+        )),
+        Some(t) if !caught_up.contains(&t) => Some(format!(
+            "node {t} is not heard from or is more than {TRANSFER_MAX_LAG} entries behind: not handed over"
+        )),
+        None if !caught_up.iter().any(|f| voters.contains(f)) => Some(
+            "no follower is heard from and caught up: not handed over".to_owned(),
+        ),
+        _ => None,
+    }
+}
 
 /// Hands leadership over as `r` asks, if this node leads.
 pub async fn transfer_leader(b: &Broker, r: TransferLeaderRequest) -> TransferLeaderResponse {
@@ -30,22 +63,29 @@ pub async fn transfer_leader(b: &Broker, r: TransferLeaderRequest) -> TransferLe
         0 => DEFAULT_TRANSFER_TIMEOUT,
         ms => Duration::from_millis(ms).min(MAX_TRANSFER_TIMEOUT),
     };
-    if let Some(t) = r.target_node_id {
-        let voters = node
-            .raft()
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .collect::<Vec<_>>();
-        if t == node.id() || !voters.contains(&t) {
-            return TransferLeaderResponse {
-                error: format!("node {t} is not another voter of this group (voters {voters:?})"),
-                leader_id: Some(node.id()),
-                not_leader: false,
-            };
-        }
+    let voters = node
+        .raft()
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect::<Vec<_>>();
+    let view = node.replica_view(TRANSFER_MAX_LAG, Duration::ZERO);
+    if let Some(why) = transfer_refusal(node.id(), r.target_node_id, &voters, &view.caught_up) {
+        return TransferLeaderResponse {
+            error: why,
+            leader_id: Some(node.id()),
+            not_leader: false,
+        };
+    }
+    if r.target_node_id == Some(node.id()) {
+        // Already there: nothing to do.
+        return TransferLeaderResponse {
+            error: String::new(),
+            leader_id: Some(node.id()),
+            not_leader: false,
+        };
     }
     tracing::info!(target = ?r.target_node_id, "transferLeader asked");
     match node.transfer_leadership(r.target_node_id, timeout).await {
@@ -67,6 +107,30 @@ pub async fn transfer_leader(b: &Broker, r: TransferLeaderRequest) -> TransferLe
     }
 }
 
+/// Why topic `name` may not be deleted with deleteTopic, if it may not: the
+/// broker's own topics (half messages, timers, the default topic), and a
+/// consumer group's retry and dead-letter topics, which go with the group
+/// (deleteSubGroup). No I/O.
+pub fn undeletable_topic(name: &str) -> Option<String> {
+    let system = [
+        ledgermq_store::half_index::HALF_TOPIC,
+        ledgermq_store::half_index::OP_HALF_TOPIC,
+        ledgermq_store::timer_index::TIMER_TOPIC,
+        crate::announce::DEFAULT_TOPIC,
+    ];
+    if system.contains(&name) || name.starts_with("rmq_sys_") || name.starts_with("RMQ_SYS_") {
+        return Some(format!(
+            "{name} is one of the broker's own topics: not deleted"
+        ));
+    }
+    if name.starts_with("%RETRY%") || name.starts_with("%DLQ%") {
+        return Some(format!(
+            "{name} belongs to a consumer group: deleteSubGroup deletes it with the group"
+        ));
+    }
+    None
+}
+
 fn kv(key: &str, value: impl ToString) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
@@ -74,7 +138,10 @@ fn kv(key: &str, value: impl ToString) -> KeyValue {
     }
 }
 
-/// This node's status: identity, Raft, store and traffic since start.
+/// This node's status: identity, Raft, store and traffic since start, printed
+/// as `key : value` lines the way RocketMQ's brokerStatus prints its own
+/// (the keys are this broker's, plus RocketMQ's `bootTimestamp` and
+/// `brokerVersionDesc`).
 pub fn broker_status(b: &Broker) -> KeyValues {
     let node = &b.node;
     let m = node.raft().metrics().borrow().clone();
@@ -93,7 +160,11 @@ pub fn broker_status(b: &Broker) -> KeyValues {
     let entries = vec![
         kv("brokerGroup", &b.group),
         kv("nodeId", node.id()),
-        kv("version", env!("CARGO_PKG_VERSION")),
+        kv(
+            "brokerVersionDesc",
+            concat!("LedgerMQ ", env!("CARGO_PKG_VERSION")),
+        ),
+        kv("bootTimestamp", boot_timestamp_ms(b)),
         kv("uptimeSeconds", b.started.elapsed().as_secs()),
         kv("role", &status.role),
         kv("term", status.term),
@@ -126,17 +197,45 @@ pub fn broker_status(b: &Broker) -> KeyValues {
     }
 }
 
+/// The consumers of `group` connected to this node.
+pub fn consumer_connection(b: &Broker, group: &str) -> ConsumerConnectionResponse {
+    ConsumerConnectionResponse {
+        node_id: b.node.id(),
+        connections: b
+            .consumer_clients
+            .list(group)
+            .into_iter()
+            .map(|s| ConsumerConnection {
+                client_id: s.client_id,
+                protocol: s.info.protocol.to_owned(),
+                language: s.info.language,
+                version: s.info.version,
+                addr: s.info.addr,
+                idle_ms: s.idle.as_millis() as u64,
+            })
+            .collect(),
+    }
+}
+
+/// When this broker started, in ms since the Unix epoch.
+fn boot_timestamp_ms(b: &Broker) -> i64 {
+    let up_ms = i64::try_from(b.started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    ledgermq_store::store::now_ms().saturating_sub(up_ms)
+}
+
 /// This node's effective configuration: the TOML text `BrokerNode::start`
 /// rendered (defaults included), one entry per top-level key, tables (peers,
-/// client addresses) as inline TOML. Empty when none was set.
+/// client addresses) as inline TOML; an `error` entry when none was kept.
 pub fn broker_config(b: &Broker) -> KeyValues {
     KeyValues {
         node_id: b.node.id(),
-        entries: b
-            .effective_config
-            .get()
-            .map(|text| config_entries(text))
-            .unwrap_or_default(),
+        entries: match b.effective_config.get() {
+            Some(text) => config_entries(text),
+            None => vec![kv(
+                "error",
+                "this node kept no configuration (it did not render at start: see its log)",
+            )],
+        },
     }
 }
 
@@ -160,6 +259,38 @@ pub fn config_entries(text: &str) -> Vec<KeyValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_brokers_own_topics_and_a_groups_are_not_deleted_alone() {
+        for t in [
+            "TBW102",
+            "RMQ_SYS_TRANS_HALF_TOPIC",
+            "rmq_sys_wheel_timer",
+            "%RETRY%G",
+            "%DLQ%G",
+        ] {
+            assert!(undeletable_topic(t).is_some(), "{t}");
+        }
+        assert_eq!(undeletable_topic("TopicA"), None);
+    }
+
+    #[test]
+    fn a_hand_over_starts_only_to_a_caught_up_voter() {
+        let voters = [0, 1, 2];
+        assert_eq!(transfer_refusal(1, Some(2), &voters, &[0, 2]), None);
+        assert_eq!(transfer_refusal(1, None, &voters, &[2]), None);
+        // Already the leader: nothing to refuse (and nothing to do).
+        assert_eq!(transfer_refusal(1, Some(1), &voters, &[]), None);
+        assert!(transfer_refusal(1, Some(9), &voters, &[0, 2])
+            .unwrap()
+            .contains("not another voter"));
+        assert!(transfer_refusal(1, Some(2), &voters, &[0])
+            .unwrap()
+            .contains("not heard from"));
+        assert!(transfer_refusal(1, None, &voters, &[]).is_some());
+        // A learner caught up does not count.
+        assert!(transfer_refusal(1, None, &voters, &[3]).is_some());
+    }
 
     #[test]
     fn the_configuration_lists_every_top_level_key_with_tables_inline() {

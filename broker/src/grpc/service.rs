@@ -55,6 +55,40 @@ fn client_of(b: &Broker, md: &MetadataMap) -> Result<Option<String>, pb::Status>
 /// Metadata key of the client's language.
 const LANGUAGE_HEADER: &str = "x-mq-language";
 
+/// Metadata key of the client's version.
+const VERSION_HEADER: &str = "x-mq-client-version";
+
+/// Records consumer `client` of `group` as connected here (consumerConnection),
+/// unless the call was passed on by another node (the client is that node's).
+fn note_consumer(
+    b: &Broker,
+    md: &MetadataMap,
+    remote: Option<std::net::SocketAddr>,
+    group: &str,
+    client: Option<&str>,
+) {
+    let Some(client) = client.filter(|_| !forwarded(md)) else {
+        return;
+    };
+    let text = |k: &str| {
+        md.get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    b.consumer_clients.seen(
+        group,
+        client,
+        crate::consumer_clients::ClientInfo {
+            protocol: "gRPC 5.x",
+            language: text(LANGUAGE_HEADER),
+            version: text(VERSION_HEADER),
+            addr: remote.map(|a| a.to_string()).unwrap_or_default(),
+            conn_id: None,
+        },
+    );
+}
+
 fn style(md: &MetadataMap) -> EndpointStyle {
     EndpointStyle::for_language(md.get(LANGUAGE_HEADER).and_then(|v| v.to_str().ok()))
 }
@@ -167,7 +201,29 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| pb::Status::ok());
+        let status = match client_of(&self.0, req.metadata()) {
+            Ok(cid) => {
+                let r = req.get_ref();
+                let consumer = [
+                    pb::ClientType::PushConsumer,
+                    pb::ClientType::SimpleConsumer,
+                    pb::ClientType::PullConsumer,
+                ]
+                .iter()
+                .any(|t| *t as i32 == r.client_type);
+                if let (true, Some(g)) = (consumer, r.group.as_ref()) {
+                    note_consumer(
+                        &self.0,
+                        req.metadata(),
+                        req.remote_addr(),
+                        &g.name,
+                        cid.as_deref(),
+                    );
+                }
+                pb::Status::ok()
+            }
+            Err(s) => s,
+        };
         Ok(Response::new(pb::HeartbeatResponse {
             status: Some(status),
         }))
@@ -234,8 +290,12 @@ impl MessagingService for Service {
                 return Ok(Response::new(Box::pin(futures::stream::iter([Ok(item)]))));
             }
         };
+        let remote = req.remote_addr();
         let msg = req.into_inner();
         let b = &self.0;
+        if let Some(g) = &msg.group {
+            note_consumer(b, &md, remote, &g.name, cid.as_deref());
+        }
         let wait = crate::consume::long_poll_wait_ms(
             msg.long_polling_timeout
                 .as_ref()

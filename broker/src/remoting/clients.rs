@@ -286,6 +286,17 @@ impl Remoting {
                         last_seen: now,
                     },
                 );
+                self.broker.consumer_clients.seen(
+                    &c.group_name,
+                    &hb.client_id,
+                    crate::consumer_clients::ClientInfo {
+                        protocol: "remoting 4.x",
+                        language: req.language.name().to_owned(),
+                        version: req.version.to_string(),
+                        addr: conn.peer.to_string(),
+                        conn_id: Some(conn.id),
+                    },
+                );
                 if joined {
                     notify(&inner, &c.group_name);
                 }
@@ -315,6 +326,7 @@ impl Remoting {
             self.broker.remoting_producers.remove(group, client);
         }
         if let Some(group) = opt(req, "consumerGroup", None) {
+            self.broker.consumer_clients.gone(group, client);
             let mut inner = self.clients.inner.lock().unwrap();
             let gone = inner
                 .groups

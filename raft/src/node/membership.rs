@@ -238,6 +238,10 @@ fn change_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Ra
     }
 }
 
+/// The longest a leader asked to remove itself spends handing leadership over
+/// (writes pause meanwhile); past it the removal fails with `Timeout`.
+const REMOVAL_HAND_OVER: Duration = Duration::from_secs(10);
+
 /// How long a removed voter is given to receive the change that made it a learner
 /// before it is removed anyway (a dead node never receives it); no longer than
 /// the change's own deadline.
@@ -415,7 +419,11 @@ impl RaftNode {
                 match plan_remove(m, id).map_err(RaftNodeError::MembershipRefused)? {
                     RemoveStep::NotMember => return Ok(outcome(ChangeDone::NotMember, m)),
                     RemoveStep::DemoteVoter if id == self.id => {
-                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        // Writes pause during a hand-over: bounded apart from
+                        // the change's own (possibly long) deadline.
+                        let left = deadline
+                            .saturating_duration_since(tokio::time::Instant::now())
+                            .min(REMOVAL_HAND_OVER);
                         let to = self.transfer_leadership(None, left).await?;
                         tracing::info!(to, "handed leadership over to be removed");
                         return Err(RaftNodeError::NotLeader { leader: Some(to) });

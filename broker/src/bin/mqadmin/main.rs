@@ -40,15 +40,21 @@
 //!   `removeNode -n NAMESRV -b GROUP -i ID`: removes node ID (a voter is made a
 //!   learner first). Replacing a node whose disk died is both, with a new id.
 //!
-//! - `deleteTopic -n NAMESRV -t TOPIC [-c CLUSTER] [-b GROUP]`,
-//!   `deleteSubGroup -n NAMESRV -g GROUP [-c CLUSTER] [-b GROUP]`: delete a
-//!   topic's configuration (its messages age out by retention), or a consumer
-//!   group with its offsets, on every selected broker group.
+//! - `deleteTopic -n NAMESRV -t TOPIC (-c CLUSTER | -b GROUP)`,
+//!   `deleteSubGroup -n NAMESRV -g GROUP -r true (-c CLUSTER | -b GROUP)`:
+//!   delete a topic's configuration (its messages age out by retention; the
+//!   broker's own topics and a group's retry and DLQ topics are refused), or a
+//!   consumer group with its offsets, retry and DLQ topics (`-r true` says the
+//!   offsets may go), on every selected broker group.
 //! - `transferLeader -n NAMESRV -b GROUP [-i NODE]`: hands the group's
 //!   leadership to node NODE (or the most caught-up follower).
-//! - `brokerStatus -n NAMESRV [-c CLUSTER] [-b GROUP]`, `getBrokerConfig` (same
-//!   flags): each node's status (role, term, log, store, traffic since start)
-//!   or effective configuration, `key : value` per line.
+//! - `brokerStatus -n NAMESRV [-c CLUSTER] [-b GROUP | -b HOST:PORT]`,
+//!   `getBrokerConfig` (same flags): each node's (or the one node's) status
+//!   (role, term, log, store, traffic since start) or effective configuration,
+//!   `key : value` per line.
+//! - `consumerConnection -n NAMESRV -g GROUP [-c CLUSTER] [-b GROUP]`: the
+//!   consumers of consumer group GROUP connected to any node (client id,
+//!   protocol, language, version, address, the nodes it is connected to).
 //! - `verifyReplicas -n NAMESRV [-c CLUSTER] [-b GROUP]`: whether every member
 //!   of each group holds the same committed log entries (over the indexes all
 //!   hold and applied) and ConsumeQueue entries; exits non-zero if not.
@@ -57,6 +63,7 @@
 //! to any live member of each group (the admin service on its client port), which
 //! commits them through Raft.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 mod changes;
@@ -286,8 +293,9 @@ enum Cmd {
         #[command(flatten)]
         scope: Scope,
     },
-    /// Delete a consumer group, its offsets and FIFO leases, on every broker
-    /// group (of the cluster, or the group given).
+    /// Delete a consumer group with its offsets, FIFO leases, retry and
+    /// dead-letter topics, on every broker group of the cluster (or the group
+    /// given).
     #[command(name = "deleteSubGroup")]
     DeleteSubGroup {
         /// Name server address(es).
@@ -296,6 +304,10 @@ enum Cmd {
         /// Consumer group.
         #[arg(short = 'g', long = "groupName")]
         group: String,
+        /// Remove the group's consumer offsets too (RocketMQ's `-r true`).
+        /// Required: this broker deletes a group's offsets with it.
+        #[arg(short = 'r', long = "removeOffset", default_value_t = false, action = clap::ArgAction::Set)]
+        remove_offset: bool,
         #[command(flatten)]
         scope: Scope,
     },
@@ -321,6 +333,19 @@ enum Cmd {
         /// Name server address(es).
         #[arg(short = 'n', long = "namesrvAddr")]
         namesrv: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// The consumers of a consumer group connected to the nodes (RocketMQ's
+    /// consumerConnection).
+    #[command(name = "consumerConnection")]
+    ConsumerConnection {
+        /// Name server address(es).
+        #[arg(short = 'n', long = "namesrvAddr")]
+        namesrv: String,
+        /// Consumer group.
+        #[arg(short = 'g', long = "consumerGroup")]
+        group: String,
         #[command(flatten)]
         scope: Scope,
     },
@@ -373,6 +398,24 @@ enum Cmd {
         #[arg(short = 't', long = "topic")]
         topic: String,
     },
+}
+
+/// Refuses a destructive command `what` that names neither a cluster nor a
+/// broker group (RocketMQ's deleteTopic requires a cluster).
+fn require_scope(what: &str, scope: &Scope) -> Result<()> {
+    if scope.cluster.is_none() && scope.broker_group.is_none() {
+        bail!("{what} needs -c CLUSTER or -b BROKER_GROUP");
+    }
+    Ok(())
+}
+
+/// The nodes a node-local command asks: `-b HOST:PORT` (RocketMQ's broker
+/// address) is that one node; otherwise every node of the selected groups.
+async fn nodes_or_addr(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, Vec<String>>> {
+    match &scope.broker_group {
+        Some(b) if b.contains(':') => Ok(BTreeMap::from([("-".to_owned(), vec![b.clone()])])),
+        _ => groups(namesrv, scope).await,
+    }
 }
 
 #[tokio::main]
@@ -490,6 +533,7 @@ async fn main() -> Result<()> {
             topic,
             scope,
         } => {
+            require_scope("deleteTopic", &scope)?;
             let req = AdminReq::DeleteTopic(DeleteTopicRequest {
                 name: topic.clone(),
             });
@@ -498,8 +542,17 @@ async fn main() -> Result<()> {
         Cmd::DeleteSubGroup {
             namesrv,
             group,
+            remove_offset,
             scope,
         } => {
+            require_scope("deleteSubGroup", &scope)?;
+            if !remove_offset {
+                bail!(
+                    "this broker deletes a consumer group's offsets with it: pass -r true to \
+                     delete {group} and its offsets (a consumer that comes back starts from its \
+                     consume-from position)"
+                );
+            }
             let req = AdminReq::DeleteGroup(DeleteGroupRequest {
                 name: group.clone(),
             });
@@ -521,10 +574,23 @@ async fn main() -> Result<()> {
             .await?
         }
         Cmd::BrokerStatus { namesrv, scope } => {
-            ops::each_node(groups(&namesrv, &scope).await?, ops::NodeCall::Status).await?
+            ops::each_node(
+                nodes_or_addr(&namesrv, &scope).await?,
+                ops::NodeCall::Status,
+            )
+            .await?
         }
+        Cmd::ConsumerConnection {
+            namesrv,
+            group,
+            scope,
+        } => ops::consumer_connection(groups(&namesrv, &scope).await?, &group).await?,
         Cmd::GetBrokerConfig { namesrv, scope } => {
-            ops::each_node(groups(&namesrv, &scope).await?, ops::NodeCall::Config).await?
+            ops::each_node(
+                nodes_or_addr(&namesrv, &scope).await?,
+                ops::NodeCall::Config,
+            )
+            .await?
         }
         Cmd::VerifyReplicas { namesrv, scope } => {
             verify::verify_replicas(group_nodes(&namesrv, &scope).await?).await?
