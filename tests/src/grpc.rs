@@ -5,17 +5,25 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+/// A channel to client port `addr` (`host:port`), connected within 2 s, whose
+/// calls give up after `call_timeout`.
+async fn channel(addr: &str, call_timeout: Duration) -> Result<tonic::transport::Channel> {
+    Ok(
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(call_timeout)
+            .connect()
+            .await?,
+    )
+}
+
 /// Sends one normal message of `topic` (body `body`, also its message id) to
 /// the client port `addr` (`host:port`); an error unless it is answered OK
 /// within 5 s.
 pub async fn send_one(addr: &str, topic: &str, body: &str) -> Result<()> {
     use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
     use ledgermq_broker::pb::{Code, Message, Resource, SendMessageRequest, SystemProperties};
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await?;
+    let channel = channel(addr, Duration::from_secs(5)).await?;
     let m = Message {
         topic: Some(Resource {
             resource_namespace: String::new(),
@@ -50,11 +58,7 @@ pub async fn send_one(addr: &str, topic: &str, body: &str) -> Result<()> {
 pub async fn heartbeat_consumer(addr: &str, group: &str, client_id: &str) -> Result<()> {
     use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
     use ledgermq_broker::pb::{ClientType, Code, HeartbeatRequest, Resource};
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await?;
+    let channel = channel(addr, Duration::from_secs(5)).await?;
     let mut req = tonic::Request::new(HeartbeatRequest {
         group: Some(Resource {
             resource_namespace: String::new(),
@@ -93,11 +97,7 @@ pub async fn receive_and_ack(
     use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
     use ledgermq_broker::pb::receive_message_response::Content;
     use ledgermq_broker::pb::{AckMessageEntry, AckMessageRequest, Code, Resource};
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await?;
+    let channel = channel(addr, Duration::from_secs(10)).await?;
     let mut c = MessagingServiceClient::new(channel);
     let mut req = tonic::Request::new(ledgermq_jepsen::workload::receive_request(
         group, topic, 30, 2,
