@@ -4,8 +4,9 @@
 //! on to), 4.x clients as their HEART_BEAT arrives (until UNREGISTER_CLIENT or
 //! their connection closes). An entry not refreshed for [`CLIENT_EXPIRY`] is
 //! dropped (RocketMQ's `channelExpiredTimeout`). Bounded: at most
-//! [`MAX_GROUPS`] groups and [`MAX_CLIENTS_PER_GROUP`] clients each; past
-//! them, new ones are not recorded (this is a view, not a decision).
+//! [`MAX_ENTRIES`] (group, client) entries in all; past it, new ones are not
+//! recorded (this is a view, not a decision). Expired entries are swept at
+//! most once a second, so a full registry costs a caller one map lookup.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,12 +14,13 @@ use std::time::{Duration, Instant};
 
 /// A consumer not heard from for this long is dropped.
 pub const CLIENT_EXPIRY: Duration = Duration::from_secs(120);
-/// Most consumer groups recorded.
-pub const MAX_GROUPS: usize = 4096;
-/// Most clients recorded per group.
-pub const MAX_CLIENTS_PER_GROUP: usize = 4096;
-/// Longest client id, language or version string kept (longer ones are cut).
+/// Most (group, client) entries recorded.
+pub const MAX_ENTRIES: usize = 65_536;
+/// Longest group, client id, language or version string kept (longer ones are
+/// cut).
 const MAX_TEXT_BYTES: usize = 255;
+/// Least time between two sweeps of expired entries.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// What a consumer said about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +52,50 @@ pub struct Seen {
 struct Inner {
     /// group → client id → (info, last heard).
     groups: HashMap<String, HashMap<String, (ClientInfo, Instant)>>,
+    /// Entries in `groups`.
+    entries: usize,
+    /// remoting connection → its (group, client id) entries.
+    by_conn: HashMap<u64, Vec<(String, String)>>,
+    /// When expired entries were last swept.
+    swept: Option<Instant>,
+}
+
+impl Inner {
+    fn remove(&mut self, group: &str, client_id: &str) {
+        if let Some(c) = self.groups.get_mut(group) {
+            if c.remove(client_id).is_some() {
+                self.entries -= 1;
+            }
+            if c.is_empty() {
+                self.groups.remove(group);
+            }
+        }
+    }
+
+    /// Drops every entry not heard from within [`CLIENT_EXPIRY`] of `now`, if
+    /// the last sweep was [`SWEEP_EVERY`] ago or more.
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|at| now.saturating_duration_since(at) < SWEEP_EVERY)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        let mut dropped = 0;
+        for c in self.groups.values_mut() {
+            let before = c.len();
+            c.retain(|_, (_, at)| now.saturating_duration_since(*at) <= CLIENT_EXPIRY);
+            dropped += before - c.len();
+        }
+        self.entries -= dropped;
+        self.groups.retain(|_, c| !c.is_empty());
+        let groups = &self.groups;
+        self.by_conn.retain(|_, list| {
+            list.retain(|(g, id)| groups.get(g).is_some_and(|c| c.contains_key(id)));
+            !list.is_empty()
+        });
+    }
 }
 
 /// The registry (see the module doc); cheap to share behind the broker.
@@ -73,29 +119,32 @@ impl ConsumerClients {
             return;
         }
         let (group, client_id) = (cut(group), cut(client_id));
-        let (group, client_id) = (group.as_str(), client_id.as_str());
         info.language = cut(&info.language);
         info.version = cut(&info.version);
+        let conn_id = info.conn_id;
         let mut inner = self.inner.lock().unwrap();
-        if !inner.groups.contains_key(group) {
-            if inner.groups.len() >= MAX_GROUPS {
-                prune(&mut inner, now);
-                if inner.groups.len() >= MAX_GROUPS {
-                    return;
-                }
-            }
-            inner.groups.insert(group.to_owned(), HashMap::new());
-        }
-        let Some(clients) = inner.groups.get_mut(group) else {
+        inner.sweep(now);
+        let known = inner
+            .groups
+            .get(&group)
+            .is_some_and(|c| c.contains_key(&client_id));
+        if !known && inner.entries >= MAX_ENTRIES {
             return;
-        };
-        if !clients.contains_key(client_id) && clients.len() >= MAX_CLIENTS_PER_GROUP {
-            clients.retain(|_, (_, at)| now.saturating_duration_since(*at) <= CLIENT_EXPIRY);
-            if clients.len() >= MAX_CLIENTS_PER_GROUP {
-                return;
+        }
+        let previous = inner
+            .groups
+            .entry(group.clone())
+            .or_default()
+            .insert(client_id.clone(), (info, now));
+        if previous.is_none() {
+            inner.entries += 1;
+        }
+        if let Some(conn) = conn_id {
+            let list = inner.by_conn.entry(conn).or_default();
+            if !list.iter().any(|(g, c)| *g == group && *c == client_id) {
+                list.push((group, client_id));
             }
         }
-        clients.insert(client_id.to_owned(), (info, now));
     }
 
     /// Records that `client_id` of `group` was heard from just now.
@@ -105,33 +154,35 @@ impl ConsumerClients {
 
     /// Forgets `client_id` of `group` (it unregistered).
     pub fn gone(&self, group: &str, client_id: &str) {
-        let mut inner = self.inner.lock().unwrap();
-        if let Some(c) = inner.groups.get_mut(group) {
-            c.remove(client_id);
-            if c.is_empty() {
-                inner.groups.remove(group);
-            }
-        }
+        self.inner.lock().unwrap().remove(group, client_id);
     }
 
     /// Forgets every client of remoting connection `conn_id` (it closed).
     pub fn connection_closed(&self, conn_id: u64) {
         let mut inner = self.inner.lock().unwrap();
-        for c in inner.groups.values_mut() {
-            c.retain(|_, (info, _)| info.conn_id != Some(conn_id));
+        for (group, client_id) in inner.by_conn.remove(&conn_id).unwrap_or_default() {
+            // Only if that entry still belongs to this connection (the client
+            // may have come back on another).
+            let mine = inner
+                .groups
+                .get(&group)
+                .and_then(|c| c.get(&client_id))
+                .is_some_and(|(info, _)| info.conn_id == Some(conn_id));
+            if mine {
+                inner.remove(&group, &client_id);
+            }
         }
-        inner.groups.retain(|_, c| !c.is_empty());
     }
 
     /// The live consumers of `group` as of `now`, by client id.
     pub fn list_at(&self, group: &str, now: Instant) -> Vec<Seen> {
-        let mut inner = self.inner.lock().unwrap();
-        prune(&mut inner, now);
+        let inner = self.inner.lock().unwrap();
         let mut out: Vec<Seen> = inner
             .groups
             .get(group)
             .map(|c| {
                 c.iter()
+                    .filter(|(_, (_, at))| now.saturating_duration_since(*at) <= CLIENT_EXPIRY)
                     .map(|(id, (info, at))| Seen {
                         client_id: id.clone(),
                         info: info.clone(),
@@ -148,14 +199,16 @@ impl ConsumerClients {
     pub fn list(&self, group: &str) -> Vec<Seen> {
         self.list_at(group, Instant::now())
     }
-}
 
-/// Drops every entry not heard from within [`CLIENT_EXPIRY`] of `now`.
-fn prune(inner: &mut Inner, now: Instant) {
-    for c in inner.groups.values_mut() {
-        c.retain(|_, (_, at)| now.saturating_duration_since(*at) <= CLIENT_EXPIRY);
+    /// Entries recorded (expired ones included until the next sweep).
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap().entries
     }
-    inner.groups.retain(|_, c| !c.is_empty());
+
+    /// True when nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
@@ -203,21 +256,39 @@ mod tests {
     }
 
     #[test]
-    fn the_registry_is_bounded() {
+    fn the_registry_is_bounded_in_all() {
         let r = ConsumerClients::default();
         let t0 = Instant::now();
-        for i in 0..MAX_CLIENTS_PER_GROUP + 10 {
-            r.seen_at("G", &format!("c{i}"), info(None), t0);
+        for i in 0..MAX_ENTRIES + 10 {
+            r.seen_at(&format!("G{}", i % 1000), &format!("c{i}"), info(None), t0);
         }
-        assert_eq!(r.list_at("G", t0).len(), MAX_CLIENTS_PER_GROUP);
+        assert_eq!(r.len(), MAX_ENTRIES);
+        // A known one is still refreshed when full.
+        r.seen_at("G0", "c0", info(None), t0);
+        assert_eq!(r.len(), MAX_ENTRIES);
         // Once they expire, new ones take their places.
         let later = t0 + CLIENT_EXPIRY + Duration::from_secs(1);
         r.seen_at("G", "new", info(None), later);
+        assert_eq!(r.len(), 1);
         assert_eq!(r.list_at("G", later).len(), 1);
         // Long strings are cut.
         let mut long = info(None);
         long.language = "x".repeat(1000);
         r.seen_at("G", "new", long, later);
         assert_eq!(r.list_at("G", later)[0].info.language.len(), 255);
+    }
+
+    #[test]
+    fn a_closed_connection_forgets_only_what_it_still_carries() {
+        let r = ConsumerClients::default();
+        let t0 = Instant::now();
+        r.seen_at("G", "c1", info(Some(1)), t0);
+        // The client came back on connection 2 before 1 was seen closing.
+        r.seen_at("G", "c1", info(Some(2)), t0);
+        r.connection_closed(1);
+        assert_eq!(r.list_at("G", t0).len(), 1);
+        r.connection_closed(2);
+        assert!(r.list_at("G", t0).is_empty());
+        assert!(r.is_empty());
     }
 }

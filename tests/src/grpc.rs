@@ -86,8 +86,11 @@ pub async fn heartbeat_consumer(addr: &str, group: &str, client_id: &str) -> Res
 
 /// One ReceiveMessage of up to 32 messages of `topic` for consumer group
 /// `group` on `addr` (long-polling 2 s, invisible 30 s) as client
-/// `client_id`, then one AckMessage of what came; returns the bodies acked.
-/// Error: the receive or the ack failed (the messages come again later).
+/// `client_id`, then one AckMessage of what came; returns the bodies
+/// delivered, whatever the ack's outcome (an ack that fails, or whose answer
+/// is lost, may still have taken effect: the messages were received either
+/// way, and those not acked come again later). Error: the receive failed
+/// before any message came.
 pub async fn receive_and_ack(
     addr: &str,
     group: &str,
@@ -106,7 +109,20 @@ pub async fn receive_and_ack(
         .insert("x-mq-client-id", client_id.parse()?);
     let mut stream = c.receive_message(req).await?.into_inner();
     let (mut bodies, mut entries) = (Vec::new(), Vec::new());
-    while let Some(item) = stream.message().await? {
+    loop {
+        let item = match stream.message().await {
+            Ok(Some(item)) => item,
+            Ok(None) => break,
+            // Cut off part way: what came was delivered.
+            Err(e) if !bodies.is_empty() => {
+                eprintln!(
+                    "{addr}: the receive stream broke after {} message(s): {e}",
+                    bodies.len()
+                );
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if let Some(Content::Message(m)) = item.content {
             let handle = m
                 .system_properties
@@ -135,10 +151,14 @@ pub async fn receive_and_ack(
     });
     ack.metadata_mut()
         .insert("x-mq-client-id", client_id.parse()?);
-    let r = c.ack_message(ack).await?.into_inner();
-    let code = r.status.map_or(-1, |s| s.code);
-    if code != Code::Ok as i32 {
-        bail!("{addr}: ack answered {code}");
+    match c.ack_message(ack).await {
+        Ok(r) => {
+            let code = r.into_inner().status.map_or(-1, |s| s.code);
+            if code != Code::Ok as i32 {
+                eprintln!("{addr}: ack answered {code}");
+            }
+        }
+        Err(e) => eprintln!("{addr}: ack failed: {e}"),
     }
     Ok(bodies)
 }

@@ -97,6 +97,16 @@ async fn status_config_transfer_and_deletes_work_on_a_running_group() {
         .unwrap();
     assert!(groups >= 1, "{after}");
 
+    // One node by its address (RocketMQ's -b brokerAddr).
+    let one = cluster
+        .admin(&["brokerStatus", "-b", &cluster.nodes[0].client_addr])
+        .unwrap();
+    assert_eq!(one.matches("# broker-a node").count(), 1, "{one}");
+    assert_eq!(value_of(&one, 0, "nodeId").as_deref(), Some("0"), "{one}");
+    assert!(cluster
+        .admin(&["brokerStatus", "-b", "127.0.0.1:1"])
+        .is_err());
+
     // getBrokerConfig: every node's own effective configuration.
     let config = cluster
         .admin(&["getBrokerConfig", "-b", "broker-a"])
@@ -241,14 +251,15 @@ async fn status_config_transfer_and_deletes_work_on_a_running_group() {
     // deleteTopic: topicList and routes stop naming it.
     assert!(cluster.admin(&["topicList"]).unwrap().contains(TOPIC));
     // The broker's own topics are not deleted.
-    for own in [
-        "TBW102",
-        "rmq_sys_wheel_timer",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "%RETRY%GroupOps",
+    for (own, why) in [
+        ("TBW102", "broker's own topics"),
+        ("rmq_sys_wheel_timer", "broker's own topics"),
+        ("RMQ_SYS_TRANS_HALF_TOPIC", "broker's own topics"),
+        ("%RETRY%GroupOps", "belongs to a consumer group"),
+        ("%DLQ%GroupOps", "belongs to a consumer group"),
     ] {
         let r = cluster.admin(&["deleteTopic", "-t", own, "-c", "DefaultCluster"]);
-        assert!(format!("{r:?}").contains("FAILED"), "{own}: {r:?}");
+        assert!(format!("{r:?}").contains(why), "{own}: {r:?}");
     }
     cluster
         .admin(&["deleteTopic", "-t", TOPIC, "-c", "DefaultCluster"])

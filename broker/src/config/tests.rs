@@ -261,8 +261,15 @@ fn the_rendered_configuration_holds_only_the_keys_listed() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/n0.toml");
     let cfg = BrokerConfig::load(&root).unwrap();
     let text = toml::to_string(&cfg).unwrap();
-    let table: toml::Table = text.parse().unwrap();
-    let keys: Vec<&str> = table.keys().map(String::as_str).collect();
+    // Every serialized field, unset options included (TOML leaves those out;
+    // JSON writes them as null).
+    let json = serde_json::to_value(&cfg).unwrap();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     let listed = [
         "auto_create_groups",
         "auto_create_topics",
@@ -307,6 +314,8 @@ fn the_rendered_configuration_holds_only_the_keys_listed() {
     ];
     let unlisted: Vec<&&str> = keys.iter().filter(|k| !listed.contains(k)).collect();
     assert!(unlisted.is_empty(), "keys not listed: {unlisted:?}");
+    let gone: Vec<&&str> = listed.iter().filter(|k| !keys.contains(k)).collect();
+    assert!(gone.is_empty(), "listed keys no longer rendered: {gone:?}");
     let back: BrokerConfig = toml::from_str(&text).unwrap();
     assert_eq!(format!("{back:?}"), format!("{cfg:?}"));
 }

@@ -273,10 +273,8 @@ impl BrokerAdmin for Admin {
         req: Request<DeleteTopicRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
         let name = req.into_inner().name;
-        let refused = check_topic(&name)
-            .err()
-            .map(|e| e.to_string())
-            .or_else(|| crate::grpc::ops::undeletable_topic(&name));
+        let refused = crate::grpc::ops::undeletable_topic(&name)
+            .or_else(|| check_topic(&name).err().map(|e| e.to_string()));
         if let Some(error) = refused {
             return Ok(Response::new(AdminResponse {
                 error,
@@ -303,13 +301,17 @@ impl BrokerAdmin for Admin {
         if !answer.error.is_empty() {
             return Ok(Response::new(answer));
         }
-        // Its retry and dead-letter topics go with it, as in RocketMQ.
+        // Its retry and dead-letter topics go with it, as in RocketMQ. Each
+        // delete is committed whether this node has the topic or not (it may
+        // lag the leader; deleting what is not there changes nothing).
         for topic in [format!("%RETRY%{name}"), format!("%DLQ%{name}")] {
-            if self.0.topic(&topic).is_some() {
-                let a = self.commit(Command::DeleteTopic(topic)).await;
-                if !a.error.is_empty() {
-                    return Ok(Response::new(a));
-                }
+            let mut a = self.commit(Command::DeleteTopic(topic.clone())).await;
+            if !a.error.is_empty() {
+                a.error = format!(
+                    "group {name} is deleted, its topic {topic} not ({}): run deleteSubGroup again",
+                    a.error
+                );
+                return Ok(Response::new(a));
             }
         }
         Ok(Response::new(answer))

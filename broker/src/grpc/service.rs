@@ -70,6 +70,11 @@ fn note_consumer(
     let Some(client) = client.filter(|_| !forwarded(md)) else {
         return;
     };
+    // Only groups this broker group has: a client cannot fill the registry
+    // with names it makes up.
+    if crate::message::check_group(group).is_err() || b.group_config(group).is_none() {
+        return;
+    }
     let text = |k: &str| {
         md.get(k)
             .and_then(|v| v.to_str().ok())

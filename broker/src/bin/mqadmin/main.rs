@@ -324,7 +324,8 @@ enum Cmd {
         #[arg(short = 'i', long = "nodeId")]
         node_id: Option<u64>,
         /// How long to wait, in seconds.
-        #[arg(long = "timeoutSeconds", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+        /// (at most 30: writes pause during a hand-over).
+        #[arg(long = "timeoutSeconds", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=30))]
         timeout_s: u64,
     },
     /// Each node's status: Raft, store and traffic since start.
@@ -409,12 +410,26 @@ fn require_scope(what: &str, scope: &Scope) -> Result<()> {
     Ok(())
 }
 
-/// The nodes a node-local command asks: `-b HOST:PORT` (RocketMQ's broker
-/// address) is that one node; otherwise every node of the selected groups.
+/// The nodes a node-local command asks: `-b HOST:PORT` is the one node with
+/// that client (gRPC) or remoting address (RocketMQ's broker address), as
+/// the name servers list it; otherwise every node of the selected groups.
 async fn nodes_or_addr(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, Vec<String>>> {
-    match &scope.broker_group {
-        Some(b) if b.contains(':') => Ok(BTreeMap::from([("-".to_owned(), vec![b.clone()])])),
-        _ => groups(namesrv, scope).await,
+    let Some(addr) = scope.broker_group.as_ref().filter(|b| b.contains(':')) else {
+        return groups(namesrv, scope).await;
+    };
+    let node = cluster::nodes(namesrv)
+        .await?
+        .into_iter()
+        .filter_map(|n| n.node)
+        .find(|n| {
+            n.client_addr == *addr || n.remoting_addr == *addr || cluster::member_addr(n) == addr
+        });
+    match node {
+        Some(n) => Ok(BTreeMap::from([(
+            n.broker_group.clone(),
+            vec![cluster::member_addr(&n).to_owned()],
+        )])),
+        None => bail!("the name servers know no node at {addr} (its client or remoting address)"),
     }
 }
 
