@@ -233,6 +233,17 @@ impl Broker {
             .cloned()
     }
 
+    /// True if this broker group has consumer group `name`, as this node
+    /// applied it (no copy of its configuration).
+    pub fn has_group(&self, name: &str) -> bool {
+        self.node
+            .shared_meta()
+            .read()
+            .unwrap()
+            .groups
+            .contains_key(name)
+    }
+
     /// The consumer group's configuration.
     pub fn group_config(&self, name: &str) -> Option<GroupConfig> {
         self.node

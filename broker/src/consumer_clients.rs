@@ -5,10 +5,11 @@
 //! their connection closes). An entry not refreshed for [`CLIENT_EXPIRY`] is
 //! dropped (RocketMQ's `channelExpiredTimeout`). Bounded: at most
 //! [`MAX_ENTRIES`] (group, client) entries in all; past it, new ones are not
-//! recorded (this is a view, not a decision). Expired entries are swept at
-//! most once a second, so a full registry costs a caller one map lookup.
+//! recorded (this is a view, not a decision); the index of 4.x connections
+//! holds exactly the entries each carries. Expired entries are swept at most
+//! once a second, so a full registry costs a caller a few map lookups.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -54,20 +55,36 @@ struct Inner {
     groups: HashMap<String, HashMap<String, (ClientInfo, Instant)>>,
     /// Entries in `groups`.
     entries: usize,
-    /// remoting connection → its (group, client id) entries.
-    by_conn: HashMap<u64, Vec<(String, String)>>,
+    /// remoting connection → the (group, client id) entries whose `conn_id` it
+    /// is: exactly those, so it never holds more than `entries` pairs.
+    by_conn: HashMap<u64, HashSet<(String, String)>>,
     /// When expired entries were last swept.
     swept: Option<Instant>,
 }
 
 impl Inner {
-    fn remove(&mut self, group: &str, client_id: &str) {
-        if let Some(c) = self.groups.get_mut(group) {
-            if c.remove(client_id).is_some() {
-                self.entries -= 1;
+    /// Takes `(group, client_id)` out of connection `conn`'s index.
+    fn unlink(&mut self, conn: u64, group: &str, client_id: &str) {
+        if let Some(set) = self.by_conn.get_mut(&conn) {
+            set.remove(&(group.to_owned(), client_id.to_owned()));
+            if set.is_empty() {
+                self.by_conn.remove(&conn);
             }
-            if c.is_empty() {
-                self.groups.remove(group);
+        }
+    }
+
+    fn remove(&mut self, group: &str, client_id: &str) {
+        let Some(c) = self.groups.get_mut(group) else {
+            return;
+        };
+        let removed = c.remove(client_id);
+        if c.is_empty() {
+            self.groups.remove(group);
+        }
+        if let Some((info, _)) = removed {
+            self.entries -= 1;
+            if let Some(conn) = info.conn_id {
+                self.unlink(conn, group, client_id);
             }
         }
     }
@@ -82,19 +99,18 @@ impl Inner {
             return;
         }
         self.swept = Some(now);
-        let mut dropped = 0;
-        for c in self.groups.values_mut() {
-            let before = c.len();
-            c.retain(|_, (_, at)| now.saturating_duration_since(*at) <= CLIENT_EXPIRY);
-            dropped += before - c.len();
+        let expired: Vec<(String, String)> = self
+            .groups
+            .iter()
+            .flat_map(|(g, c)| {
+                c.iter()
+                    .filter(|(_, (_, at))| now.saturating_duration_since(*at) > CLIENT_EXPIRY)
+                    .map(move |(id, _)| (g.clone(), id.clone()))
+            })
+            .collect();
+        for (g, id) in expired {
+            self.remove(&g, &id);
         }
-        self.entries -= dropped;
-        self.groups.retain(|_, c| !c.is_empty());
-        let groups = &self.groups;
-        self.by_conn.retain(|_, list| {
-            list.retain(|(g, id)| groups.get(g).is_some_and(|c| c.contains_key(id)));
-            !list.is_empty()
-        });
     }
 }
 
@@ -136,14 +152,22 @@ impl ConsumerClients {
             .entry(group.clone())
             .or_default()
             .insert(client_id.clone(), (info, now));
-        if previous.is_none() {
-            inner.entries += 1;
+        match previous {
+            None => inner.entries += 1,
+            // It moved off another connection (a 4.x client that reconnected,
+            // or a 5.x call taking it over).
+            Some((old, _)) => {
+                if let Some(old_conn) = old.conn_id.filter(|c| Some(*c) != conn_id) {
+                    inner.unlink(old_conn, &group, &client_id);
+                }
+            }
         }
         if let Some(conn) = conn_id {
-            let list = inner.by_conn.entry(conn).or_default();
-            if !list.iter().any(|(g, c)| *g == group && *c == client_id) {
-                list.push((group, client_id));
-            }
+            inner
+                .by_conn
+                .entry(conn)
+                .or_default()
+                .insert((group, client_id));
         }
     }
 
@@ -160,17 +184,9 @@ impl ConsumerClients {
     /// Forgets every client of remoting connection `conn_id` (it closed).
     pub fn connection_closed(&self, conn_id: u64) {
         let mut inner = self.inner.lock().unwrap();
+        // Exactly the entries whose connection this is (`Inner::by_conn`).
         for (group, client_id) in inner.by_conn.remove(&conn_id).unwrap_or_default() {
-            // Only if that entry still belongs to this connection (the client
-            // may have come back on another).
-            let mine = inner
-                .groups
-                .get(&group)
-                .and_then(|c| c.get(&client_id))
-                .is_some_and(|(info, _)| info.conn_id == Some(conn_id));
-            if mine {
-                inner.remove(&group, &client_id);
-            }
+            inner.remove(&group, &client_id);
         }
     }
 
@@ -263,13 +279,21 @@ mod tests {
             r.seen_at(&format!("G{}", i % 1000), &format!("c{i}"), info(None), t0);
         }
         assert_eq!(r.len(), MAX_ENTRIES);
-        // A known one is still refreshed when full.
-        r.seen_at("G0", "c0", info(None), t0);
+        // A known one is still refreshed when full: it outlives the others.
+        r.seen_at("G0", "c0", info(None), t0 + Duration::from_secs(60));
         assert_eq!(r.len(), MAX_ENTRIES);
+        let past_the_others = t0 + CLIENT_EXPIRY + Duration::from_secs(1);
+        let ids: Vec<String> = r
+            .list_at("G0", past_the_others)
+            .into_iter()
+            .map(|s| s.client_id)
+            .collect();
+        assert_eq!(ids, ["c0"]);
+        assert!(r.list_at("G1", past_the_others).is_empty());
         // Once they expire, new ones take their places.
         let later = t0 + CLIENT_EXPIRY + Duration::from_secs(1);
         r.seen_at("G", "new", info(None), later);
-        assert_eq!(r.len(), 1);
+        assert_eq!(r.len(), 2, "c0 and the new one");
         assert_eq!(r.list_at("G", later).len(), 1);
         // Long strings are cut.
         let mut long = info(None);
@@ -290,5 +314,15 @@ mod tests {
         r.connection_closed(2);
         assert!(r.list_at("G", t0).is_empty());
         assert!(r.is_empty());
+        // The index never holds more than the entries: one client heartbeating
+        // for many groups over connections that come and go.
+        for conn in 0..100u64 {
+            for g in 0..50 {
+                r.seen_at(&format!("G{g}"), "c", info(Some(conn)), t0);
+            }
+        }
+        let inner = r.inner.lock().unwrap();
+        let indexed: usize = inner.by_conn.values().map(HashSet::len).sum();
+        assert_eq!((inner.entries, indexed, inner.by_conn.len()), (50, 50, 1));
     }
 }

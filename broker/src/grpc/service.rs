@@ -71,8 +71,9 @@ fn note_consumer(
         return;
     };
     // Only groups this broker group has: a client cannot fill the registry
-    // with names it makes up.
-    if crate::message::check_group(group).is_err() || b.group_config(group).is_none() {
+    // with names it makes up (a group auto-created by this very call is
+    // recorded from the consumer's next call).
+    if crate::message::check_group(group).is_err() || !b.has_group(group) {
         return;
     }
     let text = |k: &str| {
