@@ -238,10 +238,6 @@ fn change_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Ra
     }
 }
 
-/// How far behind the leader's log a voter may be to take over from a leader
-/// that is being removed.
-const HAND_OVER_MAX_LAG: u64 = 10_000;
-
 /// The longest a leader asked to remove itself spends handing leadership over
 /// (writes pause meanwhile); past it the removal fails with `Timeout`.
 const REMOVAL_HAND_OVER: Duration = Duration::from_secs(10);
@@ -425,14 +421,9 @@ impl RaftNode {
                     RemoveStep::DemoteVoter if id == self.id => {
                         // Writes pause during a hand-over: only toward a voter
                         // heard from and caught up.
-                        let view = self.replica_view(HAND_OVER_MAX_LAG, Duration::ZERO);
-                        if !view
-                            .caught_up
-                            .iter()
-                            .any(|f| m.voter_ids().any(|v| v == *f))
-                        {
+                        if let Some(why) = self.hand_over_refusal(None) {
                             return Err(RaftNodeError::MembershipRefused(format!(
-                                "node {id} leads, and no other voter is heard from and within {HAND_OVER_MAX_LAG} entries of its log to take over: not removed"
+                                "node {id} leads, and {why} to take over: not removed"
                             )));
                         }
                         // Writes pause during a hand-over: bounded apart from

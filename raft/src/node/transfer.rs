@@ -219,6 +219,54 @@ pub(crate) struct HandOverState {
     pub(crate) unreachable: Option<NodeId>,
 }
 
+/// How far behind the leader's log a follower may be to be handed leadership
+/// by [`RaftNode::hand_over_refusal`]'s callers (it must catch up while writes
+/// are paused).
+pub const HAND_OVER_MAX_LAG: u64 = 10_000;
+
+/// Why leader `me` should not start handing leadership to `target` (or, if
+/// `None`, to any follower), given its `voters` and the followers `caught_up`
+/// (heard from lately and within [`HAND_OVER_MAX_LAG`] entries): a target that
+/// is not another voter, or none that is up and near, would leave writes
+/// paused for the whole timeout. `None` also when `target` is `me`. No I/O.
+pub fn hand_over_refusal(
+    me: NodeId,
+    target: Option<NodeId>,
+    voters: &[NodeId],
+    caught_up: &[NodeId],
+) -> Option<String> {
+    match target {
+        Some(t) if t == me => None,
+        Some(t) if !voters.contains(&t) => Some(format!(
+            "node {t} is not another voter of this group (voters {voters:?})"
+        )),
+        Some(t) if !caught_up.contains(&t) => Some(format!(
+            "node {t} is not heard from or is more than {HAND_OVER_MAX_LAG} entries behind"
+        )),
+        None if !caught_up.iter().any(|f| voters.contains(f)) => Some(format!(
+            "no other voter is heard from and within {HAND_OVER_MAX_LAG} entries of the leader's log"
+        )),
+        _ => None,
+    }
+}
+
+impl RaftNode {
+    /// [`hand_over_refusal`] for this node (the leader) as it stands now.
+    pub fn hand_over_refusal(&self, target: Option<NodeId>) -> Option<String> {
+        let voters: Vec<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        // The grace only matters to a node that does not lead.
+        let view = self.replica_view(HAND_OVER_MAX_LAG, Duration::ZERO);
+        hand_over_refusal(self.id, target, &voters, &view.caught_up)
+    }
+}
+
 /// What node `me`, handing leadership over, does this round (`target`: the
 /// only follower it may ask). `state` keeps its view from the last round in
 /// which it still led: once a campaign it asked for has taken its leadership
@@ -330,6 +378,24 @@ mod tests {
             None,
             openraft::Membership::new(vec![voters.iter().copied().collect()], nodes),
         ))
+    }
+
+    #[test]
+    fn a_hand_over_starts_only_to_a_caught_up_voter() {
+        let voters = [0, 1, 2];
+        assert_eq!(hand_over_refusal(1, Some(2), &voters, &[0, 2]), None);
+        assert_eq!(hand_over_refusal(1, None, &voters, &[2]), None);
+        // Already the leader: nothing to refuse (and nothing to do).
+        assert_eq!(hand_over_refusal(1, Some(1), &voters, &[]), None);
+        assert!(hand_over_refusal(1, Some(9), &voters, &[0, 2])
+            .unwrap()
+            .contains("not another voter"));
+        assert!(hand_over_refusal(1, Some(2), &voters, &[0])
+            .unwrap()
+            .contains("not heard from"));
+        assert!(hand_over_refusal(1, None, &voters, &[]).is_some());
+        // A learner caught up does not count.
+        assert!(hand_over_refusal(1, None, &voters, &[3]).is_some());
     }
 
     #[test]

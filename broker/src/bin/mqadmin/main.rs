@@ -401,6 +401,18 @@ enum Cmd {
     },
 }
 
+/// Asks `change` of broker group `group` (its members from the name servers),
+/// waiting up to `timeout_s`.
+async fn change_membership(
+    namesrv: &str,
+    group: &str,
+    change: membership::Change,
+    timeout_s: u64,
+) -> Result<()> {
+    let members = group_members(namesrv, group).await?;
+    membership::change(group, &members, change, Duration::from_secs(timeout_s)).await
+}
+
 /// Refuses a destructive command `what` that names neither a cluster nor a
 /// broker group (RocketMQ's deleteTopic requires a cluster).
 fn require_scope(what: &str, scope: &Scope) -> Result<()> {
@@ -514,18 +526,11 @@ async fn main() -> Result<()> {
             peer_addr,
             timeout_s,
         } => {
-            let members = group_members(&namesrv, &broker_group).await?;
             let change = membership::Change::Add {
                 id: node_id,
                 peer_addr,
             };
-            membership::change(
-                &broker_group,
-                &members,
-                change,
-                Duration::from_secs(timeout_s),
-            )
-            .await?
+            change_membership(&namesrv, &broker_group, change, timeout_s).await?
         }
         Cmd::RemoveNode {
             namesrv,
@@ -533,15 +538,8 @@ async fn main() -> Result<()> {
             node_id,
             timeout_s,
         } => {
-            let members = group_members(&namesrv, &broker_group).await?;
             let change = membership::Change::Remove { id: node_id };
-            membership::change(
-                &broker_group,
-                &members,
-                change,
-                Duration::from_secs(timeout_s),
-            )
-            .await?
+            change_membership(&namesrv, &broker_group, change, timeout_s).await?
         }
         Cmd::DeleteTopic {
             namesrv,
