@@ -12,8 +12,8 @@ were). A change at or before that position was applied already (a redelivery, or
 capture that sent it again after its restart) and is dropped; any other is applied
 and the position moved in the same transaction, so no change is applied twice and,
 since the group's changes come in order, none is skipped. The message is acked
-only after the commit: a consumer killed in between gets it again. A change that
-fails 5 times in a row is left unacked and delivered again after its invisible
+only after the commit: a consumer killed in between gets it again. A change whose
+apply fails on a database error 5 times in a row is left unacked and delivered again after its invisible
 time (the example's group allows 10,000 deliveries, so it does not reach the
 dead-letter queue; the run fails if that queue holds anything).
 
@@ -80,9 +80,9 @@ def apply_change(conn, group, change):
             return False
         table = f"{quote(change['schema'])}.{quote(change['table'])}"
         pk = change["pk"]
+        assert pk, "capture.py sends only tables with a primary key"
         where = " AND ".join(f"{quote(c)} = %s" for c in pk)
         where_args = [decode_value(v) for v in pk.values()]
-        assert pk, "capture.py sends only tables with a primary key"
         if change["op"] in ("delete", "update"):
             values = change.get("values") or {}
             moved = any(values.get(c) != v for c, v in pk.items())
@@ -112,8 +112,9 @@ def connect(args):
 
 
 def ack(consumer, m):
-    """Acks until the broker answers: after a failover the new leader takes the old
-    receipt handle, and the queue's next message waits for this ack."""
+    """Acks, trying up to 20 times: after a failover the new leader takes the old
+    receipt handle, and the queue's next message waits for this ack. A message
+    never acked comes back after its invisible time and is dropped by position."""
     for attempt in range(20):
         try:
             consumer.ack(m)

@@ -8,10 +8,10 @@ then run at --rate transactions/s); runs `capture.py` (binlog -> FIFO messages) 
 `apply.py` (FIFO consumer -> replica). During the load it kills -9 the capture and
 starts it again (it resumes from its state file), kills -9 the broker group's leader
 (restarted 3 s later) and kills -9 the applier (restarted 2 s later). When the
-load ends it waits until the capture has every binlog row acknowledged and the
-replica stops changing, then compares every table with CHECKSUM TABLE and row
-counts, the changes applied with the row changes `mariadb-binlog` counts in the
-binlog, and checks the dead-letter queue is empty; writes `report.md` and
+load ends it waits (up to --drain-timeout-s, else it fails) until the capture has
+every binlog row acknowledged, the changes applied are as many as the row changes
+`mariadb-binlog` counts in the binlog, and every table's CHECKSUM TABLE and row
+count match; then checks the dead-letter queue is empty; writes `report.md` and
 `lag.svg`, and prints one JSON line last (with "error" added when the run broke):
 
     {"events": N, "events_per_s": X, "tables_equal": true|false,
@@ -70,7 +70,7 @@ def wait_for(what, check, timeout_s):
         except Exception:  # noqa: BLE001 - not up yet
             pass
         time.sleep(0.3)
-    raise SystemExit(f"binlog-sync: {what} not ready after {timeout_s} s")
+    raise RuntimeError(f"{what} not ready after {timeout_s} s")
 
 
 class MariaDB:
@@ -117,12 +117,7 @@ class MariaDB:
         return f"127.0.0.1:{self.port}"
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        terminate_all([self.proc] if self.proc else [])
 
 
 class LedgerMQ:

@@ -34,8 +34,6 @@ and the longest send (first attempt to acknowledgement, ms) that ended in it.
 
 import argparse
 import base64
-import datetime
-import decimal
 import json
 import os
 import queue
@@ -59,9 +57,6 @@ def encode_value(v):
         return v
     if isinstance(v, (bytes, bytearray)):
         return {"b64": base64.b64encode(bytes(v)).decode()}
-    if isinstance(v, (decimal.Decimal, datetime.date, datetime.datetime,
-                      datetime.time, datetime.timedelta)):
-        return str(v)
     return str(v)
 
 
@@ -200,8 +195,12 @@ def main():
     def checkpoint_loop():
         stats = open(args.stats, "a")
         last_sent = last_acked = 0
+        written = None
         while not stop.wait(0.5):
-            write_state(args.state, tracker.resume_position())
+            pos = tracker.resume_position()
+            if pos != written:  # an fsync'd rename only when the position moved
+                write_state(args.state, pos)
+                written = pos
             now = time.time()
             with tracker.lock:
                 sent, acked, longest = tracker.sent, tracker.acked, tracker.longest_ms
