@@ -264,9 +264,9 @@ impl Broker {
         client_id: Option<&str>,
     ) -> Result<Vec<Result<(), BrokerError>>, BrokerError> {
         let consumer = self.consumer(group, client_id).await?;
-        let mut results = Vec::with_capacity(receipt_handles.len());
-        for &handle in receipt_handles {
-            let r = async {
+        let decoded: Vec<Result<ReceiptHandle, BrokerError>> = receipt_handles
+            .iter()
+            .map(|&handle| {
                 let h = ReceiptHandle::decode(handle)?;
                 if h.topic != topic {
                     return Err(refuse(
@@ -274,12 +274,25 @@ impl Broker {
                         "the receipt handle is for another topic",
                     ));
                 }
-                self.consumers.ack(&consumer.key, &h, consumer.fifo).await
-            }
-            .await;
-            results.push(r);
-        }
-        Ok(results)
+                Ok(h)
+            })
+            .collect();
+        let valid: Vec<ReceiptHandle> = decoded.iter().flatten().cloned().collect();
+        // A FIFO group's offset commits go through Raft in one write.
+        let mut acked = self
+            .consumers
+            .ack_many(&consumer.key, &valid, consumer.fifo)
+            .await
+            .into_iter();
+        Ok(decoded
+            .into_iter()
+            .map(|d| match d {
+                Ok(_) => acked.next().unwrap_or_else(|| {
+                    Err(refuse(ErrorKind::Internal, "an ack result is missing"))
+                }),
+                Err(e) => Err(e),
+            })
+            .collect())
     }
 
     /// ChangeInvisibleDuration on the leader: the delivery of `receipt_handle`

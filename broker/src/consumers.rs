@@ -5,9 +5,10 @@
 //! applied an entry of its own term (so every consumer offset committed by earlier
 //! leaders is in the metadata), and dropped when the term changes. Offsets of
 //! clustering groups are committed through Raft by a background task every
-//! `commit_interval`; FIFO groups commit each ack before answering it. A FIFO
-//! group's deliveries are recorded through Raft (leases) before the receive is
-//! answered; with `PopRequest::record_attempts` (the node option
+//! `commit_interval`. A FIFO group's deliveries are recorded through Raft before
+//! the receive is answered, and its acks before the ack call is answered (a
+//! queue's batch lease, [`Consumers::ack_many`]; while a member decodes no
+//! batch leases, one lease per delivery and the offset commits acks make); with `PopRequest::record_attempts` (the node option
 //! `exact_delivery_attempts`) so are another group's (`Command::DeliveryAttempts`),
 //! from which the next leader counts on.
 //!
@@ -24,8 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_meta::{Command, DeliveryAttempts, FifoLease, OffsetCommit, TimedFifoLease};
-use ledgermq_raft::format::SET_DELIVERY_ATTEMPTS;
+use ledgermq_meta::{
+    Command, DeliveryAttempts, FifoBatchLease, FifoLease, OffsetCommit, TimedFifoLease,
+};
+use ledgermq_raft::format::{SET_DELIVERY_ATTEMPTS, SET_FIFO_BATCHES};
 use ledgermq_raft::{RaftNode, RaftNodeError};
 use ledgermq_store::record::PROPERTY_TAGS;
 use ledgermq_store::store::now_ms;
@@ -42,6 +45,7 @@ use crate::receipt::ReceiptHandle;
 mod adopt;
 mod attempts;
 mod committer;
+mod fifo;
 mod leases;
 mod reset;
 pub use committer::OffsetCommitter;
@@ -106,8 +110,12 @@ pub struct PopResult {
     pub messages: Vec<Delivery>,
     /// Messages for the dead-letter queue.
     pub dead: Vec<DeadLetter>,
-    /// FIFO deliveries to record through Raft before answering.
+    /// FIFO deliveries to record through Raft before answering, one lease per
+    /// message (while a member decodes no batch leases).
     leases: Vec<TimedFifoLease>,
+    /// FIFO deliveries to record through Raft before answering: every
+    /// delivery in flight on each queue that gave messages.
+    batches: Vec<FifoBatchLease>,
     /// Other groups' deliveries to record through Raft before answering, one
     /// record per queue (unless a member said it decodes only an earlier set).
     attempts: Vec<DeliveryAttempts>,
@@ -135,6 +143,10 @@ pub struct Consumers {
     /// committer (each across its Raft write), exclusively by an offset reset:
     /// no commit or FIFO lease decided before a reset lands after it.
     gate: tokio::sync::RwLock<()>,
+    /// Tests: record FIFO deliveries one lease per message, as while a member
+    /// decodes no batch leases.
+    #[cfg(test)]
+    single_fifo_leases: std::sync::atomic::AtomicBool,
 }
 
 impl Consumers {
@@ -145,7 +157,20 @@ impl Consumers {
             table: StdMutex::new(Table::default()),
             delivery_seq: AtomicU64::new(1),
             gate: tokio::sync::RwLock::new(()),
+            #[cfg(test)]
+            single_fifo_leases: Default::default(),
         })
+    }
+
+    /// True if FIFO deliveries are recorded as batch leases: no member said
+    /// it decodes only a log command set below 8 (the weaker rule: a member
+    /// that is down does not stop them, `Command::written_past_silent_members`).
+    fn fifo_batches(&self) -> bool {
+        #[cfg(test)]
+        if self.single_fifo_leases.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.node.no_member_says_below(SET_FIFO_BATCHES)
     }
 
     /// The term this node leads in, once it has applied an entry of that term
@@ -157,10 +182,10 @@ impl Consumers {
 
     /// The state of `key` in `term`. A table of an older term is dropped; a call
     /// still working for an older term gets `NoLeader`. A FIFO queue new to
-    /// this term takes over the previous leader's delivery in flight (its lease),
-    /// until the deadline this node counted from its apply of the lease, or, for
-    /// a lease without one, for the time its wall-clock deadline has left by this
-    /// node's wall clock.
+    /// this term takes over the previous leader's deliveries in flight (its
+    /// batch lease or single lease), each until the deadline this node counted
+    /// from its apply of the lease, or, for a lease without one, for the time
+    /// its wall-clock deadline has left by this node's wall clock.
     fn queue(
         &self,
         key: &QueueKey,
@@ -255,9 +280,13 @@ impl Consumers {
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         let mut out = PopResult::default();
         // Recorded while a member is down too (the time a failover may follow).
-        let record_attempts = !req.fifo
-            && req.record_attempts
-            && self.node.no_member_says_below(SET_DELIVERY_ATTEMPTS);
+        let record = Record {
+            attempts: !req.fifo
+                && req.record_attempts
+                && self.node.no_member_says_below(SET_DELIVERY_ATTEMPTS),
+            // A FIFO queue hands out a batch once every member decodes its lease.
+            fifo_batches: req.fifo && self.fifo_batches(),
+        };
         for &queue_id in &req.queue_ids {
             if out.messages.len() >= req.max_messages {
                 break;
@@ -269,8 +298,15 @@ impl Consumers {
             };
             let q = self.queue(&key, term, req.fifo)?;
             let mut st = q.lock().await;
-            if let Err(e) = self.pop_queue(req, term, queue_id, record_attempts, &mut st, &mut out)
-            {
+            let taken_before = out.messages.len() + out.dead.len();
+            let popped = self.pop_queue(req, term, queue_id, record, &mut st, &mut out);
+            if record.fifo_batches && out.messages.len() + out.dead.len() > taken_before {
+                // Made under the queue's lock: a later lease of it has a higher id.
+                let lease_id = self.new_handle(term, &req.topic, queue_id, 0).delivery_id;
+                let lease = fifo::batch_lease(&key, &st, lease_id, Instant::now(), now_ms());
+                out.batches.push(lease);
+            }
+            if let Err(e) = popped {
                 if out.messages.is_empty() && out.dead.is_empty() {
                     return Err(e);
                 }
@@ -278,8 +314,11 @@ impl Consumers {
             }
         }
         let leases = std::mem::take(&mut out.leases);
+        let batches = std::mem::take(&mut out.batches);
         let attempts = std::mem::take(&mut out.attempts);
-        let recorded = if !leases.is_empty() {
+        let recorded = if !batches.is_empty() {
+            self.commit_batches(term, batches).await
+        } else if !leases.is_empty() {
             self.commit_leases(term, leases).await
         } else if !attempts.is_empty() {
             match self.commit_attempts(attempts).await {
@@ -309,7 +348,7 @@ impl Consumers {
         req: &PopRequest,
         term: u64,
         queue_id: i32,
-        record_attempts: bool,
+        record: Record,
         st: &mut QueueState,
         out: &mut PopResult,
     ) -> Result<(), BrokerError> {
@@ -323,11 +362,18 @@ impl Consumers {
         if req.fifo && st.fifo_blocked(now) {
             return Ok(());
         }
-        // A FIFO group takes at most one message per queue and call.
+        // A queue whose batch a single lease cannot describe waits for its
+        // acks in queue order (or for batch leases).
+        if req.fifo && !record.fifo_batches && !st.single_lease_fits() {
+            return Ok(());
+        }
+        // A FIFO group takes a batch of a queue's messages, or one at a time
+        // while a member decodes no batch leases.
         let taken_before = out.messages.len();
+        let one_at_a_time = req.fifo && !record.fifo_batches;
         let room = |out: &PopResult| {
             out.messages.len() < req.max_messages
-                && !(req.fifo && out.messages.len() > taken_before)
+                && !(one_at_a_time && out.messages.len() > taken_before)
         };
         // Deliveries whose invisible time ended come first, lowest offset first.
         for (offset, inflight) in st.expired(now) {
@@ -356,11 +402,12 @@ impl Consumers {
                 }
                 continue;
             }
-            attempts::record(req, record_attempts, &handle, attempt, lease_at_ms, out);
+            attempts::record(req, record, &handle, attempt, lease_at_ms, out);
             out.messages
                 .push(delivered(&stored.view(), handle, req, attempt));
         }
-        if req.fifo && st.in_flight() > 0 {
+        // New messages follow only once every expired one went out again.
+        if one_at_a_time && st.in_flight() > 0 || req.fifo && !st.expired(now).is_empty() {
             return Ok(());
         }
         let Some(cq) = store.consume_queues().get(&req.topic, queue_id) else {
@@ -403,7 +450,7 @@ impl Consumers {
                 });
                 continue;
             }
-            attempts::record(req, record_attempts, &handle, attempt, lease_at_ms, out);
+            attempts::record(req, record, &handle, attempt, lease_at_ms, out);
             out.messages.push(delivered(&view, handle, req, attempt));
         }
         Ok(())
@@ -411,44 +458,39 @@ impl Consumers {
 
     /// Acks one delivery. Errors: `INVALID_RECEIPT_HANDLE` when the handle names an
     /// offset the queue does not hold or a delivery replaced by a newer one;
-    /// `NoLeader` when not a ready leader; a FIFO group's offset commit
-    /// failing (nothing is acked then).
+    /// `NoLeader` when not a ready leader; for a FIFO group (as
+    /// [`Consumers::ack_many`]), the Raft write that records the ack failing
+    /// (nothing is acked then).
     pub async fn ack(
         &self,
         consumer: &str,
         handle: &ReceiptHandle,
         fifo: bool,
     ) -> Result<(), BrokerError> {
+        if fifo {
+            let mut one = self
+                .ack_many(consumer, std::slice::from_ref(handle), true)
+                .await;
+            return one.pop().unwrap_or_else(|| Err(Self::not_ready()));
+        }
+        self.ack_unordered(consumer, handle).await
+    }
+
+    /// Acks one delivery of a group that is not FIFO (its offset is committed
+    /// later, by the offset committer). Errors: as [`Consumers::ack`].
+    async fn ack_unordered(
+        &self,
+        consumer: &str,
+        handle: &ReceiptHandle,
+    ) -> Result<(), BrokerError> {
         let _gate = self.gate.read().await;
         let term = self.ready_term().ok_or_else(Self::not_ready)?;
         self.check_held(handle)?;
-        let q = self.handle_queue(consumer, handle, term, fifo)?;
+        let q = self.handle_queue(consumer, handle, term, false)?;
         let mut st = q.lock().await;
-        let delivery = Some(handle.delivery_id);
-        if fifo && st.peek_ack(handle.queue_offset, delivery) == AckOutcome::Acked {
-            // Commit first: a new leader must continue after this message.
-            let base = st.base_after_ack(handle.queue_offset);
-            if base != st.base() {
-                self.commit_as_leader(vec![OffsetCommit {
-                    group: consumer.to_owned(),
-                    topic: handle.topic.clone(),
-                    queue_id: handle.queue_id,
-                    offset: base,
-                }])
-                .await?;
-            }
-        }
-        match st.ack(handle.queue_offset, delivery) {
-            AckOutcome::Acked | AckOutcome::AlreadyAcked => {
-                if fifo {
-                    st.take_commit();
-                }
-                Ok(())
-            }
-            AckOutcome::Stale => Err(refuse(
-                ErrorKind::InvalidReceiptHandle,
-                "the receipt handle expired: the message was delivered again since",
-            )),
+        match st.ack(handle.queue_offset, Some(handle.delivery_id)) {
+            AckOutcome::Acked | AckOutcome::AlreadyAcked => Ok(()),
+            AckOutcome::Stale => Err(fifo::stale()),
         }
     }
 
@@ -476,7 +518,30 @@ impl Consumers {
                 "the receipt handle is not the message's current delivery",
             ));
         };
-        if fifo {
+        if fifo && self.fifo_batches() {
+            // A new leader must keep the message invisible as long: the
+            // queue's deliveries in flight as they will be.
+            let mut next = st.clone();
+            next.change_invisible(handle.queue_offset, handle.delivery_id, visible_at);
+            let key = QueueKey {
+                consumer: consumer.to_owned(),
+                topic: handle.topic.clone(),
+                queue_id: handle.queue_id,
+            };
+            let lease_id = self
+                .new_handle(term, &key.topic, key.queue_id, 0)
+                .delivery_id;
+            let batch = fifo::batch_lease(&key, &next, lease_id, Instant::now(), now_ms());
+            self.commit_batches(term, vec![batch]).await?;
+        } else if fifo && !st.single_lease_fits() {
+            // A single lease would say everything below it is acked, and
+            // nothing above it.
+            return Err(refuse(
+                ErrorKind::Unsupported,
+                "this FIFO queue holds a batch, which a member of an earlier \
+                 release cannot record: the invisible time stays as it was",
+            ));
+        } else if fifo {
             // A new leader must keep the message invisible as long.
             self.commit_leases(
                 term,
@@ -576,6 +641,16 @@ impl Consumers {
         }
         Ok(n)
     }
+}
+
+/// What a receive records through Raft before it answers.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    /// A non-FIFO group's delivery attempts.
+    attempts: bool,
+    /// A FIFO group's deliveries as batch leases (every member decodes them),
+    /// not one lease per message (and one message per queue and receive).
+    fifo_batches: bool,
 }
 
 fn delivered(

@@ -14,10 +14,12 @@
 //! made, and a message whose last attempt was made goes to the dead-letter
 //! queue; otherwise a message in flight counts from 1 again.
 //!
-//! FIFO consumer groups take one message at a time per queue: the next message is
-//! not delivered before the previous one is acked or its invisible time ends (the
-//! same message is then delivered again), and the ack is committed through Raft
-//! before it is answered, so a new leader continues after it. Acks may also name
+//! FIFO consumer groups take a queue's messages a batch at a time: nothing more
+//! of the queue is delivered while a message of it is in flight and invisible;
+//! once every message in flight is visible again (acked ones are gone) they
+//! are delivered again, lowest first, before anything newer. The caller
+//! records deliveries and acks through Raft before it answers them (the
+//! `consumers` module), so a new leader continues after the acked ones. Acks may also name
 //! offsets this leader never delivered (a delivery by the previous leader): they
 //! are recorded, and those messages are skipped.
 //!
@@ -129,8 +131,8 @@ impl QueueState {
         self.base
     }
 
-    /// The next offset never delivered by this leader (tests).
-    #[cfg(test)]
+    /// The next offset never delivered by this leader: every offset in
+    /// `[base, next)` is acked (or filtered out) or in flight.
     pub fn next(&self) -> u64 {
         self.next
     }
@@ -163,13 +165,25 @@ impl QueueState {
     }
 
     /// False if a FIFO queue may deliver at `now` (monotonic): nothing in flight,
-    /// or the one in flight is visible again (it is then delivered again, before
-    /// anything newer).
+    /// or every message in flight is visible again (they are then delivered
+    /// again, lowest first, before anything newer). One message still invisible
+    /// blocks the queue: a consumer may still be working on it, and nothing
+    /// of the queue goes to another consumer meanwhile.
     pub fn fifo_blocked(&self, now: Instant) -> bool {
-        self.inflight
-            .values()
-            .next()
-            .is_some_and(|i| i.visible_at > now)
+        self.inflight.values().any(|i| i.visible_at > now)
+    }
+
+    /// True if one FIFO lease of a single message can say what this queue
+    /// holds: at most one message in flight and none acked out of order
+    /// (everything below the lowest unacked offset is acked, nothing above).
+    pub fn single_lease_fits(&self) -> bool {
+        self.inflight.len() <= 1 && self.acked.is_empty()
+    }
+
+    /// Every message in flight, lowest offset first: (queue offset, its
+    /// in-flight record).
+    pub fn in_flight_entries(&self) -> impl Iterator<Item = (u64, Inflight)> + '_ {
+        self.inflight.iter().map(|(o, i)| (*o, *i))
     }
 
     /// The next offset to deliver for the first time (skipping offsets acked through
@@ -252,15 +266,6 @@ impl QueueState {
         }
     }
 
-    /// The base the state would have after acking `offset` (no change made).
-    pub fn base_after_ack(&self, offset: u64) -> u64 {
-        let mut s = self.clone();
-        s.acked.insert(offset);
-        s.inflight.remove(&offset);
-        s.advance();
-        s.base
-    }
-
     /// The attempt number of `offset`'s current delivery if it is `delivery_id`.
     pub fn attempt_of(&self, offset: u64, delivery_id: u64) -> Option<u32> {
         self.inflight
@@ -338,7 +343,6 @@ mod tests {
         assert_eq!(s.base(), 10);
         assert_eq!(s.ack(10, Some(0)), AckOutcome::Acked);
         assert_eq!(s.base(), 11);
-        assert_eq!(s.base_after_ack(11), 13);
         assert_eq!(s.ack(11, Some(1)), AckOutcome::Acked);
         assert_eq!(s.base(), 13);
         assert_eq!(s.ack(11, Some(1)), AckOutcome::AlreadyAcked);
@@ -397,6 +401,25 @@ mod tests {
         assert!(!s.fifo_blocked(at(100)));
         s.ack(0, Some(1));
         assert!(!s.fifo_blocked(at(50)));
+    }
+
+    #[test]
+    fn a_fifo_batch_blocks_while_any_of_it_is_invisible() {
+        let mut s = QueueState::new(0);
+        for (o, id) in [(0, 1), (1, 2), (2, 3)] {
+            assert_eq!(s.next_new(), Some(o));
+            s.deliver(o, id, at(100));
+        }
+        // The first one's deadline moved earlier: the others still block.
+        assert!(s.change_invisible(0, 1, at(10)));
+        assert!(s.fifo_blocked(at(50)));
+        assert!(!s.fifo_blocked(at(100)));
+        // Acked ones no longer count; the lowest comes back first.
+        s.ack(1, Some(2));
+        let offsets: Vec<_> = s.expired(at(100)).iter().map(|e| e.0).collect();
+        assert_eq!(offsets, [0, 2]);
+        let all: Vec<_> = s.in_flight_entries().map(|e| e.0).collect();
+        assert_eq!(all, [0, 2]);
     }
 
     #[test]

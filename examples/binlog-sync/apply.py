@@ -2,7 +2,7 @@
 
 Receives the row changes `capture.py` sends (see its docstring for the body) with
 the official RocketMQ 5 Python client's SimpleConsumer in a FIFO consumer group, so
-one message group's changes arrive one at a time in binlog order, and applies each
+one message group's changes arrive in binlog order, and applies each
 to the replica in one transaction together with its position:
 
     lmq_sync.applied(grp PRIMARY KEY, pos, n)
@@ -141,8 +141,9 @@ def consume(consumer, acker, args, stats, stop):
             print(f"apply: receive failed ({e}); trying again", file=sys.stderr, flush=True)
             time.sleep(0.2)
             continue
-        # A FIFO receive holds at most one message per queue: apply them one by one,
-        # then ack them together.
+        # A FIFO receive holds a batch of a queue's messages in queue order (and
+        # nothing more of that queue is handed out until they are acked or visible
+        # again): apply them one by one in that order, then ack them together.
         acks = []
         failed_groups = set()  # a later message of such a group must wait for it
         for m in msgs or []:

@@ -104,8 +104,8 @@ pub struct WorkloadOptions {
     pub call_timeout: Duration,
     /// Pause between one producer's sends (paces the load so consumers keep up).
     pub send_interval: Duration,
-    /// The same for FIFO producers (a FIFO queue delivers one message at a time, so
-    /// its consumers are slower).
+    /// The same for FIFO producers (a FIFO queue holds back everything behind a
+    /// batch in flight, so its consumers are slower).
     pub fifo_send_interval: Duration,
     /// Set to stop every producer and consumer early (an interrupted run).
     pub stop: Arc<AtomicBool>,

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::command::{Command, FifoLease, TimedFifoLease};
+use crate::command::{Command, FifoBatchLease, FifoLease, TimedFifoLease};
 use crate::config::{GroupConfig, TopicConfig};
 use crate::retry::RetryPolicy;
 use crate::state::{GroupMeta, LeaseDeadline, QueueKey};
@@ -37,6 +37,10 @@ pub enum RowChange {
     Lease(FifoLease),
     /// A queue's FIFO lease removed.
     RemoveLease(QueueKey),
+    /// A queue's FIFO deliveries in flight, as a batch.
+    BatchLease(FifoBatchLease),
+    /// A queue's FIFO batch lease removed.
+    RemoveBatchLease(QueueKey),
     /// A topic's config.
     Topic(TopicConfig),
     /// A topic removed.
@@ -175,6 +179,12 @@ pub fn apply(
             }
             apply_timed_leases(meta, leases, at, &mut rows);
         }
+        Command::FifoBatchLeases { term, batches } => {
+            if term != entry_term && !canaries.forward_fifo_leases {
+                return stale(term, entry_term);
+            }
+            batches::apply_batches(meta, batches, at, &mut rows);
+        }
         Command::UpdateTopic(t) => {
             meta.topics.insert(t.name.clone(), t.clone());
             rows.push(RowChange::Topic(t));
@@ -219,6 +229,15 @@ pub fn apply(
                 meta.lease_deadlines.0.remove(&k);
                 rows.push(RowChange::RemoveLease(k));
             }
+            let batched: Vec<QueueKey> = meta
+                .fifo_batches
+                .keys()
+                .filter(|k| owned(k))
+                .cloned()
+                .collect();
+            for k in batched {
+                batches::remove_batch(meta, &k, &mut rows);
+            }
             let attempted: Vec<QueueKey> = meta
                 .delivery_attempts
                 .keys()
@@ -243,8 +262,9 @@ pub fn apply(
                 // not adopt it (nor its offset, which `store_lease` raised to).
                 if meta.fifo_leases.remove(&key).is_some() {
                     meta.lease_deadlines.0.remove(&key);
-                    rows.push(RowChange::RemoveLease(key));
+                    rows.push(RowChange::RemoveLease(key.clone()));
                 }
+                batches::remove_batch(meta, &key, &mut rows);
             }
         }
         Command::PurgeThrough { index } => {
@@ -346,20 +366,23 @@ fn apply_timed_leases(
     }
 }
 
-/// Stores `l` as its queue's lease unless the stored one has a higher delivery
-/// id; the queue's key if it stored it.
+/// Stores `l` as its queue's lease unless the stored one (single or batch)
+/// has a higher delivery id; the queue's key if it stored it. It replaces a
+/// batch lease of the queue.
 fn store_lease(meta: &mut GroupMeta, l: FifoLease, rows: &mut Vec<RowChange>) -> Option<QueueKey> {
     let key = (l.group.clone(), l.topic.clone(), l.queue_id);
     if meta
         .fifo_leases
         .get(&key)
         .is_some_and(|cur| cur.delivery_id > l.delivery_id)
+        || !batches::single_replaces_batch(meta, &l, rows)
     {
         return None;
     }
-    // Everything below a FIFO delivery is acked or skipped: the group's offset is
-    // at least the leased offset, so a new leader adopts the lease even if the
-    // last offset commit did not land.
+    // Everything below a single lease's delivery is acked or skipped (a
+    // leader records single leases only with one message in flight on the
+    // queue): the group's offset is at least the leased offset, so a new
+    // leader adopts the lease even if the last offset commit did not land.
     let cur = meta.offsets.get(&key).copied().unwrap_or(0);
     if l.queue_offset > cur {
         meta.offsets.insert(key.clone(), l.queue_offset);
@@ -370,5 +393,6 @@ fn store_lease(meta: &mut GroupMeta, l: FifoLease, rows: &mut Vec<RowChange>) ->
     Some(key)
 }
 
+mod batches;
 #[cfg(test)]
 mod tests;

@@ -97,6 +97,68 @@ pub enum Command {
     /// group's committed offset passes it. Log command set 7, written by the
     /// weaker rule ([`Command::written_past_silent_members`]).
     DeliveryAttempts(Vec<DeliveryAttempts>),
+    /// Every FIFO delivery in flight on some queues, and each queue's lowest
+    /// unacked offset, decided by the leader of `term` (a receive that handed
+    /// a consumer a batch of a queue's messages, an ack call, a change of one's
+    /// invisible time): a new leader keeps each delivery invisible for its time
+    /// left, counted from its own apply, so no later message of the queue is
+    /// delivered before them, and continues after the acked ones. A queue's
+    /// batch replaces its stored lease, batch or single, unless that one is
+    /// newer ([`FifoBatchLease::lease_id`]). Term-checked as
+    /// [`Command::FifoLeasesTimed`]. Log command set 8, written by the weaker
+    /// rule ([`Command::written_past_silent_members`]); while a member says it
+    /// decodes less, a leader records single leases and hands out one message
+    /// per queue and receive.
+    FifoBatchLeases {
+        /// Term of the leader that made the deliveries.
+        term: u64,
+        /// One batch per queue.
+        batches: Vec<FifoBatchLease>,
+    },
+}
+
+/// Every FIFO delivery in flight on one queue of one consumer group, as the
+/// leader tracked them when it made this lease ([`Command::FifoBatchLeases`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FifoBatchLease {
+    /// Offset key of the consumer (the group).
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Message queue id.
+    pub queue_id: i32,
+    /// Orders the queue's leases: taken from the deciding leader's delivery id
+    /// sequence (term in the top bits, [`FifoLease::DELIVERY_TERM_SHIFT`]) when
+    /// the lease was made, under the queue's lock, so a lease made later has a
+    /// higher id than every lease and delivery before it.
+    pub lease_id: u64,
+    /// The queue's lowest unacked offset: everything below it is acked or
+    /// filtered out, and the group's offset is raised to it.
+    pub next_offset: u64,
+    /// The first offset the leader had not delivered yet: every offset in
+    /// `[next_offset, end_offset)` not in `deliveries` is acked (out of order)
+    /// or filtered out.
+    pub end_offset: u64,
+    /// The deliveries in flight, in queue offset order, each in
+    /// `[next_offset, end_offset)`; none when everything delivered is acked.
+    pub deliveries: Vec<FifoDelivery>,
+}
+
+/// One FIFO delivery of a [`FifoBatchLease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FifoDelivery {
+    /// The delivered message's queue offset.
+    pub queue_offset: u64,
+    /// The delivery id in its receipt handle ([`FifoLease::delivery_id`]).
+    pub delivery_id: u64,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// Wall-clock ms (the deciding leader's clock) when the message becomes
+    /// visible again, kept for members that restart before it.
+    pub visible_at_ms: i64,
+    /// How long the message stays invisible, ms, counted by each member from
+    /// its apply (bounded as [`TimedFifoLease::invisible_ms`]).
+    pub invisible_ms: u64,
 }
 
 /// Deliveries of messages of one queue to one consumer
@@ -121,9 +183,11 @@ impl Command {
     /// config of type [`TopicMessageType::Mixed`] (`UpdateTopic`, `EnsureTopic`),
     /// 4 for [`Command::ResetOffsets`], 6 for
     /// [`Command::UpdateGroupWithRetryPolicy`], 7 for
-    /// [`Command::DeliveryAttempts`], 1 for everything else. A leader writes it
-    /// only once every member decodes that set (for [`Command::DeliveryAttempts`]:
-    /// once no member says it does not, [`Command::written_past_silent_members`]).
+    /// [`Command::DeliveryAttempts`], 8 for [`Command::FifoBatchLeases`], 1 for
+    /// everything else. A leader writes it
+    /// only once every member decodes that set (for [`Command::DeliveryAttempts`]
+    /// and [`Command::FifoBatchLeases`]: once no member says it does not,
+    /// [`Command::written_past_silent_members`]).
     /// No I/O.
     pub fn log_command_set(&self) -> u8 {
         match self {
@@ -131,6 +195,7 @@ impl Command {
             Command::ResetOffsets(_) => 4,
             Command::UpdateGroupWithRetryPolicy { .. } => 6,
             Command::DeliveryAttempts(_) => 7,
+            Command::FifoBatchLeases { .. } => 8,
             Command::UpdateTopic(t) | Command::EnsureTopic(t)
                 if t.message_type == TopicMessageType::Mixed =>
             {
@@ -143,12 +208,16 @@ impl Command {
     /// True for a command a leader writes once no member has said it decodes
     /// only an earlier log command set, without waiting to hear every member
     /// in its term (the Raft layer's weaker rule, as for transactional
-    /// messages): [`Command::DeliveryAttempts`], which must be recorded while a
-    /// member is down, the very time a failover may follow. A member still on
-    /// an earlier release that was down all along would stop at such an entry
-    /// when it comes back (upgrade a member before it returns). No I/O.
+    /// messages): [`Command::DeliveryAttempts`] and
+    /// [`Command::FifoBatchLeases`], which must be recorded while a member is
+    /// down, the very time a failover may follow. A member still on an earlier
+    /// release that was down all along would stop at such an entry when it
+    /// comes back (upgrade a member before it returns). No I/O.
     pub fn written_past_silent_members(&self) -> bool {
-        matches!(self, Command::DeliveryAttempts(_))
+        matches!(
+            self,
+            Command::DeliveryAttempts(_) | Command::FifoBatchLeases { .. }
+        )
     }
 
     /// The command that records FIFO deliveries decided by the leader of `term`:
@@ -181,8 +250,9 @@ pub struct TimedFifoLease {
     pub invisible_ms: u64,
 }
 
-/// A FIFO consumer group's delivery in flight on one queue (one at a time per
-/// queue). Replaced by the queue's next lease (never by one with a lower
+/// A FIFO consumer group's delivery in flight on one queue, as a leader
+/// records it while a member decodes no batch leases (one message in flight
+/// per queue then; [`FifoBatchLease`] otherwise). Replaced by the queue's next lease (never by one with a lower
 /// `delivery_id`); void once the group's offset passes `queue_offset`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FifoLease {

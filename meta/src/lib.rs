@@ -17,7 +17,8 @@
 //! and [`GroupMeta`]'s replicated maps are stored in sled rows and snapshots
 //! inside versioned envelopes; `GroupMeta`'s retry policies and delivery
 //! attempts (`#[serde(skip)]`, so snapshots of groups without them keep their
-//! earlier bytes) in their own rows and in a snapshot's format-2 tail. The rest
+//! earlier bytes) in their own rows and in a snapshot's format-2 tail, and its
+//! FIFO batch leases in their own rows and a snapshot's format-3 tail. The rest
 //! ([`Outcome`], [`RowChange`], the lease deadlines, the applied index and the
 //! retention point, kept elsewhere) is never stored with them.
 #![deny(missing_docs)]
@@ -30,8 +31,11 @@ pub mod retry;
 pub mod state;
 
 pub use apply::{Applied, AppliedAt, Canaries, Outcome, RowChange};
-pub use command::{Command, DeliveryAttempts, FifoLease, OffsetCommit, TimedFifoLease};
+pub use command::{
+    Command, DeliveryAttempts, FifoBatchLease, FifoDelivery, FifoLease, OffsetCommit,
+    TimedFifoLease,
+};
 pub use config::{GroupConfig, TopicConfig, TopicMessageType, TopicPerm};
 pub use error::MetaError;
 pub use retry::RetryPolicy;
-pub use state::{GroupMeta, LeaseDeadline, LeaseDeadlines, QueueKey};
+pub use state::{BatchDeadlines, GroupMeta, LeaseDeadline, LeaseDeadlines, QueueKey};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::FifoLease;
+use crate::command::{FifoBatchLease, FifoLease};
 use crate::config::{GroupConfig, TopicConfig};
 use crate::retry::RetryPolicy;
 
@@ -22,7 +22,8 @@ pub struct GroupMeta {
     pub topics: BTreeMap<String, TopicConfig>,
     /// Consumer group configs by name.
     pub groups: BTreeMap<String, GroupConfig>,
-    /// (group, topic, queue id) → the FIFO delivery in flight, if any.
+    /// (group, topic, queue id) → the FIFO delivery in flight, for queues whose
+    /// last lease was a single one (`fifo_batches` otherwise).
     pub fifo_leases: BTreeMap<(String, String, i32), FifoLease>,
     /// (group, topic, queue id) → when the stored lease's message becomes visible
     /// again on this node's monotonic clock, for leases this process applied
@@ -56,6 +57,30 @@ pub struct GroupMeta {
     /// tree and carried by a snapshot of format 2 (as `retry_policies`).
     #[serde(skip)]
     pub delivery_attempts: BTreeMap<QueueKey, BTreeMap<u64, u32>>,
+    /// (group, topic, queue id) → every FIFO delivery in flight on the queue,
+    /// for queues whose last lease was a batch ([`crate::Command::FifoBatchLeases`];
+    /// a queue has a batch or a `fifo_leases` entry, never both). Kept in its
+    /// own sled tree and carried by a snapshot of format 3 (as
+    /// `retry_policies`).
+    #[serde(skip)]
+    pub fifo_batches: BTreeMap<QueueKey, FifoBatchLease>,
+    /// This member's own deadlines of the batches in `fifo_batches` it applied,
+    /// one per delivery in the same order. Node-local as `lease_deadlines`.
+    #[serde(skip)]
+    pub batch_deadlines: BatchDeadlines,
+}
+
+/// This member's monotonic deadlines of the FIFO batch leases it applied, by
+/// (group, topic, queue id): one instant per delivery of the stored batch, in
+/// its order. `Debug` prints `BatchDeadlines(node-local)` (as
+/// [`LeaseDeadlines`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct BatchDeadlines(pub BTreeMap<(String, String, i32), Vec<std::time::Instant>>);
+
+impl std::fmt::Debug for BatchDeadlines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchDeadlines(node-local)")
+    }
 }
 
 /// This member's own deadlines of the FIFO leases it applied with their time

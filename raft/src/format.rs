@@ -51,17 +51,18 @@ use crate::error::RaftNodeError;
 /// `EnsureTopic`), 4 adds `ResetOffsets`, 5 transactional messages (no command:
 /// [`SET_TRANSACTIONS`]), 6 `UpdateGroupWithRetryPolicy`
 /// ([`SET_GROUP_RETRY_POLICIES`]), 7 `DeliveryAttempts`
-/// ([`SET_DELIVERY_ATTEMPTS`]); `Command::log_command_set` names a
+/// ([`SET_DELIVERY_ATTEMPTS`]), 8 `FifoBatchLeases` ([`SET_FIFO_BATCHES`]);
+/// `Command::log_command_set` names a
 /// command's set. A member tells its leader in every AppendEntries answer
 /// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from an earlier release,
 /// counted as set 1, though one from before `PurgeThrough` decodes less),
 /// and a leader writes a command of a set only when every member decodes it
 /// (`crate::peer_formats`), so a group upgraded one member at a time never
-/// replicates an entry a member cannot read; `DeliveryAttempts` alone is written
-/// past a member that is down (or silent for `writer::MEMBERS_ANSWER_WAIT` in
+/// replicates an entry a member cannot read; `DeliveryAttempts` and
+/// `FifoBatchLeases` alone are written past a member that is down (or silent for `writer::MEMBERS_ANSWER_WAIT` in
 /// the term): a member of an earlier release that comes back after it stops
 /// there, so upgrade a member before it rejoins.
-pub const LOG_COMMANDS: u8 = 7;
+pub const LOG_COMMANDS: u8 = 8;
 /// The log command set that brings `Command::FifoLeasesTimed`.
 pub const SET_TIMED_FIFO_LEASES: u8 = 2;
 /// The log command set that brings topics of type `TopicMessageType::Mixed`.
@@ -87,6 +88,12 @@ pub const SET_GROUP_RETRY_POLICIES: u8 = 6;
 /// [`V2_TAIL`]) while a member is down: a member of an earlier release refuses
 /// it (`FormatTooNew`) rather than misreading it.
 pub const SET_DELIVERY_ATTEMPTS: u8 = 7;
+/// The log command set that brings `Command::FifoBatchLeases` (a FIFO queue's
+/// deliveries in flight, as one lease). Written by the weaker rule, as
+/// [`SET_DELIVERY_ATTEMPTS`], so they may reach a snapshot (format
+/// [`V3_TAIL`]) while a member is down: a member of an earlier release refuses
+/// it (`FormatTooNew`) rather than misreading it.
+pub const SET_FIFO_BATCHES: u8 = 8;
 /// What log command set `set` brings, for messages.
 pub fn set_brings(set: u8) -> &'static str {
     match set {
@@ -97,6 +104,7 @@ pub fn set_brings(set: u8) -> &'static str {
         SET_TRANSACTIONS => "transactional messages",
         SET_GROUP_RETRY_POLICIES => "consumer group retry policies",
         SET_DELIVERY_ATTEMPTS => "delivery attempts",
+        SET_FIFO_BATCHES => "FIFO batch leases",
         _ => "unknown to this release",
     }
 }
@@ -111,8 +119,11 @@ pub const MAGIC: [u8; 10] = [0xff; 10];
 pub const V1: u8 = 1;
 /// Version 1's bytes followed by a tail ([`encode_with_tail`]).
 pub const V2_TAIL: u8 = 2;
+/// Version 1's bytes followed by a longer tail, whose layout starts with
+/// version 2's ([`encode_with_tail_version`]).
+pub const V3_TAIL: u8 = 3;
 /// The highest format version this release reads.
-pub const CURRENT: u8 = V2_TAIL;
+pub const CURRENT: u8 = V3_TAIL;
 
 /// A stored value's version and its bytes in that version's layout.
 fn open_envelope(bytes: &[u8]) -> (u8, &[u8]) {
@@ -160,7 +171,19 @@ pub fn encode_with_tail<T: Serialize, U: Serialize>(
     value: &T,
     tail: &U,
 ) -> Result<Vec<u8>, RaftNodeError> {
-    let out = postcard::to_extend(value, envelope(V2_TAIL, 64))?;
+    encode_with_tail_version(V2_TAIL, value, tail)
+}
+
+/// `value` with `tail` after it in format `version` ([`V2_TAIL`] or
+/// [`V3_TAIL`]): the envelope, `value`'s postcard encoding (version 1's
+/// layout), then `tail`'s (that version's tail layout). Errors: `Codec`.
+pub fn encode_with_tail_version<T: Serialize, U: Serialize>(
+    version: u8,
+    value: &T,
+    tail: &U,
+) -> Result<Vec<u8>, RaftNodeError> {
+    debug_assert!((V2_TAIL..=V3_TAIL).contains(&version));
+    let out = postcard::to_extend(value, envelope(version, 64))?;
     Ok(postcard::to_extend(tail, out)?)
 }
 
@@ -179,6 +202,23 @@ pub fn decode_with_tail<T: DeserializeOwned, U: DeserializeOwned>(
     }
     let (value, rest) = postcard::take_from_bytes(body)?;
     Ok((value, Some(postcard::from_bytes(rest)?)))
+}
+
+/// A value and its tail as [`decode_with_tail`] reads them, for a value that
+/// has a tail layout per format version up to [`V3_TAIL`]: the value, the
+/// format version, and the tail's bytes (empty below [`V2_TAIL`]), which the
+/// caller decodes in that version's layout. Errors: as [`decode`].
+pub fn decode_versioned_tail<'a, T: DeserializeOwned>(
+    what: &str,
+    bytes: &'a [u8],
+) -> Result<(T, u8, &'a [u8]), RaftNodeError> {
+    let (version, body) = open_envelope(bytes);
+    check_version(what, version, V3_TAIL)?;
+    if version < V2_TAIL {
+        return Ok((postcard::from_bytes(body)?, version, &[]));
+    }
+    let (value, rest) = postcard::take_from_bytes(body)?;
+    Ok((value, version, rest))
 }
 
 /// Decodes a stored value [`encode`] wrote (or an earlier release's, without

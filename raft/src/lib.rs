@@ -55,7 +55,7 @@ pub use error::{ForwardRefusal, RaftNodeError};
 pub use network::{LinkShape, NetworkFilter};
 pub use node::{NodeRole, NodeStatus, RaftNode, RaftNodeConfig, RaftTiming, ReplicaView};
 pub use types::{
-    Command, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed, Request, Response,
-    TimedFifoLease, TopicConfig, TopicMessageType, TopicPerm,
+    Command, FifoBatchLease, FifoDelivery, FifoLease, GroupConfig, NodeId, OffsetCommit, Placed,
+    Request, Response, TimedFifoLease, TopicConfig, TopicMessageType, TopicPerm,
 };
 pub use writer::BatchConfig;

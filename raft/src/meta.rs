@@ -36,6 +36,9 @@ pub struct MetaDb {
     /// [`attempt_key`] → the highest delivery attempt recorded for that message
     /// (u32; a tree earlier releases never open).
     pub delivery_attempts: sled::Tree,
+    /// Offset key (as `offsets`) → the queue's `FifoBatchLease` (queues whose
+    /// last lease was a batch; a tree earlier releases never open).
+    pub fifo_batches: sled::Tree,
     /// Log index (u64 big-endian) → snapshot taken at that segment boundary
     /// (`crate::boundary`).
     pub boundaries: sled::Tree,
@@ -81,6 +84,7 @@ impl MetaDb {
             fifo_leases: db.open_tree("fifo_leases").map_err(damage_of)?,
             retry_policies: db.open_tree("retry_policies").map_err(damage_of)?,
             delivery_attempts: db.open_tree("delivery_attempts").map_err(damage_of)?,
+            fifo_batches: db.open_tree("fifo_batches").map_err(damage_of)?,
             boundaries: db.open_tree("boundary_snapshots").map_err(damage_of)?,
             db,
         })

@@ -19,8 +19,8 @@ use crate::error::RaftNodeError;
 use crate::format;
 use crate::meta::{attempt_key, offset_key, parse_attempt_key, parse_offset_key, MetaDb};
 use crate::types::{
-    Entry, FifoLease, GroupConfig, LogId, NodeId, Placed, Request, Response, StorageError,
-    TopicConfig, TypeConfig,
+    Entry, FifoBatchLease, FifoLease, GroupConfig, LogId, NodeId, Placed, Request, Response,
+    StorageError, TopicConfig, TypeConfig,
 };
 
 mod commands;
@@ -143,6 +143,12 @@ impl StateMachine {
             let l: FifoLease = format::decode("FIFO lease", &v)?;
             meta.fifo_leases
                 .insert((l.group.clone(), l.topic.clone(), l.queue_id), l);
+        }
+        for kv in db.fifo_batches.iter() {
+            let (_, v) = kv?;
+            let b: FifoBatchLease = format::decode("FIFO batch lease", &v)?;
+            meta.fifo_batches
+                .insert((b.group.clone(), b.topic.clone(), b.queue_id), b);
         }
         for kv in db.delivery_attempts.iter() {
             let (k, v) = kv?;
@@ -459,6 +465,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.fifo_leases.clear()?;
             self.db.retry_policies.clear()?;
             self.db.delivery_attempts.clear()?;
+            self.db.fifo_batches.clear()?;
+            for b in data.meta.fifo_batches.values() {
+                self.db.fifo_batches.insert(
+                    offset_key(&b.group, &b.topic, b.queue_id),
+                    format::encode(b)?,
+                )?;
+            }
             for ((g, t, q), attempts) in &data.meta.delivery_attempts {
                 for (offset, attempt) in attempts {
                     self.db

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 /// The metadata's commands and configs (the `ledgermq-meta` crate), re-exported
 /// where the Raft layer's entries carry them.
 pub use ledgermq_meta::{
-    Command, FifoLease, GroupConfig, OffsetCommit, TimedFifoLease, TopicConfig, TopicMessageType,
-    TopicPerm,
+    Command, FifoBatchLease, FifoDelivery, FifoLease, GroupConfig, OffsetCommit, TimedFifoLease,
+    TopicConfig, TopicMessageType, TopicPerm,
 };
 
 /// Node id of a group member (RocketMQ's broker id within a broker group).

@@ -1,10 +1,10 @@
 //! What a new leader takes over of a queue's consumption: the group's committed
-//! offset, a FIFO group's delivery in flight (its lease), and the delivery
+//! offset, a FIFO group's deliveries in flight (its lease or batch lease), and the delivery
 //! attempts earlier leaders recorded for a clustering group's messages. No I/O.
 
 use std::time::Instant;
 
-use ledgermq_meta::GroupMeta;
+use ledgermq_meta::{FifoBatchLease, GroupMeta};
 use ledgermq_store::store::now_ms;
 
 use super::QueueKey;
@@ -12,8 +12,9 @@ use crate::pop::{deadline_from_wall, Inflight, QueueState};
 
 /// The state of `key` for a leader starting to serve it: the queue holds
 /// `[min, max)`. The committed offset (the queue's min for a group new to it),
-/// then for a FIFO group the previous leader's delivery in flight at that
-/// offset, kept invisible until the deadline this node counted from its apply
+/// then for a FIFO group the previous leader's deliveries in flight at and
+/// above that offset (its batch lease, or its single lease at that offset),
+/// each kept invisible until the deadline this node counted from its apply
 /// of the lease or, for a lease without one, for the time its wall-clock
 /// deadline has left by this node's wall clock; for any other group the
 /// delivery attempts recorded for messages at or above the committed offset,
@@ -33,6 +34,10 @@ pub(super) fn initial_state(
             Some(prior) => st.with_prior_attempts(prior.clone()),
             None => st,
         };
+    }
+    if let Some(b) = meta.fifo_batches.get(&k) {
+        adopt_batch(&mut st, b, meta.batch_deadlines.0.get(&k), committed, max);
+        return st;
     }
     if let Some(l) = meta
         .fifo_leases
@@ -60,6 +65,55 @@ pub(super) fn initial_state(
         }
     }
     st
+}
+
+/// Takes over the deliveries of batch `b` at or above `committed` (the queue
+/// holds up to `max`): each stays in flight until its deadline, counted from
+/// this node's apply (`deadlines`, one per delivery) or else read off the wall
+/// clock; the other offsets below the batch's `end_offset` were acked or
+/// filtered out, and are not delivered again.
+fn adopt_batch(
+    st: &mut QueueState,
+    b: &FifoBatchLease,
+    deadlines: Option<&Vec<Instant>>,
+    committed: u64,
+    max: u64,
+) {
+    // Counted from the apply only if they are this batch's own.
+    let deadlines = deadlines.filter(|d| d.len() == b.deliveries.len());
+    let now = Instant::now();
+    let wall_now_ms = now_ms();
+    // Offsets in [committed, end) it does not list were acked or filtered out.
+    let end = b.end_offset.min(max);
+    let skip_below = |st: &mut QueueState, offset: u64| {
+        while let Some(o) = st.next_new().filter(|&o| o < offset) {
+            st.skip(o);
+        }
+    };
+    for (n, d) in b.deliveries.iter().enumerate() {
+        if d.queue_offset < committed {
+            continue;
+        }
+        if d.queue_offset >= end {
+            break;
+        }
+        skip_below(st, d.queue_offset);
+        if st.next_new() != Some(d.queue_offset) {
+            return;
+        }
+        let visible_at = deadlines
+            .map(|v| v[n])
+            .unwrap_or_else(|| deadline_from_wall(d.visible_at_ms, wall_now_ms, now));
+        st.adopt(
+            d.queue_offset,
+            Inflight {
+                delivery_id: d.delivery_id,
+                visible_at,
+                attempt: d.attempt,
+            },
+        );
+    }
+    skip_below(st, end);
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Instant;
 use ledgermq_meta::{Command, DeliveryAttempts};
 
 use super::leases::lease;
-use super::{Consumers, PopRequest, PopResult, QueueKey};
+use super::{Consumers, PopRequest, PopResult, QueueKey, Record};
 use crate::error::BrokerError;
 use crate::receipt::ReceiptHandle;
 
@@ -54,18 +54,22 @@ impl Consumers {
 }
 
 /// Notes a delivery for recording through Raft before the answer: a FIFO
-/// group's as its lease, another group's as its attempt when `record_attempts`.
+/// group's as its lease (or in its queue's batch lease, which the caller
+/// makes once the queue is done, with `record.fifo_batches`), another group's
+/// as its attempt with `record.attempts`.
 pub(super) fn record(
     req: &PopRequest,
-    record_attempts: bool,
+    record: Record,
     handle: &ReceiptHandle,
     attempt: u32,
     lease_at_ms: i64,
     out: &mut PopResult,
 ) {
     if req.fifo {
-        out.leases.push(lease(req, handle, attempt, lease_at_ms));
-    } else if record_attempts {
+        if !record.fifo_batches {
+            out.leases.push(lease(req, handle, attempt, lease_at_ms));
+        }
+    } else if record.attempts {
         // One record per queue: pop_queue takes a queue's messages together.
         let offset_attempt = (handle.queue_offset, attempt);
         match out.attempts.last_mut() {

@@ -36,7 +36,7 @@ impl Consumers {
     /// was deposed) are forwarded to the next leader, whose state machine applies
     /// them from an entry of its own term (`ledgermq_raft::canary`), and the
     /// deliveries are answered.
-    async fn forward_leases_canary(&self, command: Command) -> Result<(), BrokerError> {
+    pub(super) async fn forward_leases_canary(&self, command: Command) -> Result<(), BrokerError> {
         match self.node.write_command_as_leader(command.clone()).await {
             Err(ledgermq_raft::RaftNodeError::NotLeader { .. }) => {}
             other => {

@@ -16,18 +16,18 @@ use tempfile::TempDir;
 use super::*;
 use crate::filter::FilterExpr;
 
-const TOPIC: &str = "T";
-const GROUP: &str = "G";
+pub(super) const TOPIC: &str = "T";
+pub(super) const GROUP: &str = "G";
 
 /// A started one-member group and the directory it stores in.
-struct OneNode {
-    node: Arc<RaftNode>,
+pub(super) struct OneNode {
+    pub(super) node: Arc<RaftNode>,
     _dir: TempDir,
 }
 
 impl OneNode {
     /// Starts a one-member group and waits until it is a ready leader.
-    async fn start() -> Self {
+    pub(super) async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addr = format!("127.0.0.1:{}", ledgermq_testkit::ports::free_port());
         let members = BTreeMap::from([(0, addr.clone())]);
@@ -65,7 +65,12 @@ impl OneNode {
     }
 
     /// Stores messages `bodies` on queue `queue_id`, the tag of each from `tag`.
-    async fn send(&self, queue_id: i32, bodies: &[&str], tag: impl Fn(&str) -> &'static str) {
+    pub(super) async fn send(
+        &self,
+        queue_id: i32,
+        bodies: &[&str],
+        tag: impl Fn(&str) -> &'static str,
+    ) {
         let messages = bodies
             .iter()
             .map(|b| {
@@ -76,20 +81,44 @@ impl OneNode {
         self.node.write_messages(messages).await.unwrap();
     }
 
-    fn term(&self) -> u64 {
+    pub(super) fn term(&self) -> u64 {
         self.node.status_now().ready_term.unwrap()
     }
 
     /// The committed offset of `consumer` on queue `queue_id`.
-    fn committed(&self, consumer: &str, queue_id: i32) -> Option<u64> {
+    pub(super) fn committed(&self, consumer: &str, queue_id: i32) -> Option<u64> {
         let meta = self.node.shared_meta().read().unwrap();
         meta.offsets
             .get(&(consumer.to_owned(), TOPIC.to_owned(), queue_id))
             .copied()
     }
 
+    /// The offsets of `consumer`'s stored FIFO lease on queue `queue_id`: its
+    /// batch's, or its single lease's.
+    pub(super) fn leased(&self, consumer: &str, queue_id: i32) -> Vec<u64> {
+        let k = (consumer.to_owned(), TOPIC.to_owned(), queue_id);
+        let meta = self.node.shared_meta().read().unwrap();
+        match meta.fifo_batches.get(&k) {
+            Some(b) => b.deliveries.iter().map(|d| d.queue_offset).collect(),
+            None => meta
+                .fifo_leases
+                .get(&k)
+                .map(|l| l.queue_offset)
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// The stored FIFO batch lease of `consumer` on queue `queue_id`.
+    pub(super) fn batch(&self, consumer: &str, queue_id: i32) -> Option<FifoBatchLease> {
+        let meta = self.node.shared_meta().read().unwrap();
+        meta.fifo_batches
+            .get(&(consumer.to_owned(), TOPIC.to_owned(), queue_id))
+            .cloned()
+    }
+
     /// The stored FIFO lease of `consumer` on queue `queue_id`.
-    fn lease(&self, consumer: &str, queue_id: i32) -> Option<FifoLease> {
+    pub(super) fn lease(&self, consumer: &str, queue_id: i32) -> Option<FifoLease> {
         let meta = self.node.shared_meta().read().unwrap();
         meta.fifo_leases
             .get(&(consumer.to_owned(), TOPIC.to_owned(), queue_id))
@@ -97,7 +126,12 @@ impl OneNode {
     }
 }
 
-fn request(queue_ids: &[i32], max_messages: usize, invisible_ms: u64, fifo: bool) -> PopRequest {
+pub(super) fn request(
+    queue_ids: &[i32],
+    max_messages: usize,
+    invisible_ms: u64,
+    fifo: bool,
+) -> PopRequest {
     PopRequest {
         record_attempts: false,
         group: GROUP.into(),
@@ -112,18 +146,18 @@ fn request(queue_ids: &[i32], max_messages: usize, invisible_ms: u64, fifo: bool
     }
 }
 
-fn bodies(r: &PopResult) -> Vec<String> {
+pub(super) fn bodies(r: &PopResult) -> Vec<String> {
     r.messages
         .iter()
         .map(|d| String::from_utf8(d.record.body.clone()).unwrap())
         .collect()
 }
 
-fn handle(d: &Delivery) -> ReceiptHandle {
+pub(super) fn handle(d: &Delivery) -> ReceiptHandle {
     ReceiptHandle::decode(&d.fields.receipt_handle).unwrap()
 }
 
-fn any_tag(_: &str) -> &'static str {
+pub(super) fn any_tag(_: &str) -> &'static str {
     "a"
 }
 
@@ -251,6 +285,8 @@ async fn a_fifo_queue_hands_out_one_message_at_a_time_and_commits_each_ack_befor
     n.send(0, &["f0", "f1"], any_tag).await;
     n.send(1, &["g0"], any_tag).await;
     let c = Consumers::new(n.node.clone());
+    // As while a member decodes no batch leases.
+    c.single_fifo_leases.store(true, Ordering::Relaxed);
     let req = request(&[0, 1], 10, 60_000, true);
 
     let first = c.pop(&req).await.unwrap();
@@ -310,6 +346,7 @@ async fn a_fifo_change_of_invisible_time_is_replicated_before_it_is_answered() {
     let n = OneNode::start().await;
     n.send(0, &["f0"], any_tag).await;
     let c = Consumers::new(n.node.clone());
+    c.single_fifo_leases.store(true, Ordering::Relaxed);
     let got = c.pop(&request(&[0], 1, 1_000, true)).await.unwrap();
     let h = handle(&got.messages[0]);
     let before = n.lease(GROUP, 0).unwrap().visible_at_ms;
@@ -465,12 +502,12 @@ async fn a_reset_voids_a_fifo_delivery_in_flight() {
         .unwrap();
     let second = c.pop(&fifo).await.unwrap();
     assert_eq!(bodies(&second), ["f1"]);
-    assert_eq!(n.lease(GROUP, 0).map(|l| l.queue_offset), Some(1));
+    assert_eq!(n.leased(GROUP, 0), [1]);
     // Back to the start: the lease on f1 goes, and f0 is next at once.
     c.reset_offsets(GROUP, TOPIC, &[(0, 0)], true)
         .await
         .unwrap();
-    assert_eq!(n.lease(GROUP, 0), None);
+    assert_eq!(n.leased(GROUP, 0), Vec::<u64>::new());
     assert_eq!(n.committed(GROUP, 0), Some(0));
     assert_eq!(bodies(&c.pop(&fifo).await.unwrap()), ["f0"]);
 }

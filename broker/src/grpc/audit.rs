@@ -124,7 +124,7 @@ impl Canon {
     }
 }
 
-/// Digests of `meta` (consumer offsets, FIFO leases, topic and group configs,
+/// Digests of `meta` (consumer offsets, FIFO leases and batch leases, topic and group configs,
 /// delivery attempts), each
 /// over its entries in key order (the maps are BTreeMaps), the retention point, and
 /// the applied index they belong to. Call with the metadata's lock held, so the two agree.
@@ -147,6 +147,22 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
             .bytes(&l.delivery_id.to_be_bytes())
             .bytes(&l.attempt.to_be_bytes())
             .bytes(&l.visible_at_ms.to_be_bytes());
+    }
+    // Then the batch leases (their queues hold no single lease).
+    for ((group, topic, queue_id), b) in &meta.fifo_batches {
+        leases
+            .str(group)
+            .str(topic)
+            .bytes(&queue_id.to_be_bytes())
+            .bytes(&(b.deliveries.len() as u64).to_be_bytes());
+        for d in &b.deliveries {
+            leases
+                .bytes(&d.queue_offset.to_be_bytes())
+                .bytes(&d.delivery_id.to_be_bytes())
+                .bytes(&d.attempt.to_be_bytes())
+                .bytes(&d.visible_at_ms.to_be_bytes())
+                .bytes(&d.invisible_ms.to_be_bytes());
+        }
     }
     let mut topics = Canon::new();
     for (name, t) in &meta.topics {
@@ -214,7 +230,7 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
         consumer_offsets_crc32: offsets.done(),
         consumer_offsets: meta.offsets.len() as u64,
         fifo_leases_crc32: leases.done(),
-        fifo_leases: meta.fifo_leases.len() as u64,
+        fifo_leases: (meta.fifo_leases.len() + meta.fifo_batches.len()) as u64,
         topics_crc32: topics.done(),
         topics: meta.topics.len() as u64,
         groups_crc32: groups.done(),

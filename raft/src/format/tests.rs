@@ -113,6 +113,8 @@ fn group_meta() -> GroupMeta {
         purge_point: None,
         retry_policies: BTreeMap::new(),
         delivery_attempts: BTreeMap::new(),
+        fifo_batches: BTreeMap::new(),
+        batch_deadlines: Default::default(),
     }
 }
 
@@ -192,7 +194,7 @@ fn a_later_version_is_refused_not_misread() {
     }
     let mut snapshot = encode_with_tail(&topic(), &1u8).unwrap();
     snapshot[MAGIC.len()] = CURRENT + 1;
-    match decode_with_tail::<TopicConfig, u8>("snapshot", &snapshot) {
+    match decode_versioned_tail::<TopicConfig>("snapshot", &snapshot) {
         Err(RaftNodeError::FormatTooNew {
             version, supported, ..
         }) => assert_eq!((version, supported), (CURRENT + 1, CURRENT)),
@@ -387,13 +389,82 @@ fn log_payloads_of_command_set_7_keep_their_layout() {
     );
 }
 
+/// Log command set 8: `FifoBatchLeases` (variant 14), as this release writes it.
 #[test]
-fn this_release_decodes_log_command_sets_through_delivery_attempts() {
-    assert_eq!(
-        crate::format::LOG_COMMANDS,
-        crate::format::SET_DELIVERY_ATTEMPTS
+fn log_payloads_of_command_set_8_keep_their_layout() {
+    let payload = cmd(Command::FifoBatchLeases {
+        term: 5,
+        batches: vec![batch()],
+    });
+    keeps_its_layout(
+        &payload,
+        "02010e 05 01 0167 0154 02 8a80808080a001 ac02 ad02 01 ac02 8980808080a001 02 d00f 904e",
+        crate::format::SET_FIFO_BATCHES,
     );
-    assert_eq!(crate::format::LOG_COMMANDS, 7);
+}
+
+fn batch() -> crate::types::FifoBatchLease {
+    crate::types::FifoBatchLease {
+        group: "g".into(),
+        topic: "T".into(),
+        queue_id: 1,
+        lease_id: (5 << 40) | 10,
+        next_offset: 300,
+        end_offset: 301,
+        deliveries: vec![crate::types::FifoDelivery {
+            queue_offset: 300,
+            delivery_id: (5 << 40) | 9,
+            attempt: 2,
+            visible_at_ms: 1_000,
+            invisible_ms: 10_000,
+        }],
+    }
+}
+
+#[test]
+fn this_release_decodes_log_command_sets_through_fifo_batches() {
+    assert_eq!(crate::format::LOG_COMMANDS, crate::format::SET_FIFO_BATCHES);
+    assert_eq!(crate::format::LOG_COMMANDS, 8);
+}
+
+/// FIFO batch leases make a format 3 snapshot: format 2's tail, then the
+/// batches; an earlier release (which reads up to format 2) refuses it.
+#[test]
+fn a_snapshot_carries_fifo_batches_in_format_3_only() {
+    let mut data = SnapshotData {
+        meta: group_meta(),
+        queues: vec![],
+    };
+    let v1 = data.encode().unwrap();
+    data.meta
+        .fifo_batches
+        .insert(("g".into(), "T".into(), 1), batch());
+    let v3 = data.encode().unwrap();
+    assert_eq!(v3[MAGIC.len()], V3_TAIL);
+    assert_eq!(v3[MAGIC.len() + 1..v1.len()], v1[MAGIC.len() + 1..]);
+    // Format 2's empty tail (no policies, no attempts), then one batch.
+    assert_eq!(
+        hex(&v3[v1.len()..]),
+        "00 00 01 0167 0154 02 0167 0154 02 8a80808080a001 ac02 ad02 01 ac02 8980808080a001 02 d00f 904e".replace(' ', "")
+    );
+    assert_eq!(SnapshotData::decode(&v3).unwrap(), data);
+    match decode_with_tail::<SnapshotData, u8>("snapshot", &v3) {
+        Err(RaftNodeError::FormatTooNew {
+            version: 3,
+            supported: 2,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    data.meta.retry_policies.insert(
+        "G".into(),
+        RetryPolicy::Customized {
+            next_ms: vec![3_000],
+        },
+    );
+    let both = data.encode().unwrap();
+    assert_eq!(SnapshotData::decode(&both).unwrap(), data);
+    assert!(SnapshotData::decode(&v3[..v3.len() - 1]).is_err());
 }
 
 /// A snapshot without retry policies or delivery attempts keeps format 1's

@@ -65,6 +65,16 @@ impl StateMachine {
                 RowChange::RemoveLease((group, topic, queue_id)) => {
                     db.fifo_leases.remove(offset_key(group, topic, *queue_id))?;
                 }
+                RowChange::BatchLease(b) => {
+                    db.fifo_batches.insert(
+                        offset_key(&b.group, &b.topic, b.queue_id),
+                        format::encode(b)?,
+                    )?;
+                }
+                RowChange::RemoveBatchLease((group, topic, queue_id)) => {
+                    db.fifo_batches
+                        .remove(offset_key(group, topic, *queue_id))?;
+                }
                 RowChange::Topic(t) => MetaDb::put(&db.topics, &t.name, t)?,
                 RowChange::RemoveTopic(name) => {
                     db.topics.remove(name)?;
