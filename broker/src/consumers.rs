@@ -406,8 +406,9 @@ impl Consumers {
             out.messages
                 .push(delivered(&stored.view(), handle, req, attempt));
         }
-        // New messages follow only once every expired one went out again.
-        if one_at_a_time && st.in_flight() > 0 || req.fifo && !st.expired(now).is_empty() {
+        // New messages follow only once every expired one went out again (the
+        // loop above returns otherwise), and one at a time only alone.
+        if one_at_a_time && st.in_flight() > 0 {
             return Ok(());
         }
         let Some(cq) = store.consume_queues().get(&req.topic, queue_id) else {
@@ -533,7 +534,7 @@ impl Consumers {
                 .delivery_id;
             let batch = fifo::batch_lease(&key, &next, lease_id, Instant::now(), now_ms());
             self.commit_batches(term, vec![batch]).await?;
-        } else if fifo && !st.single_lease_fits() {
+        } else if fifo && (!st.single_lease_fits() || self.batch_leased(consumer, handle)) {
             // A single lease would say everything below it is acked, and
             // nothing above it.
             return Err(refuse(

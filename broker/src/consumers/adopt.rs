@@ -99,7 +99,7 @@ fn adopt_batch(
         }
         skip_below(st, d.queue_offset);
         if st.next_new() != Some(d.queue_offset) {
-            return;
+            break;
         }
         let visible_at = deadlines
             .map(|v| v[n])

@@ -50,6 +50,17 @@ pub(super) fn batch_lease(
 }
 
 impl Consumers {
+    /// True if the stored lease of `handle`'s queue is a batch lease made
+    /// after its delivery: a single lease of that delivery would not replace
+    /// it (`meta::apply`'s rule: the higher id wins).
+    pub(super) fn batch_leased(&self, consumer: &str, handle: &ReceiptHandle) -> bool {
+        let key = (consumer.to_owned(), handle.topic.clone(), handle.queue_id);
+        let meta = self.node.shared_meta().read().unwrap();
+        meta.fifo_batches
+            .get(&key)
+            .is_some_and(|b| b.lease_id > handle.delivery_id)
+    }
+
     /// Records FIFO batch leases decided in `term` through Raft, proposed only
     /// by this node while it leads (never forwarded, except by the test-only
     /// `forward-fifo-leases` canary: the state machine refuses them if they
@@ -134,6 +145,16 @@ impl Consumers {
                 let delivery = Some(h.delivery_id);
                 if st.peek_ack(h.queue_offset, delivery) == AckOutcome::AlreadyAcked {
                     results[i] = Some(Ok(()));
+                    continue;
+                }
+                if h.queue_offset >= next.next() {
+                    // Neither delivered by this leader nor adopted from a lease:
+                    // acking it would skip a message no consumer got.
+                    results[i] = Some(Err(refuse(
+                        ErrorKind::InvalidReceiptHandle,
+                        "the receipt handle names a message of a FIFO queue that is not \
+                         in flight",
+                    )));
                     continue;
                 }
                 match next.peek_ack(h.queue_offset, delivery) {

@@ -154,6 +154,9 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
             .str(group)
             .str(topic)
             .bytes(&queue_id.to_be_bytes())
+            .bytes(&b.lease_id.to_be_bytes())
+            .bytes(&b.next_offset.to_be_bytes())
+            .bytes(&b.end_offset.to_be_bytes())
             .bytes(&(b.deliveries.len() as u64).to_be_bytes());
         for d in &b.deliveries {
             leases

@@ -208,3 +208,42 @@ async fn a_handle_given_twice_is_acked_once_and_one_acked_before_writes_nothing(
     assert!(c.ack_many(GROUP, &[h], true).await[0].is_ok());
     assert_eq!(n.node.shared_meta().read().unwrap().applied_index, before);
 }
+
+#[tokio::test]
+async fn an_ack_of_a_fifo_message_not_in_flight_is_refused_and_the_message_still_comes() {
+    let n = OneNode::start().await;
+    n.send(0, &["f0", "f1"], any_tag).await;
+    let c = Consumers::new(n.node.clone());
+    let first = c.pop(&request(&[0], 1, 60_000, true)).await.unwrap();
+    assert_eq!(bodies(&first), ["f0"]);
+    // A handle of f1, which no receive handed out.
+    let mut forged = handle(&first.messages[0]);
+    forged.queue_offset = 1;
+    let r = c.ack_many(GROUP, &[forged], true).await;
+    assert_eq!(
+        r[0].as_ref().unwrap_err().kind(),
+        ErrorKind::InvalidReceiptHandle
+    );
+    assert!(c.ack_many(GROUP, &[handle(&first.messages[0])], true).await[0].is_ok());
+    let next = c.pop(&request(&[0], 10, 60_000, true)).await.unwrap();
+    assert_eq!(bodies(&next), ["f1"]);
+}
+
+#[tokio::test]
+async fn with_a_member_of_an_earlier_release_a_batch_leased_message_keeps_its_invisible_time() {
+    let n = OneNode::start().await;
+    n.send(0, &["f0"], any_tag).await;
+    let c = Consumers::new(n.node.clone());
+    let first = c.pop(&request(&[0], 10, 60_000, true)).await.unwrap();
+    let h = handle(&first.messages[0]);
+    c.single_fifo_leases
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    // One message in flight, but its batch lease is newer than its delivery:
+    // a single lease of it would not be stored.
+    let e = c
+        .change_invisible(GROUP, &h, 90_000, true)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert!(n.batch(GROUP, 0).is_some() && n.lease(GROUP, 0).is_none());
+}
