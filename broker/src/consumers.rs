@@ -284,7 +284,8 @@ impl Consumers {
             attempts: !req.fifo
                 && req.record_attempts
                 && self.node.no_member_says_below(SET_DELIVERY_ATTEMPTS),
-            // A FIFO queue hands out a batch once every member decodes its lease.
+            // A FIFO queue hands out a batch unless a member says it cannot
+            // decode its lease.
             fifo_batches: req.fifo && self.fifo_batches(),
         };
         for &queue_id in &req.queue_ids {
