@@ -97,12 +97,15 @@ pub struct ServiceSettings {
     /// Most checks back of one orphaned transaction; it is discarded when the
     /// time of the next comes (RocketMQ's `transactionCheckMax`: 15).
     pub transaction_check_max: u32,
+    /// Client authentication and ACLs ([`crate::auth`]); off by default.
+    pub auth: crate::auth::AuthSettings,
 }
 
 impl Default for ServiceSettings {
     fn default() -> Self {
         Self {
             max_body_bytes: 4 << 20,
+            auth: crate::auth::AuthSettings::default(),
             auto_create_topics: false,
             default_queue_count: 8,
             auto_create_groups: true,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use ledgermq_store::{FlushMode, StoreConfig};
 use serde::{Deserialize, Serialize};
 
+pub mod auth;
 mod defaults;
 pub mod properties;
 
@@ -135,6 +136,10 @@ pub struct BrokerConfig {
     /// adds a Raft commit to every receive.
     #[serde(default)]
     pub exact_delivery_attempts: bool,
+    /// Client authentication and ACLs (`[auth]`, [`auth::AuthConfig`]); off
+    /// by default.
+    #[serde(default)]
+    pub auth: auth::AuthConfig,
     /// Largest message body in bytes (RocketMQ: 4 MiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
@@ -282,6 +287,7 @@ impl BrokerConfig {
         if !members.contains_key(&cfg.node_id) {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
+        cfg.auth.settings().map_err(err)?;
         let s = cfg.service_settings();
         if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic) {
             return Err(err(format!(
@@ -391,6 +397,18 @@ impl BrokerConfig {
             transaction_check_interval_ms: self.transaction_check_interval_ms,
             transaction_check_max: self.transaction_check_max,
             default_queue_count: self.default_topic_queue_count,
+            // Checked by `load`; a config built in code with a bad `[auth]`
+            // keeps checking clients (closed, not open), without inner
+            // credentials.
+            auth: self.auth.settings().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the [auth] settings are not valid");
+                crate::auth::AuthSettings {
+                    enabled: self.auth.enabled,
+                    max_clock_skew_ms: self.auth.max_clock_skew_ms,
+                    inner: None,
+                    bootstrap_users: Vec::new(),
+                }
+            }),
             ..crate::broker::ServiceSettings::default()
         }
     }

@@ -54,6 +54,9 @@ pub enum ErrorKind {
     MessageNotFound,
     /// The topic's or group's permission forbids the call.
     Forbidden,
+    /// The caller is not authenticated, or its user lacks the permission the
+    /// call needs (`crate::auth`).
+    Unauthorized,
     /// The call needs the consumer's client id, and it has none.
     ClientIdRequired,
     /// A feature this broker does not offer (yet).

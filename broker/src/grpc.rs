@@ -20,9 +20,11 @@
 //!   key; [`raft_status`]: a node's view of its Raft group.
 //! - [`server`]: both services on the client port.
 
+pub mod acl_admin;
 pub mod admin;
 pub mod audit;
 pub mod consume;
+pub(crate) mod guard;
 pub mod membership;
 pub mod message;
 pub mod metrics_layer;

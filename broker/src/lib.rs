@@ -26,7 +26,9 @@
 //!   heartbeats and queue locks) on `remoting_addr`.
 
 #![deny(missing_docs)]
+pub mod acl_bootstrap;
 pub mod announce;
+pub mod auth;
 pub mod broker;
 pub mod config;
 mod consume;

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::acl::AclUser;
 use crate::command::{Command, FifoBatchLease, FifoLease, TimedFifoLease};
 use crate::config::{GroupConfig, TopicConfig};
 use crate::retry::RetryPolicy;
@@ -61,6 +62,10 @@ pub enum RowChange {
     PruneDeliveryAttempts(QueueKey, u64),
     /// The group's retention point (a Raft log index).
     PurgePoint(u64),
+    /// A user and its permissions, as they are now.
+    AclUser(AclUser),
+    /// A user removed.
+    RemoveAclUser(String),
 }
 
 /// What applying one command did: the answer for its proposer and the rows to
@@ -184,6 +189,40 @@ pub fn apply(
                 return stale(term, entry_term);
             }
             batches::apply_batches(meta, batches, at, &mut rows);
+        }
+        Command::PutAclUser {
+            username,
+            secret_key,
+            admin,
+        } => {
+            let user = meta
+                .acl_users
+                .entry(username.clone())
+                .or_insert_with(|| AclUser::new(&username, &secret_key, admin));
+            user.secret_key = secret_key;
+            user.admin = admin;
+            rows.push(RowChange::AclUser(user.clone()));
+        }
+        Command::SetAclPerm {
+            username,
+            resource,
+            perm,
+        } => {
+            if let Some(user) = meta.acl_users.get_mut(&username) {
+                user.set_perm(&resource, perm);
+                rows.push(RowChange::AclUser(user.clone()));
+            }
+        }
+        Command::CreateAclUser(user) => {
+            if !meta.acl_users.contains_key(&user.username) {
+                meta.acl_users.insert(user.username.clone(), user.clone());
+                rows.push(RowChange::AclUser(user));
+            }
+        }
+        Command::DeleteAclUser(username) => {
+            if meta.acl_users.remove(&username).is_some() {
+                rows.push(RowChange::RemoveAclUser(username));
+            }
         }
         Command::UpdateTopic(t) => {
             meta.topics.insert(t.name.clone(), t.clone());

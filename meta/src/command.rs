@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::{AclResource, AclUser, Perm};
 use crate::config::{GroupConfig, TopicConfig, TopicMessageType};
 use crate::retry::RetryPolicy;
 
@@ -115,6 +116,34 @@ pub enum Command {
         /// One batch per queue.
         batches: Vec<FifoBatchLease>,
     },
+    /// Create a user ([`crate::AclUser`]), or change an existing one's secret
+    /// key and admin flag, keeping its permissions. Log command set 9.
+    PutAclUser {
+        /// The access key.
+        username: String,
+        /// The secret key.
+        secret_key: String,
+        /// Whether the user may do anything, admin calls included.
+        admin: bool,
+    },
+    /// Set (`Some`) or remove (`None`) a user's permission on a topic, a
+    /// consumer group, or the default of either ([`crate::AclUser::set_perm`]).
+    /// A user that does not exist (deleted meanwhile) is left absent. Log
+    /// command set 9.
+    SetAclPerm {
+        /// The access key.
+        username: String,
+        /// What the permission is about.
+        resource: AclResource,
+        /// The permission, or none to remove it.
+        perm: Option<Perm>,
+    },
+    /// Delete a user and its permissions. Log command set 9.
+    DeleteAclUser(String),
+    /// Create a user with its permissions in one step, unless a user of that
+    /// name exists (then nothing changes): the configuration's bootstrap
+    /// users. Log command set 9 (the user's layout is frozen with it).
+    CreateAclUser(AclUser),
 }
 
 /// Every FIFO delivery in flight on one queue of one consumer group, as the
@@ -183,8 +212,11 @@ impl Command {
     /// config of type [`TopicMessageType::Mixed`] (`UpdateTopic`, `EnsureTopic`),
     /// 4 for [`Command::ResetOffsets`], 6 for
     /// [`Command::UpdateGroupWithRetryPolicy`], 7 for
-    /// [`Command::DeliveryAttempts`], 8 for [`Command::FifoBatchLeases`], 1 for
-    /// everything else. A leader writes it
+    /// [`Command::DeliveryAttempts`], 8 for [`Command::FifoBatchLeases`], 9 for
+    /// the users and permissions ([`Command::PutAclUser`],
+    /// [`Command::SetAclPerm`], [`Command::DeleteAclUser`],
+    /// [`Command::CreateAclUser`]), 1 for everything
+    /// else. A leader writes it
     /// only once every member decodes that set (for [`Command::DeliveryAttempts`]
     /// and [`Command::FifoBatchLeases`]: once no member says it does not,
     /// [`Command::written_past_silent_members`]).
@@ -196,6 +228,10 @@ impl Command {
             Command::UpdateGroupWithRetryPolicy { .. } => 6,
             Command::DeliveryAttempts(_) => 7,
             Command::FifoBatchLeases { .. } => 8,
+            Command::PutAclUser { .. }
+            | Command::SetAclPerm { .. }
+            | Command::DeleteAclUser(_)
+            | Command::CreateAclUser(_) => 9,
             Command::UpdateTopic(t) | Command::EnsureTopic(t)
                 if t.message_type == TopicMessageType::Mixed =>
             {

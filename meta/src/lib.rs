@@ -5,6 +5,8 @@
 //! - [`command`]: what a leader commits through Raft to change the metadata.
 //! - [`config`]: topic and consumer group configurations.
 //! - [`state`]: [`GroupMeta`], the metadata every replica holds in memory.
+//! - [`acl`]: users and their permissions, and the decision whether a user may
+//!   do an action on a topic or consumer group.
 //! - [`retry`]: a consumer group's retry policy (RocketMQ 5's `GroupRetryPolicy`).
 //! - [`apply`]: the state machine's rules, `apply(state, command)` with no I/O;
 //!   it lists the rows a command changed, which the Raft layer stores.
@@ -18,11 +20,14 @@
 //! inside versioned envelopes; `GroupMeta`'s retry policies and delivery
 //! attempts (`#[serde(skip)]`, so snapshots of groups without them keep their
 //! earlier bytes) in their own rows and in a snapshot's format-2 tail, and its
-//! FIFO batch leases in their own rows and a snapshot's format-3 tail. The rest
+//! FIFO batch leases in their own rows and a snapshot's format-3 tail, its
+//! users and permissions ([`acl`]) in their own rows and a snapshot's
+//! format-4 tail. The rest
 //! ([`Outcome`], [`RowChange`], the lease deadlines, the applied index and the
 //! retention point, kept elsewhere) is never stored with them.
 #![deny(missing_docs)]
 
+pub mod acl;
 pub mod apply;
 pub mod command;
 pub mod config;
@@ -30,6 +35,7 @@ pub mod error;
 pub mod retry;
 pub mod state;
 
+pub use acl::{AclResource, AclUser, Action, Perm};
 pub use apply::{Applied, AppliedAt, Canaries, Outcome, RowChange};
 pub use command::{
     Command, DeliveryAttempts, FifoBatchLease, FifoDelivery, FifoLease, OffsetCommit,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::AclUser;
 use crate::command::{FifoBatchLease, FifoLease};
 use crate::config::{GroupConfig, TopicConfig};
 use crate::retry::RetryPolicy;
@@ -64,6 +65,11 @@ pub struct GroupMeta {
     /// `retry_policies`).
     #[serde(skip)]
     pub fifo_batches: BTreeMap<QueueKey, FifoBatchLease>,
+    /// Username → the user and its permissions ([`crate::Command::PutAclUser`]
+    /// and the other ACL commands). Kept in its own sled tree and carried by a
+    /// snapshot of format 4 (as `retry_policies`).
+    #[serde(skip)]
+    pub acl_users: BTreeMap<String, AclUser>,
     /// This member's own deadlines of the batches in `fifo_batches` it applied,
     /// one per delivery in the same order. Node-local as `lease_deadlines`.
     #[serde(skip)]

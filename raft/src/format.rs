@@ -51,8 +51,9 @@ use crate::error::RaftNodeError;
 /// `EnsureTopic`), 4 adds `ResetOffsets`, 5 transactional messages (no command:
 /// [`SET_TRANSACTIONS`]), 6 `UpdateGroupWithRetryPolicy`
 /// ([`SET_GROUP_RETRY_POLICIES`]), 7 `DeliveryAttempts`
-/// ([`SET_DELIVERY_ATTEMPTS`]), 8 `FifoBatchLeases` ([`SET_FIFO_BATCHES`]);
-/// `Command::log_command_set` names a
+/// ([`SET_DELIVERY_ATTEMPTS`]), 8 `FifoBatchLeases` ([`SET_FIFO_BATCHES`]),
+/// 9 the users and permissions (`PutAclUser`, `SetAclPerm`, `DeleteAclUser`:
+/// [`SET_ACL`]); `Command::log_command_set` names a
 /// command's set. A member tells its leader in every AppendEntries answer
 /// ([`LOG_COMMANDS_HEADER`]; an answer without it comes from an earlier release,
 /// counted as set 1, though one from before `PurgeThrough` decodes less),
@@ -62,7 +63,7 @@ use crate::error::RaftNodeError;
 /// `FifoBatchLeases` alone are written past a member that is down (or silent for `writer::MEMBERS_ANSWER_WAIT` in
 /// the term): a member of an earlier release that comes back after it stops
 /// there, so upgrade a member before it rejoins.
-pub const LOG_COMMANDS: u8 = 8;
+pub const LOG_COMMANDS: u8 = 9;
 /// The log command set that brings `Command::FifoLeasesTimed`.
 pub const SET_TIMED_FIFO_LEASES: u8 = 2;
 /// The log command set that brings topics of type `TopicMessageType::Mixed`.
@@ -94,6 +95,11 @@ pub const SET_DELIVERY_ATTEMPTS: u8 = 7;
 /// [`V3_TAIL`]) while a member is down: a member of an earlier release refuses
 /// it (`FormatTooNew`) rather than misreading it.
 pub const SET_FIFO_BATCHES: u8 = 8;
+/// The log command set that brings the users and their permissions
+/// (`Command::PutAclUser`, `SetAclPerm`, `DeleteAclUser`), written only once
+/// every member decodes it, so a snapshot holds users (format [`V4_TAIL`])
+/// only then.
+pub const SET_ACL: u8 = 9;
 /// What log command set `set` brings, for messages.
 pub fn set_brings(set: u8) -> &'static str {
     match set {
@@ -105,6 +111,7 @@ pub fn set_brings(set: u8) -> &'static str {
         SET_GROUP_RETRY_POLICIES => "consumer group retry policies",
         SET_DELIVERY_ATTEMPTS => "delivery attempts",
         SET_FIFO_BATCHES => "FIFO batch leases",
+        SET_ACL => "users and permissions (ACLs)",
         _ => "unknown to this release",
     }
 }
@@ -122,8 +129,11 @@ pub const V2_TAIL: u8 = 2;
 /// Version 1's bytes followed by a longer tail, whose layout starts with
 /// version 2's ([`encode_with_tail_version`]).
 pub const V3_TAIL: u8 = 3;
+/// Version 3's bytes with a longer tail, whose layout starts with version 3's
+/// ([`encode_with_tail_version`]).
+pub const V4_TAIL: u8 = 4;
 /// The highest format version this release reads.
-pub const CURRENT: u8 = V3_TAIL;
+pub const CURRENT: u8 = V4_TAIL;
 
 /// A stored value's version and its bytes in that version's layout.
 fn open_envelope(bytes: &[u8]) -> (u8, &[u8]) {
@@ -174,15 +184,15 @@ pub fn encode_with_tail<T: Serialize, U: Serialize>(
     encode_with_tail_version(V2_TAIL, value, tail)
 }
 
-/// `value` with `tail` after it in format `version` ([`V2_TAIL`] or
-/// [`V3_TAIL`]): the envelope, `value`'s postcard encoding (version 1's
+/// `value` with `tail` after it in format `version` ([`V2_TAIL`] to
+/// [`V4_TAIL`]): the envelope, `value`'s postcard encoding (version 1's
 /// layout), then `tail`'s (that version's tail layout). Errors: `Codec`.
 pub fn encode_with_tail_version<T: Serialize, U: Serialize>(
     version: u8,
     value: &T,
     tail: &U,
 ) -> Result<Vec<u8>, RaftNodeError> {
-    debug_assert!((V2_TAIL..=V3_TAIL).contains(&version));
+    debug_assert!((V2_TAIL..=V4_TAIL).contains(&version));
     let out = postcard::to_extend(value, envelope(version, 64))?;
     Ok(postcard::to_extend(tail, out)?)
 }
@@ -205,7 +215,7 @@ pub fn decode_with_tail<T: DeserializeOwned, U: DeserializeOwned>(
 }
 
 /// A value and its tail as [`decode_with_tail`] reads them, for a value that
-/// has a tail layout per format version up to [`V3_TAIL`]: the value, the
+/// has a tail layout per format version up to [`V4_TAIL`]: the value, the
 /// format version, and the tail's bytes (empty below [`V2_TAIL`]), which the
 /// caller decodes in that version's layout. Errors: as [`decode`].
 pub fn decode_versioned_tail<'a, T: DeserializeOwned>(
@@ -213,7 +223,7 @@ pub fn decode_versioned_tail<'a, T: DeserializeOwned>(
     bytes: &'a [u8],
 ) -> Result<(T, u8, &'a [u8]), RaftNodeError> {
     let (version, body) = open_envelope(bytes);
-    check_version(what, version, V3_TAIL)?;
+    check_version(what, version, V4_TAIL)?;
     if version < V2_TAIL {
         return Ok((postcard::from_bytes(body)?, version, &[]));
     }

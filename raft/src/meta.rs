@@ -39,6 +39,8 @@ pub struct MetaDb {
     /// Offset key (as `offsets`) → the queue's `FifoBatchLease` (queues whose
     /// last lease was a batch; a tree earlier releases never open).
     pub fifo_batches: sled::Tree,
+    /// Username → its `AclUser` (a tree earlier releases never open).
+    pub acl_users: sled::Tree,
     /// Log index (u64 big-endian) → snapshot taken at that segment boundary
     /// (`crate::boundary`).
     pub boundaries: sled::Tree,
@@ -85,6 +87,7 @@ impl MetaDb {
             retry_policies: db.open_tree("retry_policies").map_err(damage_of)?,
             delivery_attempts: db.open_tree("delivery_attempts").map_err(damage_of)?,
             fifo_batches: db.open_tree("fifo_batches").map_err(damage_of)?,
+            acl_users: db.open_tree("acl_users").map_err(damage_of)?,
             boundaries: db.open_tree("boundary_snapshots").map_err(damage_of)?,
             db,
         })

@@ -150,6 +150,11 @@ impl StateMachine {
             meta.fifo_batches
                 .insert((b.group.clone(), b.topic.clone(), b.queue_id), b);
         }
+        for kv in db.acl_users.iter() {
+            let (_, v) = kv?;
+            let u: ledgermq_meta::AclUser = format::decode("user", &v)?;
+            meta.acl_users.insert(u.username.clone(), u);
+        }
         for kv in db.delivery_attempts.iter() {
             let (k, v) = kv?;
             let (key, offset) = parse_attempt_key(&k).ok_or_else(|| {
@@ -466,6 +471,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.db.retry_policies.clear()?;
             self.db.delivery_attempts.clear()?;
             self.db.fifo_batches.clear()?;
+            self.db.acl_users.clear()?;
+            for u in data.meta.acl_users.values() {
+                MetaDb::put(&self.db.acl_users, &u.username, u)?;
+            }
             for b in data.meta.fifo_batches.values() {
                 self.db.fifo_batches.insert(
                     offset_key(&b.group, &b.topic, b.queue_id),

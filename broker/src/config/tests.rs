@@ -271,6 +271,7 @@ fn the_rendered_configuration_holds_only_the_keys_listed() {
         .map(String::as_str)
         .collect();
     let listed = [
+        "auth",
         "auto_create_groups",
         "auto_create_topics",
         "broadcast_client_idle_ms",

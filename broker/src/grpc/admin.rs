@@ -345,6 +345,43 @@ impl BrokerAdmin for Admin {
         Ok(Response::new(crate::grpc::ops::broker_config(&self.0)))
     }
 
+    async fn put_user(
+        &self,
+        req: Request<crate::admin_pb::PutUserRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        Ok(Response::new(
+            crate::grpc::acl_admin::put_user(&self.0, req.get_ref()).await,
+        ))
+    }
+
+    async fn delete_user(
+        &self,
+        req: Request<crate::admin_pb::DeleteUserRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        Ok(Response::new(
+            crate::grpc::acl_admin::delete_user(&self.0, req.get_ref()).await,
+        ))
+    }
+
+    async fn set_acl(
+        &self,
+        req: Request<crate::admin_pb::SetAclRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        Ok(Response::new(
+            crate::grpc::acl_admin::set_acl(&self.0, req.get_ref()).await,
+        ))
+    }
+
+    async fn list_users(
+        &self,
+        req: Request<crate::admin_pb::ListUsersRequest>,
+    ) -> Result<Response<crate::admin_pb::ListUsersResponse>, Status> {
+        Ok(Response::new(crate::grpc::acl_admin::list_users(
+            &self.0,
+            req.get_ref(),
+        )))
+    }
+
     async fn consumer_connection(
         &self,
         req: Request<ConsumerConnectionRequest>,

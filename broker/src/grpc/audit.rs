@@ -124,8 +124,8 @@ impl Canon {
     }
 }
 
-/// Digests of `meta` (consumer offsets, FIFO leases and batch leases, topic and group configs,
-/// delivery attempts), each
+/// Digests of `meta` (consumer offsets, FIFO leases and batch leases, topic and group configs
+/// with the users and their permissions, delivery attempts), each
 /// over its entries in key order (the maps are BTreeMaps), the retention point, and
 /// the applied index they belong to. Call with the metadata's lock held, so the two agree.
 pub fn state_digest(meta: &GroupMeta) -> StateDigest {
@@ -211,6 +211,18 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
                     groups.bytes(&ms.to_be_bytes());
                 }
             }
+        }
+    }
+    // Then the users and their permissions (nothing when there are none, so
+    // a group without users digests as before): each user's name, secret key,
+    // admin flag, and permissions as listUser shows them.
+    for u in meta.acl_users.values() {
+        groups
+            .str(&u.username)
+            .str(&u.secret_key)
+            .bytes(&[u.admin as u8]);
+        for e in crate::grpc::acl_admin::user_info(u).acl {
+            groups.str(&e.resource).str(&e.perm);
         }
     }
     let mut attempts = Canon::new();

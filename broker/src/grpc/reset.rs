@@ -53,7 +53,7 @@ pub async fn reset_offset(
             Err(e) => failed(e.to_string()),
         },
         Ok(Target::Leader(ch)) => {
-            let req = onward(r, None, LEADER_ANSWER_WAIT);
+            let req = onward(b, r, None, LEADER_ANSWER_WAIT);
             match BrokerAdminClient::new(ch).reset_offset(req).await {
                 Ok(answer) => answer.into_inner(),
                 Err(s) => failed(format!(

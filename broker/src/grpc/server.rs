@@ -81,6 +81,10 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
                 broker: broker.clone(),
                 tick: Duration::from_millis(500),
             }),
+            Arc::new(crate::acl_bootstrap::AclBootstrap {
+                broker: broker.clone(),
+                interval: Duration::from_secs(1),
+            }),
         ],
     );
     let router = tonic::transport::Server::builder()
@@ -93,7 +97,12 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
                 .max_decoding_message_size(64 << 20)
                 .max_encoding_message_size(64 << 20),
         )
-        .add_service(BrokerAdminServer::new(Admin(broker)));
+        .add_service({
+            let b = broker.clone();
+            BrokerAdminServer::with_interceptor(Admin(broker), move |req: tonic::Request<()>| {
+                crate::grpc::guard::admit_admin(&b, req.metadata()).map(|()| req)
+            })
+        });
     let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let stopped = async {

@@ -15,6 +15,7 @@ use crate::broker::{Broker, Target, CLIENT_ID_HEADER, FORWARDED_HEADER};
 use crate::error::refuse;
 use crate::error::ErrorKind;
 use crate::grpc::consume::{self, ack_local, change_invisible_local, forward_to_dlq_local};
+use crate::grpc::guard;
 use crate::grpc::message::duration;
 use crate::grpc::relay::{Answer, Attempt, Next, Relay};
 use crate::grpc::route::{self, EndpointStyle};
@@ -105,9 +106,11 @@ pub(crate) fn forwarded(md: &MetadataMap) -> bool {
 }
 
 /// A request to pass on to the leader, with the client id and the forwarded mark,
-/// due within `timeout`.
-pub(crate) fn onward<T>(msg: T, client: Option<&str>, timeout: Duration) -> Request<T> {
+/// due within `timeout`, signed with the members' own credentials when
+/// authentication is on ([`guard::sign_onward`]).
+pub(crate) fn onward<T>(b: &Broker, msg: T, client: Option<&str>, timeout: Duration) -> Request<T> {
     let mut r = Request::new(msg);
+    guard::sign_onward(b, r.metadata_mut());
     r.metadata_mut().insert(
         FORWARDED_HEADER,
         tonic::metadata::MetadataValue::from_static("1"),
@@ -142,10 +145,13 @@ pub(crate) async fn on_leader<Req, Resp>(
     failed: impl Fn(pb::Status) -> Resp,
 ) -> Result<Response<Resp>, Status>
 where
-    Req: Clone,
+    Req: Clone + guard::Needs,
     Resp: Answer,
 {
     let md = req.metadata().clone();
+    if let Err(s) = guard::admit(b, &md, req.get_ref()) {
+        return Ok(Response::new(failed(s)));
+    }
     let cid = match client_of(b, &md) {
         Ok(c) => c,
         Err(s) => return Ok(Response::new(failed(s))),
@@ -162,6 +168,7 @@ where
                 let c = Broker::messaging_client(ch);
                 let left = deadline.saturating_duration_since(Instant::now());
                 let req = onward(
+                    b,
                     msg.clone(),
                     cid.as_deref(),
                     left.max(Duration::from_millis(200)),
@@ -191,7 +198,9 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::QueryRouteRequest>,
     ) -> Result<Response<pb::QueryRouteResponse>, Status> {
-        if let Err(s) = client_of(&self.0, req.metadata()) {
+        if let Err(s) = guard::admit(&self.0, req.metadata(), req.get_ref())
+            .and_then(|()| client_of(&self.0, req.metadata()))
+        {
             return Ok(Response::new(pb::QueryRouteResponse {
                 status: Some(s),
                 message_queues: vec![],
@@ -207,7 +216,9 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let status = match client_of(&self.0, req.metadata()) {
+        let checked = guard::admit(&self.0, req.metadata(), req.get_ref())
+            .and_then(|()| client_of(&self.0, req.metadata()));
+        let status = match checked {
             Ok(cid) => {
                 let r = req.get_ref();
                 let consumer = [
@@ -239,7 +250,9 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
-        if let Err(s) = client_of(&self.0, req.metadata()) {
+        if let Err(s) = guard::admit(&self.0, req.metadata(), req.get_ref())
+            .and_then(|()| client_of(&self.0, req.metadata()))
+        {
             let entries = req
                 .get_ref()
                 .messages
@@ -267,7 +280,9 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, Status> {
-        if let Err(s) = client_of(&self.0, req.metadata()) {
+        if let Err(s) = guard::admit(&self.0, req.metadata(), req.get_ref())
+            .and_then(|()| client_of(&self.0, req.metadata()))
+        {
             return Ok(Response::new(pb::QueryAssignmentResponse {
                 status: Some(s),
                 assignments: vec![],
@@ -287,7 +302,9 @@ impl MessagingService for Service {
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
         let started = Instant::now();
         let md = req.metadata().clone();
-        let cid = match client_of(&self.0, &md) {
+        let checked =
+            guard::admit(&self.0, &md, req.get_ref()).and_then(|()| client_of(&self.0, &md));
+        let cid = match checked {
             Ok(c) => c,
             Err(s) => {
                 let item = pb::ReceiveMessageResponse {
@@ -323,7 +340,7 @@ impl MessagingService for Service {
                         .as_millis() as u64;
                     m.long_polling_timeout = Some(duration(left + (left / 4).max(500)));
                     let due = Duration::from_millis(left + 1000);
-                    match c.receive_message(onward(m, cid.as_deref(), due)).await {
+                    match c.receive_message(onward(b, m, cid.as_deref(), due)).await {
                         Ok(s) => {
                             let items = drain(s.into_inner()).await;
                             if !items.is_empty() {
@@ -403,7 +420,13 @@ impl MessagingService for Service {
         &self,
         req: Request<Streaming<pb::TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, Status> {
-        let client = match client_of(&self.0, req.metadata()) {
+        // The stream's sender is authenticated when it opens; each Settings
+        // command on it is checked for the permissions it asks for.
+        let principal = guard::principal(&self.0, req.metadata()).map_err(|e| e.to_status());
+        let client = match principal
+            .clone()
+            .and_then(|_| client_of(&self.0, req.metadata()))
+        {
             Ok(c) => c.unwrap_or_default(),
             Err(s) => {
                 let reply = pb::TelemetryCommand {
@@ -428,6 +451,17 @@ impl MessagingService for Service {
             let stream = b.producers.stream_id();
             while let Ok(Some(cmd)) = inbound.message().await {
                 if let Some(telemetry_command::Command::Settings(s)) = cmd.command {
+                    if let Ok(p) = &principal {
+                        if let Err(e) = p.authorize(&guard::Needs::needs(&s)) {
+                            tracing::info!(error = %e, "a telemetry client's settings are refused");
+                            let reply = pb::TelemetryCommand {
+                                status: Some(e.to_status()),
+                                command: None,
+                            };
+                            let _ = tx.try_send(Ok(reply));
+                            break;
+                        }
+                    }
                     // A producer's stream is where its transactions are checked back.
                     if let Some(pb::settings::PubSub::Publishing(p)) = &s.pub_sub {
                         let topics = p.topics.iter().map(|t| t.name.clone()).collect();
@@ -466,7 +500,9 @@ impl MessagingService for Service {
         &self,
         req: Request<pb::NotifyClientTerminationRequest>,
     ) -> Result<Response<pb::NotifyClientTerminationResponse>, Status> {
-        let status = client_of(&self.0, req.metadata()).map_or_else(|s| s, |_| pb::Status::ok());
+        let status = guard::admit(&self.0, req.metadata(), req.get_ref())
+            .and_then(|()| client_of(&self.0, req.metadata()))
+            .map_or_else(|s| s, |_| pb::Status::ok());
         Ok(Response::new(pb::NotifyClientTerminationResponse {
             status: Some(status),
         }))

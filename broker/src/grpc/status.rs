@@ -29,6 +29,7 @@ pub fn code_of(kind: ErrorKind) -> Code {
         ErrorKind::ConsumerGroupNotFound => Code::ConsumerGroupNotFound,
         ErrorKind::MessageNotFound => Code::MessageNotFound,
         ErrorKind::Forbidden => Code::Forbidden,
+        ErrorKind::Unauthorized => Code::Unauthorized,
         ErrorKind::ClientIdRequired => Code::ClientIdRequired,
         ErrorKind::Unsupported => Code::Unsupported,
         ErrorKind::TooManyRequests => Code::TooManyRequests,

@@ -118,6 +118,7 @@ pub async fn relay_check(
         command: command.encode_to_vec(),
     });
     req.set_timeout(std::time::Duration::from_secs(2));
+    crate::grpc::guard::sign_onward(b, req.metadata_mut());
     let r = c
         .check_transaction(req)
         .await

@@ -560,3 +560,55 @@ fn a_reset_or_a_deleted_group_drops_its_delivery_attempts() {
         .contains(&RowChange::PruneDeliveryAttempts(key("g@c1", 0), u64::MAX)));
     assert!(m.delivery_attempts.is_empty());
 }
+
+#[test]
+fn acl_users_keep_their_permissions_across_a_key_change_and_go_with_a_delete() {
+    use crate::acl::{AclResource, Action, Perm};
+    let mut m = GroupMeta::default();
+    let put = |secret: &str, admin: bool| Command::PutAclUser {
+        username: "demo".into(),
+        secret_key: secret.into(),
+        admin,
+    };
+    let grant = |user: &str| Command::SetAclPerm {
+        username: user.into(),
+        resource: AclResource::Topic("SecureTopic".into()),
+        perm: Some(Perm::PubSub),
+    };
+    // A permission for a user that does not exist changes nothing.
+    assert!(run(&mut m, grant("demo")).rows.is_empty());
+    assert!(m.acl_users.is_empty());
+    run(&mut m, put("one", false));
+    let a = run(&mut m, grant("demo"));
+    assert_eq!(
+        a.rows,
+        vec![RowChange::AclUser(m.acl_users["demo"].clone())]
+    );
+    // A new secret keeps the permissions.
+    run(&mut m, put("two", false));
+    let u = &m.acl_users["demo"];
+    assert_eq!(u.secret_key, "two");
+    assert!(u.permits(&AclResource::Topic("SecureTopic".into()), &[Action::Pub]));
+    assert!(!u.permits(&AclResource::Topic("Other".into()), &[Action::Pub]));
+    let d = run(&mut m, Command::DeleteAclUser("demo".into()));
+    assert_eq!(d.rows, vec![RowChange::RemoveAclUser("demo".into())]);
+    assert!(m.acl_users.is_empty());
+    assert!(run(&mut m, Command::DeleteAclUser("demo".into()))
+        .rows
+        .is_empty());
+    assert_eq!(put("x", true).log_command_set(), 9);
+    assert!(!put("x", true).written_past_silent_members());
+}
+
+#[test]
+fn creating_a_user_whole_never_replaces_one_that_exists() {
+    use crate::acl::{AclResource, AclUser, Perm};
+    let mut m = GroupMeta::default();
+    let mut u = AclUser::new("demo", "one", false);
+    u.set_perm(&AclResource::Topic("T".into()), Some(Perm::Pub));
+    let a = run(&mut m, Command::CreateAclUser(u.clone()));
+    assert_eq!(a.rows, vec![RowChange::AclUser(u.clone())]);
+    let other = AclUser::new("demo", "two", true);
+    assert!(run(&mut m, Command::CreateAclUser(other)).rows.is_empty());
+    assert_eq!(m.acl_users["demo"], u);
+}

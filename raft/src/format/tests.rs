@@ -114,6 +114,7 @@ fn group_meta() -> GroupMeta {
         retry_policies: BTreeMap::new(),
         delivery_attempts: BTreeMap::new(),
         fifo_batches: BTreeMap::new(),
+        acl_users: BTreeMap::new(),
         batch_deadlines: Default::default(),
     }
 }
@@ -422,9 +423,83 @@ fn batch() -> crate::types::FifoBatchLease {
 }
 
 #[test]
-fn this_release_decodes_log_command_sets_through_fifo_batches() {
-    assert_eq!(crate::format::LOG_COMMANDS, crate::format::SET_FIFO_BATCHES);
-    assert_eq!(crate::format::LOG_COMMANDS, 8);
+fn this_release_decodes_log_command_sets_through_acls() {
+    assert_eq!(crate::format::LOG_COMMANDS, crate::format::SET_ACL);
+    assert_eq!(crate::format::LOG_COMMANDS, 9);
+}
+
+/// Log command set 9: the users and permissions (variants 15-18).
+#[test]
+fn acl_commands_keep_their_layout() {
+    use ledgermq_meta::{AclResource, Perm};
+    let put = cmd(Command::PutAclUser {
+        username: "u".into(),
+        secret_key: "s".into(),
+        admin: true,
+    });
+    keeps_its_layout(&put, "02010f 0175 0173 01", crate::format::SET_ACL);
+    let grant = cmd(Command::SetAclPerm {
+        username: "u".into(),
+        resource: AclResource::Topic("T".into()),
+        perm: Some(Perm::PubSub),
+    });
+    keeps_its_layout(&grant, "02011001750001540103", crate::format::SET_ACL);
+    let any = cmd(Command::SetAclPerm {
+        username: "u".into(),
+        resource: AclResource::AnyGroup,
+        perm: None,
+    });
+    keeps_its_layout(&any, "02011001750300", crate::format::SET_ACL);
+    let delete = cmd(Command::DeleteAclUser("u".into()));
+    keeps_its_layout(&delete, "0201110175", crate::format::SET_ACL);
+    let mut user = ledgermq_meta::AclUser::new("u", "s", false);
+    user.set_perm(&AclResource::Group("G".into()), Some(Perm::Sub));
+    let create = cmd(Command::CreateAclUser(user));
+    keeps_its_layout(
+        &create,
+        "020112017501730000000001014702",
+        crate::format::SET_ACL,
+    );
+}
+
+/// Users make a format 4 snapshot: format 3's tail, then the users; an
+/// earlier release (which reads up to format 3) refuses it.
+#[test]
+fn a_snapshot_carries_users_in_format_4_only() {
+    let mut data = SnapshotData {
+        meta: group_meta(),
+        queues: vec![],
+    };
+    let v1 = data.encode().unwrap();
+    let mut user = ledgermq_meta::AclUser::new("u", "s", false);
+    user.set_perm(
+        &ledgermq_meta::AclResource::Topic("T".into()),
+        Some(ledgermq_meta::Perm::Pub),
+    );
+    data.meta.acl_users.insert("u".into(), user);
+    let v4 = data.encode().unwrap();
+    assert_eq!(v4[MAGIC.len()], V4_TAIL);
+    assert_eq!(v4[MAGIC.len() + 1..v1.len()], v1[MAGIC.len() + 1..]);
+    // Format 3's empty tail (no policies, attempts or batches), then the user.
+    assert_eq!(
+        hex(&v4[v1.len()..]),
+        "00 00 00 01 0175 0175 0173 00 00 00 01 0154 01 00".replace(' ', "")
+    );
+    assert_eq!(SnapshotData::decode(&v4).unwrap(), data);
+    data.meta
+        .fifo_batches
+        .insert(("g".into(), "T".into(), 1), batch());
+    let both = data.encode().unwrap();
+    assert_eq!(SnapshotData::decode(&both).unwrap(), data);
+    match decode_versioned_tail::<SnapshotData>("snapshot", &both) {
+        Ok((_, 4, _)) => {}
+        other => panic!("{other:?}"),
+    }
+    // What a release that reads up to format 3 makes of it.
+    let (version, _) = open_envelope(&both);
+    assert_eq!(version, 4);
+    assert!(check_version("snapshot", version, V3_TAIL).is_err());
+    assert!(SnapshotData::decode(&v4[..v4.len() - 1]).is_err());
 }
 
 /// FIFO batch leases make a format 3 snapshot: format 2's tail, then the

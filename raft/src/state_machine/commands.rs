@@ -75,6 +75,10 @@ impl StateMachine {
                     db.fifo_batches
                         .remove(offset_key(group, topic, *queue_id))?;
                 }
+                RowChange::AclUser(u) => MetaDb::put(&db.acl_users, &u.username, u)?,
+                RowChange::RemoveAclUser(name) => {
+                    db.acl_users.remove(name)?;
+                }
                 RowChange::Topic(t) => MetaDb::put(&db.topics, &t.name, t)?,
                 RowChange::RemoveTopic(name) => {
                     db.topics.remove(name)?;

@@ -1,11 +1,11 @@
 //! A snapshot's contents and their stored formats (the `format` module's
-//! envelope): format 1 for what earlier releases read, formats 2 and 3 with a
+//! envelope): format 1 for what earlier releases read, formats 2 to 4 with a
 //! tail.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use ledgermq_meta::{FifoBatchLease, QueueKey, RetryPolicy};
+use ledgermq_meta::{AclUser, FifoBatchLease, QueueKey, RetryPolicy};
 use ledgermq_store::QueuePosition;
 use serde::{Deserialize, Serialize};
 
@@ -47,15 +47,33 @@ struct SnapshotTail3<'a> {
     fifo_batches: Cow<'a, BTreeMap<QueueKey, FifoBatchLease>>,
 }
 
+/// Format 4's tail: format 3's, then the users and their permissions.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct SnapshotTail4<'a> {
+    v3: SnapshotTail3<'a>,
+    acl_users: Cow<'a, BTreeMap<String, AclUser>>,
+}
+
 impl SnapshotData {
     /// The stored snapshot: format 1; 2 when it holds retry policies or
-    /// delivery attempts; 3 when it holds FIFO batch leases. Errors: `Codec`.
+    /// delivery attempts; 3 when it holds FIFO batch leases; 4 when it holds
+    /// users (ACLs). Errors: `Codec`.
     pub(crate) fn encode(&self) -> Result<Vec<u8>, RaftNodeError> {
         let m = &self.meta;
         let v2 = SnapshotTail {
             retry_policies: Cow::Borrowed(&m.retry_policies),
             delivery_attempts: Cow::Borrowed(&m.delivery_attempts),
         };
+        if !m.acl_users.is_empty() {
+            let tail = SnapshotTail4 {
+                v3: SnapshotTail3 {
+                    v2,
+                    fifo_batches: Cow::Borrowed(&m.fifo_batches),
+                },
+                acl_users: Cow::Borrowed(&m.acl_users),
+            };
+            return format::encode_with_tail_version(format::V4_TAIL, self, &tail);
+        }
         if !m.fifo_batches.is_empty() {
             let tail = SnapshotTail3 {
                 v2,
@@ -75,16 +93,24 @@ impl SnapshotData {
         let (mut data, version, rest): (SnapshotData, u8, &[u8]) =
             format::decode_versioned_tail("snapshot", bytes)?;
         let tail = match version {
-            format::V3_TAIL => postcard::from_bytes::<SnapshotTail3<'static>>(rest)?,
-            format::V2_TAIL => SnapshotTail3 {
-                v2: postcard::from_bytes(rest)?,
-                fifo_batches: Cow::Owned(BTreeMap::new()),
+            format::V4_TAIL => postcard::from_bytes::<SnapshotTail4<'static>>(rest)?,
+            format::V3_TAIL => SnapshotTail4 {
+                v3: postcard::from_bytes(rest)?,
+                acl_users: Cow::Owned(BTreeMap::new()),
             },
-            _ => SnapshotTail3::default(),
+            format::V2_TAIL => SnapshotTail4 {
+                v3: SnapshotTail3 {
+                    v2: postcard::from_bytes(rest)?,
+                    fifo_batches: Cow::Owned(BTreeMap::new()),
+                },
+                acl_users: Cow::Owned(BTreeMap::new()),
+            },
+            _ => SnapshotTail4::default(),
         };
-        data.meta.retry_policies = tail.v2.retry_policies.into_owned();
-        data.meta.delivery_attempts = tail.v2.delivery_attempts.into_owned();
-        data.meta.fifo_batches = tail.fifo_batches.into_owned();
+        data.meta.retry_policies = tail.v3.v2.retry_policies.into_owned();
+        data.meta.delivery_attempts = tail.v3.v2.delivery_attempts.into_owned();
+        data.meta.fifo_batches = tail.v3.fifo_batches.into_owned();
+        data.meta.acl_users = tail.acl_users.into_owned();
         Ok(data)
     }
 }

@@ -1,9 +1,9 @@
 //! Configuration changes every selected broker group commits through Raft
-//! (updateTopic, updateSubGroup, deleteTopic, deleteSubGroup): each is sent to
+//! (updateTopic, updateSubGroup, deleteTopic, deleteSubGroup, and the users
+//! and permissions of `crate::acl`): each is sent to
 //! the group's first member that answers, which commits it.
 
 use anyhow::{bail, Result};
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{
     DeleteGroupRequest, DeleteTopicRequest, UpdateGroupRequest, UpdateTopicRequest,
 };
@@ -20,7 +20,7 @@ pub async fn apply(namesrv: &str, scope: &Scope, what: &str, req: AdminReq) -> R
         for addr in &addrs {
             let Ok(mut c) = cluster::channel(addr, None)
                 .await
-                .map(BrokerAdminClient::new)
+                .map(crate::cluster::admin_client)
             else {
                 continue;
             };
@@ -29,6 +29,9 @@ pub async fn apply(namesrv: &str, scope: &Scope, what: &str, req: AdminReq) -> R
                 AdminReq::Group(r) => c.update_group(r.clone()).await,
                 AdminReq::DeleteTopic(r) => c.delete_topic(r.clone()).await,
                 AdminReq::DeleteGroup(r) => c.delete_group(r.clone()).await,
+                AdminReq::PutUser(r) => c.put_user(r.clone()).await,
+                AdminReq::DeleteUser(r) => c.delete_user(r.clone()).await,
+                AdminReq::SetAcl(r) => c.set_acl(r.clone()).await,
             };
             let policy_given = matches!(&req, AdminReq::Group(g) if !g.retry_policy.is_empty());
             result = match reply {
@@ -70,6 +73,9 @@ pub enum AdminReq {
     Group(UpdateGroupRequest),
     DeleteTopic(DeleteTopicRequest),
     DeleteGroup(DeleteGroupRequest),
+    PutUser(ledgermq_broker::admin_pb::PutUserRequest),
+    DeleteUser(ledgermq_broker::admin_pb::DeleteUserRequest),
+    SetAcl(ledgermq_broker::admin_pb::SetAclRequest),
 }
 
 /// The `message.type` a RocketMQ attribute list (`-a`) sets: `+message.type=X`

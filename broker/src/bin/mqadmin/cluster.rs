@@ -7,6 +7,65 @@ use anyhow::{bail, Result};
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{BrokerNode, ClusterNode, ListClusterRequest, Role};
 
+/// The access key and secret key admin calls are signed with (`--accessKey`,
+/// `--secretKey`), set once at start.
+static CREDENTIALS: std::sync::OnceLock<ledgermq_broker::auth::Credentials> =
+    std::sync::OnceLock::new();
+
+/// Signs every admin call with [`CREDENTIALS`] when given (the 5.x clients'
+/// `authorization` and `x-mq-date-time` headers, `ledgermq_broker::auth`).
+pub fn set_credentials(access_key: Option<String>, secret_key: Option<String>) -> Result<()> {
+    match (access_key, secret_key) {
+        (Some(access_key), Some(secret_key)) => {
+            let _ = CREDENTIALS.set(ledgermq_broker::auth::Credentials {
+                access_key,
+                secret_key,
+            });
+            Ok(())
+        }
+        (None, None) => Ok(()),
+        _ => bail!("--accessKey and --secretKey go together"),
+    }
+}
+
+/// The interceptor that signs admin calls ([`set_credentials`]).
+#[derive(Clone, Copy)]
+pub struct Signer;
+
+impl tonic::service::Interceptor for Signer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(c) = CREDENTIALS.get() {
+            let (authorization, date_time) = ledgermq_broker::auth::signed_headers(c);
+            let md = req.metadata_mut();
+            md.insert(
+                ledgermq_broker::auth::AUTHORIZATION_HEADER,
+                authorization
+                    .parse()
+                    .map_err(|_| tonic::Status::invalid_argument("access key not ASCII"))?,
+            );
+            md.insert(
+                ledgermq_broker::auth::DATE_TIME_HEADER,
+                date_time
+                    .parse()
+                    .map_err(|_| tonic::Status::internal("date not ASCII"))?,
+            );
+        }
+        Ok(req)
+    }
+}
+
+/// A broker node's admin client whose calls are signed ([`Signer`]).
+pub type AdminClient = ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Signer>,
+>;
+
+/// The admin client of `channel`, signing its calls.
+pub fn admin_client(channel: tonic::transport::Channel) -> AdminClient {
+    ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient::with_interceptor(
+        channel, Signer,
+    )
+}
+
 /// A channel to `addr` (`host:port`) that gives up connecting after 3 s, and
 /// on a call after `call_timeout` if given (an unreachable node does not
 /// stall a command).

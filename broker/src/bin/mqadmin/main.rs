@@ -58,6 +58,13 @@
 //! - `verifyReplicas -n NAMESRV [-c CLUSTER] [-b GROUP]`: whether every member
 //!   of each group holds the same committed log entries (over the indexes all
 //!   hold and applied) and ConsumeQueue entries; exits non-zero if not.
+//! - `createUser`, `updateUser`, `deleteUser`, `listUser` (`listAcl`),
+//!   `createAcl` (`updateAcl`), `deleteAcl`: users and their permissions
+//!   (`acl.rs`).
+//!
+//! Where the brokers check credentials (`[auth]`), every command signs its
+//! calls with `--accessKey`/`--secretKey` (or `LEDGERMQ_ACCESS_KEY` /
+//! `LEDGERMQ_SECRET_KEY`): an admin user's, or the members' own.
 //!
 //! `-n` takes one name server (`host:port`) or several separated by `;`. Changes go
 //! to any live member of each group (the admin service on its client port), which
@@ -66,6 +73,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+mod acl;
 mod changes;
 mod cluster;
 mod membership;
@@ -93,12 +101,26 @@ use ledgermq_namesrv::pb::QueryRouteRequest;
     about = "LedgerMQ administration (RocketMQ mqadmin subset)"
 )]
 struct Args {
+    /// Access key admin calls are signed with (needed when the brokers check
+    /// credentials: an admin user's, or the members' own).
+    #[arg(long = "accessKey", env = "LEDGERMQ_ACCESS_KEY", global = true)]
+    access_key: Option<String>,
+    /// Secret key of `--accessKey`.
+    #[arg(
+        long = "secretKey",
+        env = "LEDGERMQ_SECRET_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    secret_key: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
+    #[command(flatten)]
+    Acl(acl::AclCmd),
     /// List every broker node the name server knows.
     #[command(name = "clusterList")]
     ClusterList {
@@ -447,7 +469,10 @@ async fn nodes_or_addr(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, 
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    match Args::parse().cmd {
+    let args = Args::parse();
+    cluster::set_credentials(args.access_key, args.secret_key)?;
+    match args.cmd {
+        Cmd::Acl(c) => acl::run(c).await?,
         Cmd::ClusterList { namesrv } => cluster::cluster_list(&namesrv).await?,
         Cmd::TopicList { namesrv, cluster } => {
             cluster::topic_list(&namesrv, cluster.as_deref()).await?

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{AddNodeRequest, MembershipResponse, RemoveNodeRequest};
 
 /// A change to ask of a group.
@@ -38,7 +37,7 @@ pub async fn change(
                     continue;
                 }
             };
-        let mut client = BrokerAdminClient::new(channel);
+        let mut client = crate::cluster::admin_client(channel);
         let timeout_ms = timeout.as_millis() as u64;
         let answer = match &change {
             Change::Add { id, peer_addr } => {

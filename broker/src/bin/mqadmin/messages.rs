@@ -4,22 +4,20 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{
     FoundMessage, QueryMessageRequest, QueryMessageResponse, ResetOffsetRequest,
 };
-use tonic::transport::Channel;
 
 /// Broker groups by name, each with its members' client addresses, leader first.
 pub type Groups = BTreeMap<String, Vec<String>>;
 
 /// The admin service of the first member of `members` that accepts a
 /// connection, in order.
-async fn first_member(members: &[String]) -> Result<(String, BrokerAdminClient<Channel>)> {
+async fn first_member(members: &[String]) -> Result<(String, crate::cluster::AdminClient)> {
     for addr in members {
         if let Ok(c) = crate::cluster::channel(addr, None)
             .await
-            .map(BrokerAdminClient::new)
+            .map(crate::cluster::admin_client)
         {
             // Query answers carry message bodies (4 KiB each at most).
             return Ok((addr.clone(), c.max_decoding_message_size(64 << 20)));

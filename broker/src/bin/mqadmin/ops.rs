@@ -6,16 +6,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{
     BrokerStatusRequest, ConsumerConnectionRequest, ConsumerConnectionResponse,
     GetBrokerConfigRequest, KeyValues, TransferLeaderRequest,
 };
 
-type Client = BrokerAdminClient<tonic::transport::Channel>;
+type Client = crate::cluster::AdminClient;
 
 async fn admin(addr: &str, call_timeout: Duration) -> Result<Client> {
-    Ok(BrokerAdminClient::new(
+    Ok(crate::cluster::admin_client(
         crate::cluster::channel(addr, Some(call_timeout)).await?,
     ))
 }

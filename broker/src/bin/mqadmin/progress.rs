@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{
     ConsumerProgressRequest, ConsumerProgressResponse, RaftStatusRequest, RaftStatusResponse,
 };
@@ -15,9 +14,9 @@ use ledgermq_broker::admin_pb::{
 /// within 10 s: these calls answer from the node's memory).
 pub(crate) async fn admin_client(
     addr: &str,
-) -> Result<BrokerAdminClient<tonic::transport::Channel>, tonic::transport::Error> {
+) -> Result<crate::cluster::AdminClient, tonic::transport::Error> {
     let channel = crate::cluster::channel(addr, Some(std::time::Duration::from_secs(10))).await?;
-    Ok(BrokerAdminClient::new(channel))
+    Ok(crate::cluster::admin_client(channel))
 }
 
 /// The answer to `req` from the first of `members` (client addresses, the

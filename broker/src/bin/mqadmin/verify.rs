@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use ledgermq_broker::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_broker::admin_pb::{
     EntryDigest, LogDigestRequest, LogDigestResponse, QueueDigestRequest, RaftStatusRequest,
     RaftStatusResponse,
@@ -22,7 +21,7 @@ const LOG_PAGE: u32 = 10_000;
 /// Queue offsets asked per QueueDigest call.
 const QUEUE_PAGE: u64 = 100_000;
 
-type Client = BrokerAdminClient<tonic::transport::Channel>;
+type Client = crate::cluster::AdminClient;
 
 /// The log indexes `heads` (each member's LogDigest) all hold and have
 /// applied: `[from, to)`, empty when they share none. No I/O.
@@ -99,7 +98,7 @@ pub async fn verify_group(group: &str, members: &[String]) -> Result<()> {
         let channel = crate::cluster::channel(addr, Some(std::time::Duration::from_secs(30)))
             .await
             .with_context(|| format!("{group}: {addr}"))?;
-        clients.push(BrokerAdminClient::new(channel).max_decoding_message_size(64 << 20));
+        clients.push(crate::cluster::admin_client(channel).max_decoding_message_size(64 << 20));
     }
     let mut heads = Vec::new();
     for (c, addr) in clients.iter_mut().zip(members) {
@@ -218,7 +217,7 @@ async fn members_of(group: &str, known: &[(u64, String)]) -> Result<Vec<String>>
         else {
             continue;
         };
-        let Ok(r) = BrokerAdminClient::new(channel)
+        let Ok(r) = crate::cluster::admin_client(channel)
             .raft_status(RaftStatusRequest {})
             .await
         else {

@@ -1,0 +1,303 @@
+//! Client authentication and authorization (ACLs) on the client port, as the
+//! RocketMQ 5.x proxy does them (`auth` module of Apache RocketMQ 5.3:
+//! `DefaultAuthenticationContextBuilder`, `DefaultAuthenticationHandler`,
+//! `DefaultAuthorizationContextBuilder`). Decisions only, no I/O: the gRPC
+//! handlers ([`crate::grpc::guard`]) read the headers and the replicated users
+//! ([`ledgermq_meta::GroupMeta::acl_users`]) and ask here.
+//!
+//! A signed request carries two headers (what the official 5.x clients send
+//! when given credentials):
+//! - `x-mq-date-time`: `yyyyMMdd'T'HHmmss'Z'` (the Python client writes its
+//!   local time there, so a client off UTC needs `TZ=UTC`, or the skew check
+//!   off);
+//! - `authorization`: `MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time,
+//!   Signature=<hex of HMAC-SHA1(SK, the x-mq-date-time value)>`.
+//!
+//! Refusals are [`ErrorKind::Unauthorized`] (`UNAUTHORIZED`, 40100: what the
+//! reference proxy answers for a failed authentication and a missing
+//! permission alike), each with a message saying which.
+
+use std::collections::BTreeMap;
+
+use hmac::{Hmac, Mac};
+use ledgermq_meta::{AclResource, AclUser, Action};
+use sha1::Sha1;
+
+use crate::error::{refuse, BrokerError, ErrorKind};
+
+/// The header with the signature.
+pub const AUTHORIZATION_HEADER: &str = "authorization";
+/// The header with the signed date and time.
+pub const DATE_TIME_HEADER: &str = "x-mq-date-time";
+/// The signature scheme of the 5.x clients.
+pub const SCHEME: &str = "MQv2-HMAC-SHA1";
+/// The longest signature accepted, in hex characters (SHA-1: 40).
+const MAX_SIGNATURE_HEX: usize = 128;
+
+/// An access key and its secret key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The access key (username).
+    pub access_key: String,
+    /// The secret key.
+    pub secret_key: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}, <redacted>)", self.access_key)
+    }
+}
+
+/// How this node checks clients.
+#[derive(Debug, Clone, Default)]
+pub struct AuthSettings {
+    /// Check every call (authentication and ACLs); off: everything is allowed,
+    /// the headers unread (the quickstart's default).
+    pub enabled: bool,
+    /// The largest difference accepted between a request's `x-mq-date-time`
+    /// and this node's clock, ms; 0 does not check it.
+    pub max_clock_skew_ms: u64,
+    /// The members' own credentials (RocketMQ's
+    /// `innerClientAuthenticationCredentials`): the same on every member, from
+    /// the configuration, never replicated; what a member signs the calls it
+    /// passes on to the leader with, and an admin everywhere (so an operator
+    /// can create the first users with it).
+    pub inner: Option<Credentials>,
+    /// Users the leader creates at the start of its term when the group has
+    /// none of that name (`[[auth.users]]`, [`crate::acl_bootstrap`]).
+    pub bootstrap_users: Vec<AclUser>,
+}
+
+/// Who made a request, once authenticated.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    /// Anyone: authentication is off.
+    Anyone,
+    /// The members' own credentials ([`AuthSettings::inner`]).
+    Inner,
+    /// A user of the group.
+    User(AclUser),
+}
+
+/// What a request needs: one of `actions` on `resource`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// The topic or consumer group.
+    pub resource: AclResource,
+    /// Any one of these suffices.
+    pub actions: &'static [Action],
+}
+
+impl Need {
+    /// Send to topic `t`.
+    pub fn publish(t: &str) -> Need {
+        Need {
+            resource: AclResource::Topic(t.to_owned()),
+            actions: &[Action::Pub],
+        }
+    }
+    /// Receive from topic `t`.
+    pub fn subscribe_topic(t: &str) -> Need {
+        Need {
+            resource: AclResource::Topic(t.to_owned()),
+            actions: &[Action::Sub],
+        }
+    }
+    /// Consume as consumer group `g`.
+    pub fn consume_as(g: &str) -> Need {
+        Need {
+            resource: AclResource::Group(g.to_owned()),
+            actions: &[Action::Sub],
+        }
+    }
+    /// Send to or receive from topic `t` (QueryRoute).
+    pub fn route(t: &str) -> Need {
+        Need {
+            resource: AclResource::Topic(t.to_owned()),
+            actions: &[Action::Pub, Action::Sub],
+        }
+    }
+}
+
+/// hex(HMAC-SHA1(`secret_key`, `date_time`)), lowercase: the signature a
+/// 5.x client sends.
+pub fn sign(secret_key: &str, date_time: &str) -> String {
+    hex::encode(
+        mac(secret_key, date_time.as_bytes())
+            .finalize()
+            .into_bytes(),
+    )
+}
+
+fn mac(secret_key: &str, content: &[u8]) -> Hmac<Sha1> {
+    // HMAC takes a key of any length: `new_from_slice` cannot fail.
+    let mut m = <Hmac<Sha1> as Mac>::new_from_slice(secret_key.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+    m.update(content);
+    m
+}
+
+/// Now as a 5.x client writes `x-mq-date-time` (UTC).
+pub fn date_time_now() -> String {
+    chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
+}
+
+/// The two signature headers for `creds`, signed now: (`authorization`,
+/// `x-mq-date-time`) values.
+pub fn signed_headers(creds: &Credentials) -> (String, String) {
+    let date_time = date_time_now();
+    let authorization = format!(
+        "{SCHEME} Credential={}, SignedHeaders={DATE_TIME_HEADER}, Signature={}",
+        creds.access_key,
+        sign(&creds.secret_key, &date_time)
+    );
+    (authorization, date_time)
+}
+
+/// Reads `x-mq-date-time` as UTC: ms since the Unix epoch, or None when it is
+/// not `yyyyMMdd'T'HHmmss'Z'`.
+pub fn parse_date_time(s: &str) -> Option<i64> {
+    chrono::NaiveDateTime::parse_from_str(s, "%Y%m%dT%H%M%SZ")
+        .ok()
+        .map(|t| t.and_utc().timestamp_millis())
+}
+
+/// The access key and the signature's bytes of an `authorization` header.
+/// Errors: UNAUTHORIZED when the header is not the 5.x scheme's.
+pub fn parse_authorization(header: &str) -> Result<(&str, Vec<u8>), BrokerError> {
+    let bad = |why: &str| {
+        refuse(
+            ErrorKind::Unauthorized,
+            format!("authorization header {why}"),
+        )
+    };
+    let (scheme, rest) = header.split_once(' ').ok_or_else(|| bad("is incorrect"))?;
+    if scheme != SCHEME {
+        return Err(bad(&format!("has scheme {scheme:?}, not {SCHEME}")));
+    }
+    let (mut access_key, mut signature) = (None, None);
+    for item in rest.split(',') {
+        let (k, v) = item
+            .trim()
+            .split_once('=')
+            .ok_or_else(|| bad("has an item without '='"))?;
+        match k {
+            // RocketMQ takes what comes before a '/' (an AK/scope form).
+            "Credential" => access_key = v.split('/').next(),
+            "Signature" => signature = Some(v),
+            _ => {}
+        }
+    }
+    let access_key = access_key
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| bad("has no access key (Credential)"))?;
+    let signature = signature.ok_or_else(|| bad("has no Signature"))?;
+    if signature.len() > MAX_SIGNATURE_HEX {
+        return Err(bad("has a signature too long"));
+    }
+    let signature = hex::decode(signature).map_err(|_| bad("has a signature that is not hex"))?;
+    Ok((access_key, signature))
+}
+
+impl AuthSettings {
+    /// Who sent a request with these header values at `now_ms` (this node's
+    /// wall clock), checked against `users`. Errors: UNAUTHORIZED for a
+    /// missing or malformed header, an unknown access key, a wrong signature,
+    /// or a date further than [`AuthSettings::max_clock_skew_ms`] from now.
+    pub fn authenticate(
+        &self,
+        users: &BTreeMap<String, AclUser>,
+        authorization: Option<&str>,
+        date_time: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Principal, BrokerError> {
+        if !self.enabled {
+            return Ok(Principal::Anyone);
+        }
+        let denied = |why: String| refuse(ErrorKind::Unauthorized, why);
+        let header = authorization
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| denied("authentication is required: no authorization header".into()))?;
+        let date_time = date_time
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| denied(format!("no {DATE_TIME_HEADER} header")))?;
+        let (access_key, signature) = parse_authorization(header)?;
+        if self.max_clock_skew_ms > 0 {
+            let at = parse_date_time(date_time).ok_or_else(|| {
+                denied(format!(
+                    "{DATE_TIME_HEADER} {date_time:?} is not yyyyMMdd'T'HHmmss'Z'"
+                ))
+            })?;
+            let skew = now_ms.abs_diff(at);
+            if skew > self.max_clock_skew_ms {
+                return Err(denied(format!(
+                    "{DATE_TIME_HEADER} {date_time} is {skew} ms from this broker's clock \
+                     (at most {} ms accepted)",
+                    self.max_clock_skew_ms
+                )));
+            }
+        }
+        let (secret, principal) = match (&self.inner, users.get(access_key)) {
+            (Some(inner), _) if inner.access_key == access_key => {
+                (inner.secret_key.as_str(), Principal::Inner)
+            }
+            (_, Some(u)) => (u.secret_key.as_str(), Principal::User(u.clone())),
+            _ => return Err(denied(format!("user {access_key} is not found"))),
+        };
+        // Constant-time comparison (`verify_slice`).
+        mac(secret, date_time.as_bytes())
+            .verify_slice(&signature)
+            .map_err(|_| denied(format!("check signature failed for user {access_key}")))?;
+        Ok(principal)
+    }
+}
+
+impl Principal {
+    /// Checks that the principal may do every one of `needs`. Errors:
+    /// UNAUTHORIZED naming the first permission missing.
+    pub fn authorize(&self, needs: &[Need]) -> Result<(), BrokerError> {
+        let user = match self {
+            Principal::Anyone | Principal::Inner => return Ok(()),
+            Principal::User(u) => u,
+        };
+        for n in needs {
+            if !user.permits(&n.resource, n.actions) {
+                let what: Vec<&str> = n
+                    .actions
+                    .iter()
+                    .map(|a| match a {
+                        Action::Pub => "Pub",
+                        Action::Sub => "Sub",
+                    })
+                    .collect();
+                return Err(refuse(
+                    ErrorKind::Unauthorized,
+                    format!(
+                        "user {} has no permission to {} on {}",
+                        user.username,
+                        what.join(" or "),
+                        n.resource.name()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that the principal may make admin calls (an admin user, or the
+    /// members' own credentials). Errors: UNAUTHORIZED.
+    pub fn authorize_admin(&self) -> Result<(), BrokerError> {
+        match self {
+            Principal::Anyone | Principal::Inner => Ok(()),
+            Principal::User(u) if u.admin => Ok(()),
+            Principal::User(u) => Err(refuse(
+                ErrorKind::Unauthorized,
+                format!("user {} is not an admin", u.username),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
