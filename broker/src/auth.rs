@@ -242,7 +242,7 @@ impl AuthSettings {
             (Some(inner), _) if inner.access_key == access_key => {
                 (inner.secret_key.as_str(), Principal::Inner)
             }
-            (_, Some(u)) => (u.secret_key.as_str(), Principal::User(u.clone())),
+            (_, Some(u)) => (u.secret_key.expose(), Principal::User(u.clone())),
             _ => return Err(denied(format!("user {access_key} is not found"))),
         };
         // Constant-time comparison (`verify_slice`).
@@ -253,7 +253,54 @@ impl AuthSettings {
     }
 }
 
+/// Checks an access key (a username, or the members' own key): 1 to 256
+/// bytes of printable ASCII without a space, ',', '=' or '/', the characters
+/// that delimit it in the `authorization` header. Error: why not.
+pub fn check_access_key(what: &str, key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > 256 {
+        return Err(format!("{what} must be 1 to 256 bytes"));
+    }
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_graphic() && !",=/".contains(c))
+    {
+        return Err(format!(
+            "{what} {key:?} must be printable ASCII without a space, ',', '=' or '/'"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a secret key: 1 to 256 bytes. Error: why not.
+pub fn check_secret_key(what: &str, key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > 256 {
+        return Err(format!("{what} must be 1 to 256 bytes"));
+    }
+    Ok(())
+}
+
 impl Principal {
+    /// The principal as the group's users are now (`users`): a user deleted
+    /// since, or whose secret key changed, is refused; one whose permissions
+    /// changed gets the new ones. For a check made long after the
+    /// authentication (each Settings command of an open Telemetry stream).
+    /// Errors: UNAUTHORIZED.
+    pub fn refreshed(&self, users: &BTreeMap<String, AclUser>) -> Result<Principal, BrokerError> {
+        match self {
+            Principal::Anyone | Principal::Inner => Ok(self.clone()),
+            Principal::User(u) => match users.get(&u.username) {
+                Some(now) if now.secret_key == u.secret_key => Ok(Principal::User(now.clone())),
+                _ => Err(refuse(
+                    ErrorKind::Unauthorized,
+                    format!(
+                        "user {} was deleted or given a new secret key since this stream opened",
+                        u.username
+                    ),
+                )),
+            },
+        }
+    }
+
     /// Checks that the principal may do every one of `needs`. Errors:
     /// UNAUTHORIZED naming the first permission missing.
     pub fn authorize(&self, needs: &[Need]) -> Result<(), BrokerError> {

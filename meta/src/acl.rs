@@ -105,15 +105,40 @@ impl AclResource {
     }
 }
 
-/// One user: the secret key requests are signed with, and what it may do.
-/// `Debug` leaves the secret key out.
+/// A secret key: kept as given (it is the HMAC key of the user's
+/// signatures), serialized as the plain string it wraps (`transparent`, so the
+/// stored layout is a string's), shown as `<redacted>` by `Debug`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretKey(pub String);
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl SecretKey {
+    /// The key's text.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for SecretKey {
+    fn from(s: &str) -> Self {
+        SecretKey(s.to_owned())
+    }
+}
+
+/// One user: the secret key requests are signed with, and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AclUser {
     /// The access key (RocketMQ's username / AK).
     pub username: String,
     /// The secret key (RocketMQ's password / SK): the HMAC-SHA1 key of the
     /// user's signatures, so kept as given.
-    pub secret_key: String,
+    pub secret_key: SecretKey,
     /// An admin (RocketMQ's `Super` user type, ACL 1.0's `admin: true`) may do
     /// anything, admin calls included.
     pub admin: bool,
@@ -127,26 +152,12 @@ pub struct AclUser {
     pub group_perms: BTreeMap<String, Perm>,
 }
 
-impl std::fmt::Debug for AclUser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AclUser")
-            .field("username", &self.username)
-            .field("secret_key", &"<redacted>")
-            .field("admin", &self.admin)
-            .field("default_topic_perm", &self.default_topic_perm)
-            .field("default_group_perm", &self.default_group_perm)
-            .field("topic_perms", &self.topic_perms)
-            .field("group_perms", &self.group_perms)
-            .finish()
-    }
-}
-
 impl AclUser {
     /// A user with no permission but its admin flag.
     pub fn new(username: &str, secret_key: &str, admin: bool) -> AclUser {
         AclUser {
             username: username.to_owned(),
-            secret_key: secret_key.to_owned(),
+            secret_key: secret_key.into(),
             admin,
             default_topic_perm: Perm::Deny,
             default_group_perm: Perm::Deny,

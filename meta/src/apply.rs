@@ -198,7 +198,7 @@ pub fn apply(
             let user = meta
                 .acl_users
                 .entry(username.clone())
-                .or_insert_with(|| AclUser::new(&username, &secret_key, admin));
+                .or_insert_with(|| AclUser::new(&username, secret_key.expose(), admin));
             user.secret_key = secret_key;
             user.admin = admin;
             rows.push(RowChange::AclUser(user.clone()));

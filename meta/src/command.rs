@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::acl::{AclResource, AclUser, Perm};
+use crate::acl::{AclResource, AclUser, Perm, SecretKey};
 use crate::config::{GroupConfig, TopicConfig, TopicMessageType};
 use crate::retry::RetryPolicy;
 
@@ -121,8 +121,8 @@ pub enum Command {
     PutAclUser {
         /// The access key.
         username: String,
-        /// The secret key.
-        secret_key: String,
+        /// The secret key (`Debug` shows `<redacted>`).
+        secret_key: SecretKey,
         /// Whether the user may do anything, admin calls included.
         admin: bool,
     },

@@ -35,7 +35,7 @@ pub mod error;
 pub mod retry;
 pub mod state;
 
-pub use acl::{AclResource, AclUser, Action, Perm};
+pub use acl::{AclResource, AclUser, Action, Perm, SecretKey};
 pub use apply::{Applied, AppliedAt, Canaries, Outcome, RowChange};
 pub use command::{
     Command, DeliveryAttempts, FifoBatchLease, FifoDelivery, FifoLease, OffsetCommit,

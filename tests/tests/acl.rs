@@ -170,4 +170,33 @@ async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     user_may(&follower, "u2", "u2-secret", false, false).await;
+
+    // updateUser without -t keeps the user's type: the admin, given a new
+    // secret, is still an admin, and the old secret no longer signs.
+    cluster
+        .admin(&with_admin(&[
+            "updateUser",
+            "-u",
+            "admin",
+            "-p",
+            "admin-secret-2",
+        ]))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let old = cluster
+        .admin(&with_admin(&["updateSubGroup", "-g", "SecureGroup"]))
+        .unwrap_err()
+        .to_string();
+    assert!(old.contains("check signature failed"), "{old}");
+    cluster
+        .admin(&[
+            "updateSubGroup",
+            "-g",
+            "SecureGroup",
+            "--accessKey",
+            "admin",
+            "--secretKey",
+            "admin-secret-2",
+        ])
+        .unwrap();
 }

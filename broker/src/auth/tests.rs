@@ -211,3 +211,33 @@ fn signed_headers_verify() {
         .is_ok());
     assert!(!format!("{creds:?}").contains("demo-secret"));
 }
+
+#[test]
+fn a_principal_refreshed_gets_the_users_changes_and_loses_a_deleted_or_rekeyed_user() {
+    let mut u = users();
+    let demo = Principal::User(u["demo"].clone());
+    u.get_mut("demo")
+        .unwrap()
+        .set_perm(&AclResource::Topic("Other".into()), Some(Perm::Pub));
+    let now = demo.refreshed(&u).unwrap();
+    assert!(now.authorize(&[Need::publish("Other")]).is_ok());
+    assert!(demo.authorize(&[Need::publish("Other")]).is_err());
+    u.get_mut("demo").unwrap().secret_key = "new".into();
+    assert_eq!(
+        demo.refreshed(&u).unwrap_err().kind(),
+        ErrorKind::Unauthorized
+    );
+    u.remove("demo");
+    assert!(demo.refreshed(&u).is_err());
+    assert!(Principal::Inner.refreshed(&u).is_ok());
+}
+
+#[test]
+fn access_keys_are_checked_for_the_headers_delimiters() {
+    assert!(check_access_key("username", "demo-1_x.y").is_ok());
+    for bad in ["", "a b", "a,b", "a=b", "a/b", "é", &"x".repeat(257)] {
+        assert!(check_access_key("username", bad).is_err(), "{bad:?}");
+    }
+    assert!(check_secret_key("secret key", "any thing/=,").is_ok());
+    assert!(check_secret_key("secret key", "").is_err());
+}

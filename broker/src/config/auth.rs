@@ -19,8 +19,9 @@ use std::collections::BTreeMap;
 use ledgermq_meta::{AclResource, Perm};
 use serde::{Deserialize, Serialize};
 
-/// The `[auth]` table.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// The `[auth]` table. `Debug` and `Serialize` (getBrokerConfig) show the
+/// secret keys as `<redacted>`.
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// Check every client call's signature and the caller's permissions
@@ -49,7 +50,7 @@ pub struct AuthConfig {
 }
 
 /// A user of `[[auth.users]]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BootstrapUser {
     /// The access key.
@@ -64,6 +65,32 @@ pub struct BootstrapUser {
     /// `SUB` or `PUB|SUB`.
     #[serde(default)]
     pub permissions: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("enabled", &self.enabled)
+            .field("max_clock_skew_ms", &self.max_clock_skew_ms)
+            .field("inner_access_key", &self.inner_access_key)
+            .field(
+                "inner_secret_key",
+                &self.inner_secret_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("users", &self.users)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for BootstrapUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapUser")
+            .field("username", &self.username)
+            .field("secret_key", &"<redacted>")
+            .field("admin", &self.admin)
+            .field("permissions", &self.permissions)
+            .finish()
+    }
 }
 
 fn default_max_clock_skew_ms() -> u64 {
@@ -137,6 +164,8 @@ impl AuthConfig {
         let inner =
             match (&self.inner_access_key, &self.inner_secret_key) {
                 (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => {
+                    crate::auth::check_access_key("auth.inner_access_key", a)?;
+                    crate::auth::check_secret_key("auth.inner_secret_key", s)?;
                     Some(crate::auth::Credentials {
                         access_key: a.clone(),
                         secret_key: s.clone(),
@@ -156,9 +185,11 @@ impl AuthConfig {
             );
         }
         for u in &self.users {
-            if u.username.is_empty() || u.secret_key.is_empty() {
-                return Err("auth.users: username and secret_key must not be empty".into());
-            }
+            crate::auth::check_access_key("auth.users username", &u.username)?;
+            crate::auth::check_secret_key(
+                &format!("auth.users {} secret_key", u.username),
+                &u.secret_key,
+            )?;
             if inner.as_ref().is_some_and(|i| i.access_key == u.username) {
                 return Err(format!(
                     "auth.users {}: the name is auth.inner_access_key's",
@@ -218,6 +249,11 @@ mod tests {
         assert!(
             !shown.contains("demo-secret") && !shown.contains("\"s\""),
             "{shown}"
+        );
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("demo-secret") && !debug.contains("\"s\""),
+            "{debug}"
         );
         let mut no_inner = c.clone();
         no_inner.inner_secret_key = None;

@@ -13,9 +13,6 @@ use crate::admin_pb::{
 use crate::broker::Broker;
 use crate::config::auth::parse_perm;
 
-/// Longest username or secret key, bytes.
-const MAX_KEY_BYTES: usize = 256;
-
 fn failed(error: String) -> AdminResponse {
     AdminResponse {
         error,
@@ -39,22 +36,11 @@ fn user_exists(b: &Broker, username: &str) -> bool {
         .contains_key(username)
 }
 
-fn check_name(what: &str, s: &str) -> Result<(), String> {
-    if s.is_empty() || s.len() > MAX_KEY_BYTES {
-        return Err(format!("{what} must be 1 to {MAX_KEY_BYTES} bytes"));
-    }
-    // The access key travels in the authorization header's `Credential=`.
-    if what == "username" && s.chars().any(|c| c.is_whitespace() || ",=/".contains(c)) {
-        return Err(format!("username {s:?} has a space, ',', '=' or '/'"));
-    }
-    Ok(())
-}
-
 /// createUser / updateUser. Whether the user exists is read from this node's
 /// copy (a change racing another admin's is the operators' to order).
 pub(crate) async fn put_user(b: &Broker, r: &PutUserRequest) -> AdminResponse {
-    if let Err(e) =
-        check_name("username", &r.username).and_then(|()| check_name("secret key", &r.secret_key))
+    if let Err(e) = crate::auth::check_access_key("username", &r.username)
+        .and_then(|()| crate::auth::check_secret_key("secret key", &r.secret_key))
     {
         return failed(e);
     }
@@ -66,7 +52,15 @@ pub(crate) async fn put_user(b: &Broker, r: &PutUserRequest) -> AdminResponse {
     {
         return failed(format!("{} is the members' own access key", r.username));
     }
-    let exists = user_exists(b, &r.username);
+    let current_admin = b
+        .node
+        .shared_meta()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .acl_users
+        .get(&r.username)
+        .map(|u| u.admin);
+    let exists = current_admin.is_some();
     if r.must_be_new && exists {
         return failed(format!(
             "user {} exists (updateUser changes it)",
@@ -76,13 +70,18 @@ pub(crate) async fn put_user(b: &Broker, r: &PutUserRequest) -> AdminResponse {
     if r.must_exist && !exists {
         return failed(format!("user {} is not found", r.username));
     }
-    tracing::info!(user = %r.username, admin = r.admin, "user created or changed");
+    // updateUser without a type keeps the user's (as read here).
+    let admin = match (r.keep_type, current_admin) {
+        (true, Some(a)) => a,
+        _ => r.admin,
+    };
+    tracing::info!(user = %r.username, admin, "user created or changed");
     commit(
         b,
         Command::PutAclUser {
             username: r.username.clone(),
-            secret_key: r.secret_key.clone(),
-            admin: r.admin,
+            secret_key: r.secret_key.as_str().into(),
+            admin,
         },
     )
     .await

@@ -214,12 +214,14 @@ pub fn state_digest(meta: &GroupMeta) -> StateDigest {
         }
     }
     // Then the users and their permissions (nothing when there are none, so
-    // a group without users digests as before): each user's name, secret key,
-    // admin flag, and permissions as listUser shows them.
+    // a group without users digests as before): each user's name, a SHA-1 of
+    // its secret key (not the key: a CRC32 over it would let a digest reader
+    // test guesses), admin flag, and permissions as listUser shows them.
     for u in meta.acl_users.values() {
+        use sha1::Digest;
         groups
             .str(&u.username)
-            .str(&u.secret_key)
+            .bytes(&sha1::Sha1::digest(u.secret_key.expose().as_bytes()))
             .bytes(&[u.admin as u8]);
         for e in crate::grpc::acl_admin::user_info(u).acl {
             groups.str(&e.resource).str(&e.perm);

@@ -155,6 +155,16 @@ pub(crate) fn principal(b: &Broker, md: &MetadataMap) -> Result<Principal, Broke
     )
 }
 
+/// `p` as this node's copy of the users has it now ([`Principal::refreshed`]).
+pub(crate) fn refreshed(b: &Broker, p: &Principal) -> Result<Principal, BrokerError> {
+    let meta = b
+        .node
+        .shared_meta()
+        .read()
+        .unwrap_or_else(|p| p.into_inner());
+    p.refreshed(&meta.acl_users)
+}
+
 /// Checks that the sender of a call with headers `md` may make `req`.
 /// Errors: the UNAUTHORIZED status to answer with.
 pub(crate) fn admit<R: Needs>(b: &Broker, md: &MetadataMap, req: &R) -> Result<(), pb::Status> {

@@ -452,7 +452,11 @@ impl MessagingService for Service {
             while let Ok(Some(cmd)) = inbound.message().await {
                 if let Some(telemetry_command::Command::Settings(s)) = cmd.command {
                     if let Ok(p) = &principal {
-                        if let Err(e) = p.authorize(&guard::Needs::needs(&s)) {
+                        // The user as it is now: it may have been changed or
+                        // deleted since the stream opened.
+                        let checked = guard::refreshed(&b, p)
+                            .and_then(|p| p.authorize(&guard::Needs::needs(&s)));
+                        if let Err(e) = checked {
                             tracing::info!(error = %e, "a telemetry client's settings are refused");
                             let reply = pb::TelemetryCommand {
                                 status: Some(e.to_status()),

@@ -587,7 +587,7 @@ fn acl_users_keep_their_permissions_across_a_key_change_and_go_with_a_delete() {
     // A new secret keeps the permissions.
     run(&mut m, put("two", false));
     let u = &m.acl_users["demo"];
-    assert_eq!(u.secret_key, "two");
+    assert_eq!(u.secret_key.expose(), "two");
     assert!(u.permits(&AclResource::Topic("SecureTopic".into()), &[Action::Pub]));
     assert!(!u.permits(&AclResource::Topic("Other".into()), &[Action::Pub]));
     let d = run(&mut m, Command::DeleteAclUser("demo".into()));

@@ -80,9 +80,10 @@ pub struct UserArgs {
     /// Its secret key.
     #[arg(short = 'p', long = "password")]
     password: String,
-    /// `Super` (may do anything, admin calls included) or `Normal`.
-    #[arg(short = 't', long = "userType", default_value = "Normal")]
-    user_type: String,
+    /// `Super` (may do anything, admin calls included) or `Normal`; createUser
+    /// without it makes a Normal user, updateUser keeps the user's type.
+    #[arg(short = 't', long = "userType")]
+    user_type: Option<String>,
     #[command(flatten)]
     scope: Scope,
 }
@@ -180,9 +181,13 @@ async fn put_user(a: UserArgs, create: bool) -> Result<()> {
     let req = PutUserRequest {
         username: a.username.clone(),
         secret_key: a.password,
-        admin: admin_of(&a.user_type)?,
+        admin: match &a.user_type {
+            Some(t) => admin_of(t)?,
+            None => false,
+        },
         must_be_new: create,
         must_exist: !create,
+        keep_type: a.user_type.is_none() && !create,
     };
     let what = if create { "createUser" } else { "updateUser" };
     apply(
