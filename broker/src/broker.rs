@@ -99,6 +99,9 @@ pub struct ServiceSettings {
     pub transaction_check_max: u32,
     /// Client authentication and ACLs ([`crate::auth`]); off by default.
     pub auth: crate::auth::AuthSettings,
+    /// TLS on the client port, and the CA other members' client ports are
+    /// checked against (`[tls]`); none by default.
+    pub tls: Option<crate::config::tls::ClientTls>,
 }
 
 impl Default for ServiceSettings {
@@ -106,6 +109,7 @@ impl Default for ServiceSettings {
         Self {
             max_body_bytes: 4 << 20,
             auth: crate::auth::AuthSettings::default(),
+            tls: None,
             auto_create_topics: false,
             default_queue_count: 8,
             auto_create_groups: true,
@@ -444,21 +448,37 @@ impl Broker {
     pub(crate) async fn node_channel(&self, node: u64) -> Result<Channel, BrokerError> {
         let addr = self.members.client_addr(node, &self.namesrv).await?;
         let mut ch = self.channels.lock().unwrap();
-        let channel = match ch.get(&addr) {
-            Some(c) => c.clone(),
-            None => {
-                let c = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| BrokerError::Leader {
+        let channel =
+            match ch.get(&addr) {
+                Some(c) => c.clone(),
+                None => {
+                    let scheme = if self.settings.tls.is_some() {
+                        "https"
+                    } else {
+                        "http"
+                    };
+                    let leader_error = |e: tonic::transport::Error| BrokerError::Leader {
                         addr: addr.clone(),
                         reason: e.to_string(),
-                    })?
-                    .connect_timeout(Duration::from_secs(1))
-                    .tcp_nodelay(true)
-                    .connect_lazy();
-                ch.insert(addr.clone(), c.clone());
-                c
-            }
-        };
+                    };
+                    let mut e = Endpoint::from_shared(format!("{scheme}://{addr}"))
+                        .map_err(leader_error)?
+                        .connect_timeout(Duration::from_secs(1))
+                        .tcp_nodelay(true);
+                    // The other members' client ports serve TLS as this one does,
+                    // with certificates of the group's CA.
+                    if let Some(tls) = &self.settings.tls {
+                        e = e
+                            .tls_config(tonic::transport::ClientTlsConfig::new().ca_certificate(
+                                tonic::transport::Certificate::from_pem(&tls.ca_pem),
+                            ))
+                            .map_err(leader_error)?;
+                    }
+                    let c = e.connect_lazy();
+                    ch.insert(addr.clone(), c.clone());
+                    c
+                }
+            };
         Ok(channel)
     }
 

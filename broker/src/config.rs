@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 pub mod auth;
 mod defaults;
 pub mod properties;
+pub mod tls;
 
 use defaults::*;
 
@@ -140,6 +141,9 @@ pub struct BrokerConfig {
     /// by default.
     #[serde(default)]
     pub auth: auth::AuthConfig,
+    /// TLS on the client port (`[tls]`, [`tls::TlsConfig`]); none by default.
+    #[serde(default)]
+    pub tls: tls::TlsConfig,
     /// Largest message body in bytes (RocketMQ: 4 MiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
@@ -263,7 +267,7 @@ impl BrokerConfig {
             path: path.display().to_string(),
             reason,
         };
-        let cfg: Self = if properties::is_properties(path) {
+        let mut cfg: Self = if properties::is_properties(path) {
             let home = std::env::var("HOME").ok();
             let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
             let (table, unused) = properties::to_toml(&bytes, home.as_deref()).map_err(err)?;
@@ -288,6 +292,9 @@ impl BrokerConfig {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
         cfg.auth.settings().map_err(err)?;
+        cfg.tls
+            .resolve(path.parent().unwrap_or_else(|| Path::new(".")));
+        cfg.tls.load().map_err(err)?;
         let s = cfg.service_settings();
         if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic) {
             return Err(err(format!(

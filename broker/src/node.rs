@@ -158,10 +158,12 @@ impl BrokerNode {
                 .set_flush_observer(Box::new(move |took| m.flush(took)));
         }
         let raft_watch = crate::metrics::scrape::spawn_raft_watch(node.clone(), metrics.clone());
+        let mut settings = cfg.service_settings();
+        settings.tls = cfg.tls.load().map_err(|e| config_error("tls", e))?;
         let broker = Broker::new(
             node.clone(),
             cfg.broker_group.clone(),
-            cfg.service_settings(),
+            settings,
             NameServers::new(cfg.namesrv_addrs.clone()),
             Members::new(cfg.broker_group.clone(), member_clients),
             metrics,

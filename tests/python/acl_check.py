@@ -1,5 +1,5 @@
-"""Authentication and ACLs against a LedgerMQ group with `[auth]` on
-(deploy/local-secure/), with the official RocketMQ 5 Python client
+"""Authentication, ACLs and TLS against a LedgerMQ group with `[auth]` and
+`[tls]` on (deploy/local-secure/), with the official RocketMQ 5 Python client
 (rocketmq-python-client 5.1.2, unmodified) and raw calls through its generated
 gRPC stubs (for exact status codes and headers the client would not send).
 
@@ -13,7 +13,10 @@ Modes:
 - `user`: checks what one user may do (--can-publish / --can-subscribe 0|1)
   with raw QueryRoute, SendMessage and ReceiveMessage calls.
 
-Prints a one-line JSON summary; exits 1 on any unexpected answer.
+With --tls-ca the calls go over TLS (the official client with tls_enable and
+GRPC_DEFAULT_SSL_ROOTS_FILE_PATH set to that CA by the caller), and a
+plain-text call must not get through. Prints a one-line JSON summary; exits 1
+on any unexpected answer.
 """
 
 import argparse
@@ -62,12 +65,18 @@ def headers(ak, sk, when=None, authorization=True):
 
 
 class Raw:
-    """Raw calls on one node's client port."""
+    """Raw calls on one node's client port (over TLS when given a CA)."""
 
-    def __init__(self, access):
+    def __init__(self, access, ca=None):
         self.host, port = access.rsplit(":", 1)
         self.port = int(port)
-        self.stub = sg.MessagingServiceStub(grpc.insecure_channel(access))
+        if ca:
+            with open(ca, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            channel = grpc.secure_channel(access, creds)
+        else:
+            channel = grpc.insecure_channel(access)
+        self.stub = sg.MessagingServiceStub(channel)
 
     def route(self, topic, md):
         ep = d.Endpoints(scheme=d.AddressScheme.IPv4,
@@ -114,12 +123,12 @@ def can(code):
     return code in (OK, d.Code.MESSAGE_NOT_FOUND)
 
 
-def client_sends(access, ak, sk, topic):
+def client_sends(access, ak, sk, topic, tls):
     """True if the official client, as (ak, sk), starts and sends to `topic`."""
     producer = None
     try:
         producer = Producer(ClientConfiguration(access, Credentials(ak, sk), request_timeout=5),
-                            (topic,))
+                            (topic,), tls_enable=tls)
         producer.startup()
         m = Message()
         m.topic = topic
@@ -138,9 +147,17 @@ def client_sends(access, ak, sk, topic):
 
 
 def main_mode(args):
-    raw = Raw(args.access)
+    raw = Raw(args.access, args.tls_ca)
     demo = ("demo", "demo-secret")
+    tls = bool(args.tls_ca)
     summary = {}
+    if tls:
+        # A plain-text call does not get through a TLS port.
+        try:
+            code = Raw(args.access).route(TOPIC, headers(*demo))
+            check(f"a plain-text call was answered ({code})", False)
+        except grpc.RpcError:
+            pass
     # Raw calls: the exact status codes.
     check("no authorization header: UNAUTHORIZED",
           raw.route(TOPIC, headers(*demo, authorization=False)) == UNAUTHORIZED)
@@ -157,10 +174,12 @@ def main_mode(args):
           can(raw.receive("OtherGroup", TOPIC, headers("admin", "admin-secret"))))
 
     # The official client.
-    check("a wrong secret cannot send", not client_sends(args.access, "demo", "wrong", TOPIC))
-    check("demo cannot send to OtherTopic", not client_sends(args.access, *demo, "OtherTopic"))
+    check("a wrong secret cannot send",
+          not client_sends(args.access, "demo", "wrong", TOPIC, tls))
+    check("demo cannot send to OtherTopic",
+          not client_sends(args.access, *demo, "OtherTopic", tls))
     cfg = ClientConfiguration(args.access, Credentials(*demo), request_timeout=10)
-    producer = Producer(cfg, (TOPIC,))
+    producer = Producer(cfg, (TOPIC,), tls_enable=tls)
     producer.startup()
     sent = set()
     for i in range(args.messages):
@@ -171,7 +190,7 @@ def main_mode(args):
         producer.send(m)
         sent.add(f"secure-{i}")
     producer.shutdown()
-    consumer = SimpleConsumer(cfg, GROUP, {TOPIC: FilterExpression("*")})
+    consumer = SimpleConsumer(cfg, GROUP, {TOPIC: FilterExpression("*")}, tls_enable=tls)
     consumer.startup()
     got = set()
     deadline = time.time() + 60
@@ -188,7 +207,7 @@ def main_mode(args):
 
 
 def user_mode(args):
-    raw = Raw(args.access)
+    raw = Raw(args.access, args.tls_ca)
     md = lambda: headers(args.user, args.secret)  # noqa: E731 - a fresh date per call
     route, send = raw.route(TOPIC, md()), raw.send(TOPIC, md())
     receive = raw.receive(GROUP, TOPIC, md())
@@ -208,6 +227,7 @@ def main():
     ap.add_argument("--secret")
     ap.add_argument("--can-publish", type=int, default=0)
     ap.add_argument("--can-subscribe", type=int, default=0)
+    ap.add_argument("--tls-ca", help="CA certificate (PEM): the port serves TLS")
     args = ap.parse_args()
     summary = main_mode(args) if args.mode == "main" else user_mode(args)
     summary["problems"] = problems

@@ -1,5 +1,7 @@
-//! Authentication and ACLs (issue 20) on the group of `deploy/local-secure/`
-//! (`[auth]` on, bootstrap users `admin` and `demo`), with real processes:
+//! Authentication, ACLs and TLS (issue 20) on the group of
+//! `deploy/local-secure/` (`[auth]` on, bootstrap users `admin` and `demo`;
+//! `[tls]` on the client ports, with certificates its `make-certs.sh` makes
+//! here), with real processes:
 //! admin calls need an admin's signature; the official Python client
 //! (`tests/python/acl_check.py`) sends and consumes as demo through a
 //! follower (which signs what it passes on to the leader with the members'
@@ -11,14 +13,47 @@ use std::path::Path;
 use std::time::Duration;
 
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
-use ledgermq_tests::python::run_check;
+use ledgermq_tests::python::{run_check, run_check_env};
 
 const ADMIN: [&str; 4] = ["--accessKey", "admin", "--secretKey", "admin-secret"];
 
-fn with_admin<'a>(args: &[&'a str]) -> Vec<&'a str> {
+/// The CA certificate's path, for mqadmin's `--tlsCa` and the clients.
+static CA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn ca() -> &'static str {
+    CA.get().expect("set at the start of the test")
+}
+
+/// `args` with the CA (mqadmin connects over TLS).
+fn tls<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let mut v = args.to_vec();
+    v.extend(["--tlsCa", ca()]);
+    v
+}
+
+/// `args` signed by the admin, over TLS.
+fn with_admin<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = tls(args);
     v.extend(ADMIN);
     v
+}
+
+/// deploy/local-secure's files copied to `dir`, with certificates made by its
+/// `make-certs.sh` in `dir/certs` (the paths the files name).
+fn secure_deploy(dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-secure");
+    let deploy = dir.join("deploy");
+    std::fs::create_dir_all(&deploy).unwrap();
+    for f in ["namesrv.toml", "n0.toml", "n1.toml", "n2.toml"] {
+        std::fs::copy(src.join(f), deploy.join(f)).unwrap();
+    }
+    let made = std::process::Command::new(src.join("make-certs.sh"))
+        .arg(deploy.join("certs"))
+        .output()
+        .expect("make-certs.sh runs (openssl)");
+    assert!(made.status.success(), "make-certs.sh: {made:?}");
+    let _ = CA.set(deploy.join("certs/ca.pem").display().to_string());
+    deploy
 }
 
 async fn user_may(access: &str, user: &str, secret: &str, publish: bool, subscribe: bool) {
@@ -40,6 +75,8 @@ async fn user_may(access: &str, user: &str, secret: &str, publish: bool, subscri
             p,
             "--can-subscribe",
             s,
+            "--tls-ca",
+            ca(),
         ],
         Duration::from_secs(60),
     )
@@ -47,9 +84,9 @@ async fn user_may(access: &str, user: &str, secret: &str, publish: bool, subscri
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
+async fn acls_and_tls_allow_what_a_user_may_do_and_refuse_the_rest() {
     let dir = tempfile::tempdir().unwrap();
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-secure");
+    let deploy = secure_deploy(dir.path());
     let opts = ClusterOptions {
         deploy_dir: Some(deploy),
         ..ClusterOptions::default()
@@ -59,7 +96,7 @@ async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
     // Admin calls: refused without a signature and for a user that is not an
     // admin; the bootstrap admin may once the leader has created it.
     let refused = cluster
-        .admin(&["updateTopic", "-t", "SecureTopic", "-q", "4"])
+        .admin(&tls(&["updateTopic", "-t", "SecureTopic", "-q", "4"]))
         .unwrap_err()
         .to_string();
     assert!(refused.contains("no authorization header"), "{refused}");
@@ -81,7 +118,7 @@ async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let not_admin = cluster
-        .admin(&[
+        .admin(&tls(&[
             "updateSubGroup",
             "-g",
             "SecureGroup",
@@ -89,7 +126,7 @@ async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
             "demo",
             "--secretKey",
             "demo-secret",
-        ])
+        ]))
         .unwrap_err()
         .to_string();
     assert!(not_admin.contains("not an admin"), "{not_admin}");
@@ -108,9 +145,15 @@ async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
         .map(|(_, n)| n.client_addr.clone())
         .unwrap();
 
-    run_check(
+    // Without TLS mqadmin does not get through.
+    assert!(cluster
+        .admin(&[&["updateSubGroup", "-g", "SecureGroup"][..], &ADMIN[..]].concat())
+        .is_err());
+    run_check_env(
         "acl_check.py",
-        &["main", "--access", &follower],
+        &["main", "--access", &follower, "--tls-ca", ca()],
+        // The official client's gRPC checks the server against this CA.
+        &[("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", ca())],
         Duration::from_secs(180),
     )
     .await;
@@ -189,7 +232,7 @@ async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
         .to_string();
     assert!(old.contains("check signature failed"), "{old}");
     cluster
-        .admin(&[
+        .admin(&tls(&[
             "updateSubGroup",
             "-g",
             "SecureGroup",
@@ -197,6 +240,6 @@ async fn acls_allow_what_a_user_may_do_and_refuse_the_rest() {
             "admin",
             "--secretKey",
             "admin-secret-2",
-        ])
+        ]))
         .unwrap();
 }

@@ -311,6 +311,7 @@ fn the_rendered_configuration_holds_only_the_keys_listed() {
         "telemetry_reply_buffer",
         "transaction_check_interval_ms",
         "transaction_check_max",
+        "tls",
         "transaction_timeout_ms",
     ];
     let unlisted: Vec<&&str> = keys.iter().filter(|k| !listed.contains(k)).collect();

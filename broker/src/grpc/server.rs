@@ -53,7 +53,8 @@ impl ClientServer {
     }
 }
 
-/// Binds `addr` and serves the client protocol and the admin service until
+/// Binds `addr` and serves the client protocol and the admin service (over
+/// TLS when the broker has a certificate, `ServiceSettings::tls`) until
 /// [`ClientServer::stop`]; also starts the leader-term services
 /// ([`crate::leader_term`]) while this node leads: the consumer-offset
 /// committer, every 100 ms, the delivery of due delay messages
@@ -87,7 +88,14 @@ pub async fn serve(broker: Arc<Broker>, addr: SocketAddr) -> Result<ClientServer
             }),
         ],
     );
-    let router = tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &broker.settings.tls {
+        let identity = tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem);
+        server = server
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .map_err(|e| BrokerError::Transport(format!("TLS on {addr}: {e}")))?;
+    }
+    let router = server
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .layer(crate::grpc::metrics_layer::RpcMetricsLayer(
             broker.metrics.clone(),

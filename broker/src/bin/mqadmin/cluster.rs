@@ -28,6 +28,20 @@ pub fn set_credentials(access_key: Option<String>, secret_key: Option<String>) -
     }
 }
 
+/// The CA certificates (PEM) the brokers' client ports are checked against
+/// when they serve TLS (`--tlsCa`), set once at start.
+static TLS_CA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+/// Connects to the brokers over TLS, trusting the CA certificates in `path`
+/// (PEM). Error: the file cannot be read.
+pub fn set_tls_ca(path: Option<&std::path::Path>) -> Result<()> {
+    if let Some(p) = path {
+        let pem = std::fs::read(p).map_err(|e| anyhow::anyhow!("--tlsCa {}: {e}", p.display()))?;
+        let _ = TLS_CA.set(pem);
+    }
+    Ok(())
+}
+
 /// The interceptor that signs admin calls ([`set_credentials`]).
 #[derive(Clone, Copy)]
 pub struct Signer;
@@ -66,10 +80,30 @@ pub fn admin_client(channel: tonic::transport::Channel) -> AdminClient {
     )
 }
 
-/// A channel to `addr` (`host:port`) that gives up connecting after 3 s, and
-/// on a call after `call_timeout` if given (an unreachable node does not
-/// stall a command).
+/// A channel to broker node `addr` (`host:port`, its client port: over TLS
+/// with `--tlsCa`) that gives up connecting after 3 s, and on a call after
+/// `call_timeout` if given (an unreachable node does not stall a command).
 pub async fn channel(
+    addr: &str,
+    call_timeout: Option<std::time::Duration>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let Some(ca) = TLS_CA.get() else {
+        return plain_channel(addr, call_timeout).await;
+    };
+    let mut e = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))?
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+        )?;
+    if let Some(t) = call_timeout {
+        e = e.timeout(t);
+    }
+    e.connect().await
+}
+
+/// [`channel`] without TLS: the name servers' port (it serves no TLS yet).
+pub async fn plain_channel(
     addr: &str,
     call_timeout: Option<std::time::Duration>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
@@ -87,7 +121,7 @@ pub async fn channel(
 pub async fn client(namesrv: &str) -> Result<NameServerClient<tonic::transport::Channel>> {
     let mut last = None;
     for addr in namesrv.split(';').map(str::trim).filter(|a| !a.is_empty()) {
-        match channel(addr, Some(std::time::Duration::from_secs(10))).await {
+        match plain_channel(addr, Some(std::time::Duration::from_secs(10))).await {
             Ok(c) => return Ok(NameServerClient::new(c)),
             Err(e) => last = Some(format!("{addr}: {e}")),
         }

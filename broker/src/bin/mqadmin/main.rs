@@ -64,7 +64,9 @@
 //!
 //! Where the brokers check credentials (`[auth]`), every command signs its
 //! calls with `--accessKey`/`--secretKey` (or `LEDGERMQ_ACCESS_KEY` /
-//! `LEDGERMQ_SECRET_KEY`): an admin user's, or the members' own.
+//! `LEDGERMQ_SECRET_KEY`): an admin user's, or the members' own. Where they
+//! serve TLS (`[tls]`), `--tlsCa FILE` (or `LEDGERMQ_TLS_CA`) names the CA
+//! certificates to check them against.
 //!
 //! `-n` takes one name server (`host:port`) or several separated by `;`. Changes go
 //! to any live member of each group (the admin service on its client port), which
@@ -113,6 +115,10 @@ struct Args {
         hide_env_values = true
     )]
     secret_key: Option<String>,
+    /// CA certificates (PEM) to check the brokers' client ports against when
+    /// they serve TLS (`[tls]`); without it mqadmin connects in plain text.
+    #[arg(long = "tlsCa", env = "LEDGERMQ_TLS_CA", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -471,6 +477,7 @@ async fn nodes_or_addr(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, 
 async fn main() -> Result<()> {
     let args = Args::parse();
     cluster::set_credentials(args.access_key, args.secret_key)?;
+    cluster::set_tls_ca(args.tls_ca.as_deref())?;
     match args.cmd {
         Cmd::Acl(c) => acl::run(c).await?,
         Cmd::ClusterList { namesrv } => cluster::cluster_list(&namesrv).await?,

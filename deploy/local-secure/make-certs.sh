@@ -1,0 +1,35 @@
+#!/bin/sh
+# A development certificate authority and one certificate per node for
+# deploy/local-secure (TLS on the client ports), made with openssl:
+#
+#   deploy/local-secure/make-certs.sh [OUT_DIR]    # default: deploy/local-secure/certs
+#
+# OUT_DIR gets ca.pem (the CA certificate clients and members trust),
+# ca-key.pem (keep it, or delete it once the node certificates are made),
+# and n0.pem/n0-key.pem .. n2.pem/n2-key.pem: P-256 keys, certificates valid
+# for 825 days naming 127.0.0.1 and localhost (subjectAltName), for server and
+# client authentication. For real hosts, list each host's names and addresses
+# in SAN instead, and keep the CA key off the brokers.
+set -eu
+out=${1:-$(dirname "$0")/certs}
+mkdir -p "$out"
+cd "$out"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -keyout ca-key.pem -out ca.pem -days 825 -subj "/CN=LedgerMQ development CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    2>/dev/null
+for n in n0 n1 n2; do
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+        -keyout "$n-key.pem" -out "$n.csr" -subj "/CN=$n.broker-s" 2>/dev/null
+    printf '%s\n' \
+        'subjectAltName=IP:127.0.0.1,DNS:localhost' \
+        'basicConstraints=critical,CA:FALSE' \
+        'keyUsage=critical,digitalSignature' \
+        'extendedKeyUsage=serverAuth,clientAuth' > "$n.ext"
+    openssl x509 -req -in "$n.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial \
+        -out "$n.pem" -days 825 -extfile "$n.ext" 2>/dev/null
+    rm -f "$n.csr" "$n.ext"
+done
+rm -f ca.srl
+chmod 600 ./*-key.pem
+echo "certificates in $(pwd): ca.pem, n0.pem .. n2.pem (keys: *-key.pem)"
