@@ -14,22 +14,35 @@ set -eu
 out=${1:-$(dirname "$0")/certs}
 mkdir -p "$out"
 cd "$out"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-    -keyout ca-key.pem -out ca.pem -days 825 -subj "/CN=LedgerMQ development CA" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    2>/dev/null
+# The CA's extensions from a file of their own (not -addext, which older
+# openssl releases add beside their default config's, a duplicate webpki
+# refuses).
+cat > ca.cnf <<'CNF'
+[req]
+distinguished_name = dn
+x509_extensions = ca
+prompt = no
+[dn]
+CN = LedgerMQ development CA
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+CNF
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -config ca.cnf \
+    -keyout ca-key.pem -out ca.pem -days 825
 for n in n0 n1 n2; do
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-        -keyout "$n-key.pem" -out "$n.csr" -subj "/CN=$n.broker-s" 2>/dev/null
+        -keyout "$n-key.pem" -out "$n.csr" -subj "/CN=$n.broker-s"
     printf '%s\n' \
         'subjectAltName=IP:127.0.0.1,DNS:localhost' \
         'basicConstraints=critical,CA:FALSE' \
         'keyUsage=critical,digitalSignature' \
         'extendedKeyUsage=serverAuth,clientAuth' > "$n.ext"
     openssl x509 -req -in "$n.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial \
-        -out "$n.pem" -days 825 -extfile "$n.ext" 2>/dev/null
+        -out "$n.pem" -days 825 -extfile "$n.ext"
     rm -f "$n.csr" "$n.ext"
 done
-rm -f ca.srl
+rm -f ca.srl ca.cnf
 chmod 600 ./*-key.pem
 echo "certificates in $(pwd): ca.pem, n0.pem .. n2.pem (keys: *-key.pem)"

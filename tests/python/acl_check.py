@@ -156,8 +156,9 @@ def main_mode(args):
         try:
             code = Raw(args.access).route(TOPIC, headers(*demo))
             check(f"a plain-text call was answered ({code})", False)
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as e:
+            check(f"a plain-text call failed with {e.code()}, not UNAVAILABLE",
+                  e.code() == grpc.StatusCode.UNAVAILABLE)
     # Raw calls: the exact status codes.
     check("no authorization header: UNAUTHORIZED",
           raw.route(TOPIC, headers(*demo, authorization=False)) == UNAUTHORIZED)

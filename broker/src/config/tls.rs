@@ -48,12 +48,18 @@ impl std::fmt::Debug for ClientTls {
     }
 }
 
-/// The first PEM block's label in `pem` (`CERTIFICATE`, `PRIVATE KEY`, ...).
-fn first_label(pem: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(pem).ok()?;
-    let start = text.find("-----BEGIN ")? + "-----BEGIN ".len();
-    let end = text[start..].find("-----")?;
-    Some(text[start..start + end].to_owned())
+/// True when `pem` holds a PEM block whose label ends with `kind`
+/// (`CERTIFICATE`; `PRIVATE KEY` also matches `EC PRIVATE KEY` and `RSA
+/// PRIVATE KEY`), wherever it stands (a key file may start with `EC
+/// PARAMETERS`, a combined file with the other kind).
+fn holds_block(pem: &[u8], kind: &str) -> bool {
+    let Ok(text) = std::str::from_utf8(pem) else {
+        return false;
+    };
+    text.split("-----BEGIN ")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("-----").map(|(label, _)| label))
+        .any(|label| label.ends_with(kind))
 }
 
 impl TlsConfig {
@@ -81,9 +87,10 @@ impl TlsConfig {
         let read = |key: &str, path: &Path, kind: &str| -> Result<Vec<u8>, String> {
             let bytes =
                 std::fs::read(path).map_err(|e| format!("tls.{key} {}: {e}", path.display()))?;
-            match first_label(&bytes) {
-                Some(label) if label.ends_with(kind) => Ok(bytes),
-                _ => Err(format!("tls.{key} {} holds no PEM {kind}", path.display())),
+            if holds_block(&bytes, kind) {
+                Ok(bytes)
+            } else {
+                Err(format!("tls.{key} {} holds no PEM {kind}", path.display()))
             }
         };
         Ok(Some(ClientTls {
@@ -113,6 +120,13 @@ mod tests {
         t.resolve(dir.path());
         let loaded = t.load().unwrap().unwrap();
         assert_eq!(loaded.key_pem, key.as_bytes());
+        // A key after EC parameters (openssl ecparam -genkey) is found.
+        let ec = "-----BEGIN EC PARAMETERS-----\nBggq\n-----END EC PARAMETERS-----\n\
+                  -----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n";
+        std::fs::write(dir.path().join("ec.pem"), ec).unwrap();
+        let mut ec_key = t.clone();
+        ec_key.key_file = Some(dir.path().join("ec.pem"));
+        assert!(ec_key.load().is_ok());
         assert!(!format!("{loaded:?}").contains("MIIB"));
         let mut swapped = t.clone();
         swapped.key_file = t.cert_file.clone();
