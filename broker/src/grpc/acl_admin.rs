@@ -27,13 +27,15 @@ async fn commit(b: &Broker, cmd: Command) -> AdminResponse {
     }
 }
 
-fn user_exists(b: &Broker, username: &str) -> bool {
+/// The user's admin flag in this node's copy, None when there is no such user.
+fn user_type(b: &Broker, username: &str) -> Option<bool> {
     b.node
         .shared_meta()
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .acl_users
-        .contains_key(username)
+        .get(username)
+        .map(|u| u.admin)
 }
 
 /// createUser / updateUser. Whether the user exists is read from this node's
@@ -52,14 +54,7 @@ pub(crate) async fn put_user(b: &Broker, r: &PutUserRequest) -> AdminResponse {
     {
         return failed(format!("{} is the members' own access key", r.username));
     }
-    let current_admin = b
-        .node
-        .shared_meta()
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .acl_users
-        .get(&r.username)
-        .map(|u| u.admin);
+    let current_admin = user_type(b, &r.username);
     let exists = current_admin.is_some();
     if r.must_be_new && exists {
         return failed(format!(
@@ -89,7 +84,7 @@ pub(crate) async fn put_user(b: &Broker, r: &PutUserRequest) -> AdminResponse {
 
 /// deleteUser.
 pub(crate) async fn delete_user(b: &Broker, r: &DeleteUserRequest) -> AdminResponse {
-    if !user_exists(b, &r.username) {
+    if user_type(b, &r.username).is_none() {
         return failed(format!("user {} is not found", r.username));
     }
     tracing::info!(user = %r.username, "user deleted");
@@ -111,7 +106,7 @@ pub(crate) async fn set_acl(b: &Broker, r: &SetAclRequest) -> AdminResponse {
             None => return failed(format!("permission {p:?} is not DENY, PUB, SUB or PUB|SUB")),
         },
     };
-    if !user_exists(b, &r.username) {
+    if user_type(b, &r.username).is_none() {
         return failed(format!("user {} is not found", r.username));
     }
     tracing::info!(user = %r.username, resource = %r.resource, perm = %r.perm, "permission set");

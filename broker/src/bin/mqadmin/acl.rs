@@ -53,19 +53,23 @@ pub enum AclCmd {
     /// Remove a user's own permission on resources (the default applies again;
     /// `Topic:*` / `Group:*` go back to DENY).
     #[command(name = "deleteAcl")]
-    DeleteAcl {
-        /// Name server address(es).
-        #[arg(short = 'n', long = "namesrvAddr")]
-        namesrv: String,
-        /// The user: `User:NAME` (or `NAME`).
-        #[arg(short = 's', long = "subject")]
-        subject: String,
-        /// Resources, comma-separated: `Topic:NAME`, `Group:NAME`, `Topic:*`, `Group:*`.
-        #[arg(short = 'r', long = "resources")]
-        resources: String,
-        #[command(flatten)]
-        scope: Scope,
-    },
+    DeleteAcl(Grantee),
+}
+
+/// Whose permissions on what: createAcl's and deleteAcl's common arguments.
+#[derive(clap::Args)]
+pub struct Grantee {
+    /// Name server address(es).
+    #[arg(short = 'n', long = "namesrvAddr")]
+    namesrv: String,
+    /// The user: `User:NAME` (or `NAME`).
+    #[arg(short = 's', long = "subject")]
+    subject: String,
+    /// Resources, comma-separated: `Topic:NAME`, `Group:NAME`, `Topic:*`, `Group:*`.
+    #[arg(short = 'r', long = "resources")]
+    resources: String,
+    #[command(flatten)]
+    scope: Scope,
 }
 
 /// createUser / updateUser.
@@ -91,23 +95,14 @@ pub struct UserArgs {
 /// createAcl / updateAcl.
 #[derive(clap::Args)]
 pub struct AclArgs {
-    /// Name server address(es).
-    #[arg(short = 'n', long = "namesrvAddr")]
-    namesrv: String,
-    /// The user: `User:NAME` (or `NAME`).
-    #[arg(short = 's', long = "subject")]
-    subject: String,
-    /// Resources, comma-separated: `Topic:NAME`, `Group:NAME`, `Topic:*`, `Group:*`.
-    #[arg(short = 'r', long = "resources")]
-    resources: String,
+    #[command(flatten)]
+    grantee: Grantee,
     /// Actions, comma-separated: `Pub`, `Sub`, `All`.
     #[arg(short = 'a', long = "actions", default_value = "All")]
     actions: String,
     /// `Allow` (the actions given) or `Deny` (nothing).
     #[arg(short = 'd', long = "decision", default_value = "Allow")]
     decision: String,
-    #[command(flatten)]
-    scope: Scope,
 }
 
 fn user_of(subject: &str) -> &str {
@@ -159,16 +154,8 @@ pub async fn run(cmd: AclCmd) -> Result<()> {
             });
             apply(&namesrv, &scope, &format!("deleteUser {username}"), req).await
         }
-        AclCmd::CreateAcl(a) => {
-            let perm = perm_of(&a.actions, &a.decision)?;
-            set(&a.namesrv, &a.scope, &a.subject, &a.resources, perm).await
-        }
-        AclCmd::DeleteAcl {
-            namesrv,
-            subject,
-            resources,
-            scope,
-        } => set(&namesrv, &scope, &subject, &resources, "").await,
+        AclCmd::CreateAcl(a) => set(&a.grantee, perm_of(&a.actions, &a.decision)?).await,
+        AclCmd::DeleteAcl(g) => set(&g, "").await,
         AclCmd::ListUser {
             namesrv,
             username,
@@ -199,14 +186,11 @@ async fn put_user(a: UserArgs, create: bool) -> Result<()> {
     .await
 }
 
-async fn set(
-    namesrv: &str,
-    scope: &Scope,
-    subject: &str,
-    resources: &str,
-    perm: &str,
-) -> Result<()> {
-    let user = user_of(subject);
+/// Sets (`perm`) or removes (empty) `g`'s user's permission on each of its
+/// resources, on every selected group.
+async fn set(g: &Grantee, perm: &str) -> Result<()> {
+    let (namesrv, scope, resources) = (&g.namesrv, &g.scope, &g.resources);
+    let user = user_of(&g.subject);
     for r in resources
         .split(',')
         .map(str::trim)
