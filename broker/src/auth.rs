@@ -5,13 +5,7 @@
 //! handlers ([`crate::grpc::guard`]) read the headers and the replicated users
 //! ([`ledgermq_meta::GroupMeta::acl_users`]) and ask here.
 //!
-//! A signed request carries two headers (what the official 5.x clients send
-//! when given credentials):
-//! - `x-mq-date-time`: `yyyyMMdd'T'HHmmss'Z'` (the Python client writes its
-//!   local time there, so a client off UTC needs `TZ=UTC`, or the skew check
-//!   off);
-//! - `authorization`: `MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time,
-//!   Signature=<hex of HMAC-SHA1(SK, the x-mq-date-time value)>`.
+//! The signature itself (headers, HMAC, date) is [`ledgermq_proto::signature`].
 //!
 //! Refusals are [`ErrorKind::Unauthorized`] (`UNAUTHORIZED`, 40100: what the
 //! reference proxy answers for a failed authentication and a missing
@@ -19,35 +13,15 @@
 
 use std::collections::BTreeMap;
 
-use hmac::{Hmac, Mac};
 use ledgermq_meta::{AclResource, AclUser, Action};
-use sha1::Sha1;
 
 use crate::error::{refuse, BrokerError, ErrorKind};
 
-/// The header with the signature.
-pub const AUTHORIZATION_HEADER: &str = "authorization";
-/// The header with the signed date and time.
-pub const DATE_TIME_HEADER: &str = "x-mq-date-time";
-/// The signature scheme of the 5.x clients.
-pub const SCHEME: &str = "MQv2-HMAC-SHA1";
-/// The longest signature accepted, in hex characters (SHA-1: 40).
-const MAX_SIGNATURE_HEX: usize = 128;
-
-/// An access key and its secret key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    /// The access key (username).
-    pub access_key: String,
-    /// The secret key.
-    pub secret_key: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credentials({}, <redacted>)", self.access_key)
-    }
-}
+use ledgermq_proto::signature::{check_skew, verify, SignatureError};
+pub use ledgermq_proto::signature::{
+    date_time_now, parse_date_time, sign, signed_headers, Credentials, AUTHORIZATION_HEADER,
+    DATE_TIME_HEADER, SCHEME,
+};
 
 /// How this node checks clients.
 #[derive(Debug, Clone, Default)]
@@ -120,84 +94,15 @@ impl Need {
     }
 }
 
-/// hex(HMAC-SHA1(`secret_key`, `date_time`)), lowercase: the signature a
-/// 5.x client sends.
-pub fn sign(secret_key: &str, date_time: &str) -> String {
-    hex::encode(
-        mac(secret_key, date_time.as_bytes())
-            .finalize()
-            .into_bytes(),
-    )
-}
-
-fn mac(secret_key: &str, content: &[u8]) -> Hmac<Sha1> {
-    // HMAC takes a key of any length: `new_from_slice` cannot fail.
-    let mut m = <Hmac<Sha1> as Mac>::new_from_slice(secret_key.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-    m.update(content);
-    m
-}
-
-/// Now as a 5.x client writes `x-mq-date-time` (UTC).
-pub fn date_time_now() -> String {
-    chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
-}
-
-/// The two signature headers for `creds`, signed now: (`authorization`,
-/// `x-mq-date-time`) values.
-pub fn signed_headers(creds: &Credentials) -> (String, String) {
-    let date_time = date_time_now();
-    let authorization = format!(
-        "{SCHEME} Credential={}, SignedHeaders={DATE_TIME_HEADER}, Signature={}",
-        creds.access_key,
-        sign(&creds.secret_key, &date_time)
-    );
-    (authorization, date_time)
-}
-
-/// Reads `x-mq-date-time` as UTC: ms since the Unix epoch, or None when it is
-/// not `yyyyMMdd'T'HHmmss'Z'`.
-pub fn parse_date_time(s: &str) -> Option<i64> {
-    chrono::NaiveDateTime::parse_from_str(s, "%Y%m%dT%H%M%SZ")
-        .ok()
-        .map(|t| t.and_utc().timestamp_millis())
-}
-
 /// The access key and the signature's bytes of an `authorization` header.
 /// Errors: UNAUTHORIZED when the header is not the 5.x scheme's.
 pub fn parse_authorization(header: &str) -> Result<(&str, Vec<u8>), BrokerError> {
-    let bad = |why: &str| {
-        refuse(
-            ErrorKind::Unauthorized,
-            format!("authorization header {why}"),
-        )
-    };
-    let (scheme, rest) = header.split_once(' ').ok_or_else(|| bad("is incorrect"))?;
-    if scheme != SCHEME {
-        return Err(bad(&format!("has scheme {scheme:?}, not {SCHEME}")));
-    }
-    let (mut access_key, mut signature) = (None, None);
-    for item in rest.split(',') {
-        let (k, v) = item
-            .trim()
-            .split_once('=')
-            .ok_or_else(|| bad("has an item without '='"))?;
-        match k {
-            // RocketMQ takes what comes before a '/' (an AK/scope form).
-            "Credential" => access_key = v.split('/').next(),
-            "Signature" => signature = Some(v),
-            _ => {}
-        }
-    }
-    let access_key = access_key
-        .filter(|a| !a.is_empty())
-        .ok_or_else(|| bad("has no access key (Credential)"))?;
-    let signature = signature.ok_or_else(|| bad("has no Signature"))?;
-    if signature.len() > MAX_SIGNATURE_HEX {
-        return Err(bad("has a signature too long"));
-    }
-    let signature = hex::decode(signature).map_err(|_| bad("has a signature that is not hex"))?;
-    Ok((access_key, signature))
+    ledgermq_proto::signature::parse_authorization(header).map_err(refused)
+}
+
+/// A refused signature: UNAUTHORIZED, with its reason.
+fn refused(e: SignatureError) -> BrokerError {
+    refuse(ErrorKind::Unauthorized, e.to_string())
 }
 
 impl AuthSettings {
@@ -223,21 +128,7 @@ impl AuthSettings {
             .filter(|d| !d.is_empty())
             .ok_or_else(|| denied(format!("no {DATE_TIME_HEADER} header")))?;
         let (access_key, signature) = parse_authorization(header)?;
-        if self.max_clock_skew_ms > 0 {
-            let at = parse_date_time(date_time).ok_or_else(|| {
-                denied(format!(
-                    "{DATE_TIME_HEADER} {date_time:?} is not yyyyMMdd'T'HHmmss'Z'"
-                ))
-            })?;
-            let skew = now_ms.abs_diff(at);
-            if skew > self.max_clock_skew_ms {
-                return Err(denied(format!(
-                    "{DATE_TIME_HEADER} {date_time} is {skew} ms from this broker's clock \
-                     (at most {} ms accepted)",
-                    self.max_clock_skew_ms
-                )));
-            }
-        }
+        check_skew(date_time, now_ms, self.max_clock_skew_ms).map_err(refused)?;
         let (secret, principal) = match (&self.inner, users.get(access_key)) {
             (Some(inner), _) if inner.access_key == access_key => {
                 (inner.secret_key.as_str(), Principal::Inner)
@@ -245,10 +136,8 @@ impl AuthSettings {
             (_, Some(u)) => (u.secret_key.expose(), Principal::User(u.clone())),
             _ => return Err(denied(format!("user {access_key} is not found"))),
         };
-        // Constant-time comparison (`verify_slice`).
-        mac(secret, date_time.as_bytes())
-            .verify_slice(&signature)
-            .map_err(|_| denied(format!("check signature failed for user {access_key}")))?;
+        // Constant-time comparison.
+        verify(access_key, secret, date_time, &signature).map_err(refused)?;
         Ok(principal)
     }
 }

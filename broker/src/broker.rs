@@ -448,37 +448,34 @@ impl Broker {
     pub(crate) async fn node_channel(&self, node: u64) -> Result<Channel, BrokerError> {
         let addr = self.members.client_addr(node, &self.namesrv).await?;
         let mut ch = self.channels.lock().unwrap();
-        let channel =
-            match ch.get(&addr) {
-                Some(c) => c.clone(),
-                None => {
-                    let scheme = if self.settings.tls.is_some() {
-                        "https"
-                    } else {
-                        "http"
-                    };
-                    let leader_error = |e: tonic::transport::Error| BrokerError::Leader {
-                        addr: addr.clone(),
-                        reason: e.to_string(),
-                    };
-                    let mut e = Endpoint::from_shared(format!("{scheme}://{addr}"))
-                        .map_err(leader_error)?
-                        .connect_timeout(Duration::from_secs(1))
-                        .tcp_nodelay(true);
-                    // The other members' client ports serve TLS as this one does,
-                    // with certificates of the group's CA.
-                    if let Some(tls) = &self.settings.tls {
-                        e = e
-                            .tls_config(tonic::transport::ClientTlsConfig::new().ca_certificate(
-                                tonic::transport::Certificate::from_pem(&tls.ca_pem),
-                            ))
-                            .map_err(leader_error)?;
-                    }
-                    let c = e.connect_lazy();
-                    ch.insert(addr.clone(), c.clone());
-                    c
+        let channel = match ch.get(&addr) {
+            Some(c) => c.clone(),
+            None => {
+                let scheme = if self.settings.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                let leader_error = |e: tonic::transport::Error| BrokerError::Leader {
+                    addr: addr.clone(),
+                    reason: e.to_string(),
+                };
+                let mut e = Endpoint::from_shared(format!("{scheme}://{addr}"))
+                    .map_err(leader_error)?
+                    .connect_timeout(Duration::from_secs(1))
+                    .tcp_nodelay(true);
+                // The other members' client ports serve TLS as this one does,
+                // with certificates of the group's CA.
+                if let Some(tls) = &self.settings.tls {
+                    e = e
+                        .tls_config(tls.tonic_client(false))
+                        .map_err(leader_error)?;
                 }
-            };
+                let c = e.connect_lazy();
+                ch.insert(addr.clone(), c.clone());
+                c
+            }
+        };
         Ok(channel)
     }
 

@@ -294,7 +294,7 @@ impl BrokerConfig {
         cfg.auth.settings().map_err(err)?;
         cfg.tls
             .resolve(path.parent().unwrap_or_else(|| Path::new(".")));
-        cfg.tls.load().map_err(err)?;
+        cfg.tls.load(true).map_err(err)?;
         let s = cfg.service_settings();
         if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic) {
             return Err(err(format!(

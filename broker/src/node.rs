@@ -125,6 +125,13 @@ impl BrokerNode {
         let member_clients = cfg
             .member_client_addrs()
             .map_err(|e| config_error("client_addrs", e))?;
+        // `[tls]` covers the client port and, with mutual TLS, the peer port.
+        let tls = cfg.tls.load(true).map_err(|e| config_error("tls", e))?;
+        let peer_tls = tls
+            .as_ref()
+            .map(ledgermq_raft::network::PeerTls::new)
+            .transpose()
+            .map_err(|e| config_error("tls", e))?;
         let node = RaftNode::start(
             RaftNodeConfig {
                 node_id: cfg.node_id,
@@ -142,6 +149,7 @@ impl BrokerNode {
                 cluster_name: cfg.broker_group.clone(),
                 retention_interval_ms: cfg.retention_interval.as_millis() as u64,
                 join: cfg.join,
+                peer_tls,
             },
             opts.filter,
         )
@@ -159,12 +167,19 @@ impl BrokerNode {
         }
         let raft_watch = crate::metrics::scrape::spawn_raft_watch(node.clone(), metrics.clone());
         let mut settings = cfg.service_settings();
-        settings.tls = cfg.tls.load().map_err(|e| config_error("tls", e))?;
+        // The name servers are reached over TLS when this node has `[tls]`
+        // (checked against its CA), and registrations are signed with the
+        // members' own credentials when they are set.
+        let namesrv_access = ledgermq_namesrv::registrar::NameServerAccess {
+            credentials: settings.auth.inner.clone(),
+            tls: tls.as_ref().map(|m| m.tonic_client(false)),
+        };
+        settings.tls = tls;
         let broker = Broker::new(
             node.clone(),
             cfg.broker_group.clone(),
             settings,
-            NameServers::new(cfg.namesrv_addrs.clone()),
+            NameServers::new(cfg.namesrv_addrs.clone(), namesrv_access.tls.clone()),
             Members::new(cfg.broker_group.clone(), member_clients),
             metrics,
         );
@@ -248,6 +263,7 @@ impl BrokerNode {
             cfg.namesrv_addrs.clone(),
             cfg.namesrv_heartbeat,
             timings.namesrv_timeout,
+            namesrv_access,
         ));
         let announcer = spawn_announcer(
             node.clone(),

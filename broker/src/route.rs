@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ledgermq_namesrv::pb::name_server_client::NameServerClient;
 use ledgermq_namesrv::pb::{self as ns, GroupRoute};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::error::BrokerError;
 
@@ -45,15 +45,17 @@ pub fn member_addrs(g: &GroupRoute, stale_ms: u64) -> Vec<String> {
 /// Calls to the name servers, with one lazily connected channel each.
 pub struct NameServers {
     addrs: Vec<String>,
+    tls: Option<tonic::transport::ClientTlsConfig>,
     channels: Mutex<HashMap<String, Channel>>,
     cluster_cache: Mutex<Option<(Instant, Vec<ns::ClusterNode>)>>,
 }
 
 impl NameServers {
-    /// Name servers at `addrs` (`host:port` each).
-    pub fn new(addrs: Vec<String>) -> Self {
+    /// Name servers at `addrs` (`host:port` each), over TLS with `tls`.
+    pub fn new(addrs: Vec<String>, tls: Option<tonic::transport::ClientTlsConfig>) -> Self {
         Self {
             addrs,
+            tls,
             channels: Mutex::new(HashMap::new()),
             cluster_cache: Mutex::new(None),
         }
@@ -64,7 +66,7 @@ impl NameServers {
         if let Some(c) = ch.get(addr) {
             return Ok(NameServerClient::new(c.clone()));
         }
-        let c = Endpoint::from_shared(format!("http://{addr}"))
+        let c = ledgermq_namesrv::registrar::endpoint(addr, self.tls.as_ref())
             .map_err(|e| BrokerError::NameServer(format!("{addr}: {e}")))?
             .connect_timeout(NAMESRV_CALL_TIMEOUT)
             .timeout(NAMESRV_CALL_TIMEOUT)

@@ -12,6 +12,7 @@
 //! - [`registrar`]: what a broker node runs: one heartbeat task per name server.
 //! - [`metrics`]: the Prometheus endpoint (`mqbroker`'s too) and the name
 //!   server's metrics.
+//! - [`security`]: authenticated broker registration and the port's TLS.
 //! - [`properties`]: Java `.properties` files (RocketMQ configurations).
 //! - [`logging`]: process logging for `mqnamesrv` and `mqbroker` (text or JSON
 //!   lines, colour only on a terminal).
@@ -23,6 +24,7 @@ pub mod properties;
 pub mod registrar;
 pub mod registry;
 pub mod remoting;
+pub mod security;
 pub mod server;
 
 /// The generated name server protocol (`ledgermq.namesrv`), from [`ledgermq_proto`].

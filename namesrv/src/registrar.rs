@@ -2,7 +2,9 @@
 //! every `heartbeat_interval` and at once when the node's role, term or topics change
 //! (so a new leader shows in routes within about a second of its election). Each
 //! name server has its own task and deadline, so one that is down never delays the
-//! heartbeats to the others.
+//! heartbeats to the others. With [`NameServerAccess`]'s credentials every
+//! registration is signed (`crate::security`), and with its TLS the name servers
+//! are called over TLS.
 
 use std::time::Duration;
 
@@ -13,12 +15,36 @@ use tonic::transport::Endpoint;
 use crate::pb::name_server_client::NameServerClient;
 use crate::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
 
+/// How a broker node reaches the name servers.
+#[derive(Debug, Clone, Default)]
+pub struct NameServerAccess {
+    /// What registrations are signed with (the cluster's own credentials);
+    /// unsigned when None.
+    pub credentials: Option<ledgermq_proto::signature::Credentials>,
+    /// TLS to the name servers (checked against the CA it holds); plain
+    /// HTTP/2 when None.
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
+}
+
+/// An endpoint for the name server at `addr` (`host:port`): `https` with `tls`,
+/// else `http`. Error: an address that makes no URI.
+pub fn endpoint(
+    addr: &str,
+    tls: Option<&tonic::transport::ClientTlsConfig>,
+) -> Result<Endpoint, tonic::transport::Error> {
+    match tls {
+        Some(tls) => Endpoint::from_shared(format!("https://{addr}"))?.tls_config(tls.clone()),
+        None => Endpoint::from_shared(format!("http://{addr}")),
+    }
+}
+
 /// Heartbeats to every name server.
 pub struct Registrar {
     tx: watch::Sender<Option<BrokerNode>>,
     tasks: Vec<JoinHandle<()>>,
     addrs: Vec<String>,
     call_timeout: Duration,
+    access: NameServerAccess,
 }
 
 /// What makes a change worth an immediate heartbeat.
@@ -27,11 +53,13 @@ fn urgent_key(n: &BrokerNode) -> (i32, u64, bool, Vec<crate::pb::TopicConfig>) {
 }
 
 impl Registrar {
-    /// Starts one heartbeat task per address in `namesrv_addrs` (`host:port`).
+    /// Starts one heartbeat task per address in `namesrv_addrs` (`host:port`),
+    /// reaching them as `access` says.
     pub fn start(
         namesrv_addrs: Vec<String>,
         heartbeat_interval: Duration,
         call_timeout: Duration,
+        access: NameServerAccess,
     ) -> Self {
         let (tx, _) = watch::channel(None::<BrokerNode>);
         let tasks = namesrv_addrs
@@ -42,6 +70,7 @@ impl Registrar {
                     tx.subscribe(),
                     heartbeat_interval,
                     call_timeout,
+                    access.clone(),
                 ))
             })
             .collect();
@@ -50,6 +79,7 @@ impl Registrar {
             tasks,
             addrs: namesrv_addrs,
             call_timeout,
+            access,
         }
     }
 
@@ -73,11 +103,12 @@ impl Registrar {
                     broker_group: n.broker_group.clone(),
                     node_id: n.node_id,
                 };
-                let (addr, timeout) = (addr.clone(), self.call_timeout);
+                let (addr, timeout, access) = (addr.clone(), self.call_timeout, &self.access);
                 async move {
-                    let Some(mut c) = client(&addr, timeout) else {
+                    let Some(mut c) = client(&addr, timeout, access) else {
                         return;
                     };
+                    let req = access.signed(req);
                     let _ = tokio::time::timeout(timeout, c.unregister_broker(req)).await;
                 }
             });
@@ -86,8 +117,23 @@ impl Registrar {
     }
 }
 
-fn client(addr: &str, timeout: Duration) -> Option<NameServerClient<tonic::transport::Channel>> {
-    let ep = Endpoint::from_shared(format!("http://{addr}")).ok()?;
+impl NameServerAccess {
+    /// `msg` as a request, signed now when there are credentials.
+    fn signed<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(creds) = &self.credentials {
+            ledgermq_proto::signature::sign_request(&mut req, creds);
+        }
+        req
+    }
+}
+
+fn client(
+    addr: &str,
+    timeout: Duration,
+    access: &NameServerAccess,
+) -> Option<NameServerClient<tonic::transport::Channel>> {
+    let ep = endpoint(addr, access.tls.as_ref()).ok()?;
     Some(NameServerClient::new(
         ep.connect_timeout(timeout).tcp_nodelay(true).connect_lazy(),
     ))
@@ -98,8 +144,9 @@ async fn heartbeat_loop(
     mut rx: watch::Receiver<Option<BrokerNode>>,
     every: Duration,
     timeout: Duration,
+    access: NameServerAccess,
 ) {
-    let Some(mut c) = client(&addr, timeout) else {
+    let Some(mut c) = client(&addr, timeout, &access) else {
         tracing::error!(%addr, "bad name server address");
         return;
     };
@@ -129,7 +176,8 @@ async fn heartbeat_loop(
             continue;
         };
         let key = Some(urgent_key(&node));
-        let req = RegisterBrokerRequest { node: Some(node) };
+        // Signed per call: the signature's date must be recent.
+        let req = access.signed(RegisterBrokerRequest { node: Some(node) });
         let error = match tokio::time::timeout(timeout, c.register_broker(req)).await {
             Ok(Ok(_)) => {
                 if failures > 0 {

@@ -2,15 +2,18 @@
 //! serves both protocols: each connection's first byte tells them apart (an
 //! HTTP/2 connection preface begins with `P`; a remoting frame begins with its
 //! big-endian length, whose first byte is 0 for any frame under 16 MiB), as
-//! RocketMQ 5's proxy tells HTTP/2 from remoting on its port.
+//! RocketMQ 5's proxy tells HTTP/2 from remoting on its port. With `[tls]` the
+//! port takes TLS connections only and reads that byte inside the session
+//! (`ledgermq_tls::accept`); with `[auth]` registrations must be signed
+//! ([`crate::security`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ledgermq_tls::Stream;
 use serde::Deserialize;
-use tokio::net::TcpStream;
 use tonic::{Request, Response, Status};
 
 use crate::pb::name_server_server::{NameServer, NameServerServer};
@@ -31,6 +34,10 @@ pub struct NameServerConfig {
     /// Where `GET /metrics` (Prometheus text) is served, `host:port`; none
     /// when unset.
     pub metrics_addr: Option<String>,
+    /// Who may register broker nodes (`[auth]`); anyone by default.
+    pub auth: crate::security::RegistrationAuth,
+    /// TLS on the port (`[tls]`: `cert_file` and `key_file`); none by default.
+    pub tls: ledgermq_tls::TlsFiles,
 }
 
 impl Default for NameServerConfig {
@@ -40,6 +47,8 @@ impl Default for NameServerConfig {
             scan_interval_ms: 10_000,
             node_expiry_ms: 120_000,
             metrics_addr: None,
+            auth: Default::default(),
+            tls: Default::default(),
         }
     }
 }
@@ -67,7 +76,10 @@ impl NameServerConfig {
             return Ok(cfg);
         }
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        toml::from_str(&text).map_err(|e| err(e.to_string()))
+        let mut cfg: Self = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        cfg.tls
+            .resolve(path.parent().unwrap_or_else(|| Path::new(".")));
+        Ok(cfg)
     }
 
     /// A RocketMQ name server's properties file (`bytes`, read as
@@ -118,6 +130,7 @@ impl NameServerConfig {
 pub struct NameServerService {
     registry: Arc<Mutex<Registry>>,
     metrics: Arc<crate::metrics::NamesrvMetrics>,
+    registration: crate::security::RegistrationCheck,
 }
 
 impl NameServerService {
@@ -135,6 +148,7 @@ impl NameServer for NameServerService {
         &self,
         req: Request<RegisterBrokerRequest>,
     ) -> Result<Response<RegisterBrokerResponse>, Status> {
+        self.registration.check(req.metadata(), now_ms())?;
         let node = req
             .into_inner()
             .node
@@ -153,6 +167,7 @@ impl NameServer for NameServerService {
         &self,
         req: Request<UnregisterBrokerRequest>,
     ) -> Result<Response<UnregisterBrokerResponse>, Status> {
+        self.registration.check(req.metadata(), now_ms())?;
         let r = req.into_inner();
         self.registry
             .lock()
@@ -192,7 +207,18 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), NameSrvError> {
-    let service = NameServerService::default();
+    let service = NameServerService {
+        registration: crate::security::RegistrationCheck::new(&cfg.auth)
+            .map_err(NameSrvError::Config)?,
+        ..NameServerService::default()
+    };
+    let tls = cfg
+        .tls
+        .load(false)
+        .map_err(NameSrvError::Config)?
+        .map(|m| m.acceptor(false))
+        .transpose()
+        .map_err(|e| NameSrvError::Config(format!("tls: {e}")))?;
     let metrics = match &cfg.metrics_addr {
         Some(addr) => {
             let s = service.clone();
@@ -216,8 +242,8 @@ pub async fn serve(
             }
         })
     };
-    let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel::<std::io::Result<TcpStream>>(64);
-    let splitter = tokio::spawn(split_protocols(listener, service.clone(), grpc_tx));
+    let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel::<std::io::Result<Stream>>(64);
+    let splitter = tokio::spawn(split_protocols(listener, service.clone(), grpc_tx, tls));
     let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx);
     let r = tonic::transport::Server::builder()
         .add_service(NameServerServer::new(service))
@@ -235,12 +261,15 @@ pub async fn serve(
 /// How long a new connection gets to send its first byte.
 const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
 
-/// Accepts connections and hands each to gRPC (`grpc`) or serves it as a
-/// remoting connection, by its first byte (see the module doc).
+/// Accepts connections, with `tls` completing each one's TLS handshake first
+/// (a connection that does not speak TLS is then dropped), and hands each to
+/// gRPC (`grpc`) or serves it as a remoting connection, by its first byte (see
+/// the module doc).
 async fn split_protocols(
     listener: tokio::net::TcpListener,
     service: NameServerService,
-    grpc: tokio::sync::mpsc::Sender<std::io::Result<TcpStream>>,
+    grpc: tokio::sync::mpsc::Sender<std::io::Result<Stream>>,
+    tls: Option<ledgermq_tls::TlsAcceptor>,
 ) {
     loop {
         let stream = match listener.accept().await {
@@ -252,33 +281,41 @@ async fn split_protocols(
             }
         };
         let _ = stream.set_nodelay(true);
-        let (service, grpc) = (service.clone(), grpc.clone());
+        let (service, grpc, tls) = (service.clone(), grpc.clone(), tls.clone());
         tokio::spawn(async move {
-            let mut first = [0u8; 1];
-            match tokio::time::timeout(FIRST_BYTE_WAIT, stream.peek(&mut first)).await {
-                Ok(Ok(1)) => {}
-                _ => return,
-            }
-            if first[0] == b'P' {
+            let Some((stream, first)) =
+                ledgermq_tls::accept(stream, tls.as_ref(), FIRST_BYTE_WAIT).await
+            else {
+                return;
+            };
+            if first == b'P' {
                 let _ = grpc.send(Ok(stream)).await;
                 return;
             }
             let registry = service.registry.clone();
             let metrics = service.metrics.clone();
-            ledgermq_remoting::conn::serve_connection(
-                stream,
-                ledgermq_remoting::DEFAULT_MAX_FRAME_BYTES,
-                move |req, _conn| {
-                    if req.code == ledgermq_remoting::codes::request::GET_ROUTEINFO_BY_TOPIC {
-                        metrics.route_queries.with_label_values(&["remoting"]).inc();
-                    }
-                    let answer = crate::remoting::handle(&registry.lock().unwrap(), &req, now_ms());
-                    async move { Some(answer) }
-                },
-                |_| false,
-                |_| {},
-            )
-            .await;
+            let handle = move |req: ledgermq_remoting::RemotingCommand, _conn| {
+                if req.code == ledgermq_remoting::codes::request::GET_ROUTEINFO_BY_TOPIC {
+                    metrics.route_queries.with_label_values(&["remoting"]).inc();
+                }
+                let answer = crate::remoting::handle(&registry.lock().unwrap(), &req, now_ms());
+                async move { Some(answer) }
+            };
+            let max = ledgermq_remoting::DEFAULT_MAX_FRAME_BYTES;
+            match stream {
+                Stream::Plain(tcp) => {
+                    ledgermq_remoting::conn::serve_connection(tcp, max, handle, |_| false, |_| {})
+                        .await
+                }
+                tls => {
+                    let peer = tls
+                        .tcp()
+                        .peer_addr()
+                        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+                    ledgermq_remoting::conn::serve_stream(tls, peer, max, handle, |_| false, |_| {})
+                        .await
+                }
+            }
         });
     }
 }

@@ -10,9 +10,13 @@
 //! - [`namesrv_pb`]: LedgerMQ's name server protocol (`proto/ledgermq/namesrv.proto`),
 //!   which broker nodes register with and clients ask for routes.
 //! - [`log_lines`]: lines a node writes to its log that harnesses look for.
+//! - [`signature`]: the 5.x clients' request signature (`MQv2-HMAC-SHA1`), which
+//!   LedgerMQ's processes also sign their calls to each other with.
 //!
 //! The generated modules are documented in their `.proto` files.
 #![deny(missing_docs)]
+
+pub mod signature;
 
 /// Generated code of the admin protocol (`proto/ledgermq/admin.proto`).
 pub mod admin_pb {

@@ -7,6 +7,10 @@
 //! replication stream, so one connection per stream with one request in flight
 //! needs no stream ids and no flow control of its own.
 //!
+//! **TLS.** With [`crate::network::PeerTls`] both transports run inside mutual
+//! TLS (`ledgermq_tls`): the server completes the handshake, refusing a client
+//! without a member certificate, before it reads the first byte below.
+//!
 //! **Port sharing.** The peer port peeks at each connection's first byte: this
 //! transport starts with [`MAGIC`] (`L`); any other byte (an HTTP/2 client's
 //! preface starts with `P`) goes to tonic. Votes, snapshots, forwarded writes and
@@ -33,10 +37,10 @@
 
 use std::time::Duration;
 
+use ledgermq_tls::Stream;
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::server::PeerService;
 use crate::types::{NodeId, TypeConfig};
@@ -153,22 +157,36 @@ fn closed_by_peer(e: &std::io::Error) -> bool {
 /// The client end for one peer: one connection, opened when first needed and
 /// dropped on any error (or when the caller gives up mid-exchange), so an answer
 /// is never matched with the wrong request.
-#[derive(Debug)]
 pub struct Link {
     addr: String,
     from: NodeId,
-    conn: Option<TcpStream>,
+    conn: Option<Stream>,
     fall_back_until: Option<tokio::time::Instant>,
+    tls: Option<ledgermq_tls::TlsConnector>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("addr", &self.addr)
+            .field("from", &self.from)
+            .field("connected", &self.conn.is_some())
+            .field("fall_back_until", &self.fall_back_until)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Link {
-    /// A link from node `from` to the peer port at `addr` (`host:port`).
-    pub fn new(addr: String, from: NodeId) -> Self {
+    /// A link from node `from` to the peer port at `addr` (`host:port`), over
+    /// TLS with `tls` (the member's client side of mutual TLS).
+    pub fn new(addr: String, from: NodeId, tls: Option<ledgermq_tls::TlsConnector>) -> Self {
         Link {
             addr,
             from,
             conn: None,
             fall_back_until: None,
+            tls,
         }
     }
 
@@ -205,16 +223,19 @@ impl Link {
         Ok(answer)
     }
 
-    async fn connect(&self) -> Result<TcpStream, LinkError> {
-        let mut conn =
-            tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(&self.addr))
-                .await
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-        conn.set_nodelay(true)?;
+    async fn connect(&self) -> Result<Stream, LinkError> {
+        // The TLS handshake, if any, within the same bound as the TCP connect.
+        let mut conn = tokio::time::timeout(
+            Duration::from_millis(500),
+            ledgermq_tls::connect(&self.addr, self.tls.as_ref()),
+        )
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
         let mut hello = Vec::with_capacity(16);
         hello.extend_from_slice(MAGIC);
         hello.extend_from_slice(&self.from.to_le_bytes());
         conn.write_all(&hello).await?;
+        conn.flush().await?;
         let mut back = [0u8; 8];
         let mut got = 0;
         while got < back.len() {
@@ -233,8 +254,9 @@ impl Link {
 }
 
 /// Writes `frame` on `conn` and reads one answer.
-async fn round_trip(mut conn: TcpStream, frame: &[u8]) -> std::io::Result<(TcpStream, Answer)> {
+async fn round_trip(mut conn: Stream, frame: &[u8]) -> std::io::Result<(Stream, Answer)> {
     conn.write_all(frame).await?;
+    conn.flush().await?;
     let body = read_frame(&mut conn, MAX_ANSWER_BYTES)
         .await?
         .ok_or(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
@@ -255,14 +277,14 @@ async fn round_trip(mut conn: TcpStream, frame: &[u8]) -> std::io::Result<(TcpSt
 /// Serves one framed connection (its first byte already seen to be [`MAGIC`]'s)
 /// until the client closes it, it idles for [`IDLE_CLOSE`], a frame is malformed,
 /// or the task is aborted (node shutdown).
-pub async fn serve(mut stream: TcpStream, service: PeerService) {
+pub async fn serve(mut stream: Stream, service: PeerService) {
     let mut hello = [0u8; 16];
     match tokio::time::timeout(FIRST_BYTES_WAIT, stream.read_exact(&mut hello)).await {
         Ok(Ok(_)) if &hello[..8] == MAGIC => {}
         _ => return,
     }
     let from = NodeId::from_le_bytes(hello[8..].try_into().expect("8 bytes"));
-    if stream.write_all(MAGIC).await.is_err() {
+    if stream.write_all(MAGIC).await.is_err() || stream.flush().await.is_err() {
         return;
     }
     loop {
@@ -281,7 +303,7 @@ pub async fn serve(mut stream: TcpStream, service: PeerService) {
             Err(_) => return,
         };
         let answer = answer(&service, from, &body).await;
-        if stream.write_all(&answer).await.is_err() {
+        if stream.write_all(&answer).await.is_err() || stream.flush().await.is_err() {
             return;
         }
         if answer[4] == STATUS_OK {
@@ -322,15 +344,17 @@ async fn answer(service: &PeerService, from: NodeId, body: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Accepts peer connections on `listener` until `stop` turns true: those
-/// starting with [`MAGIC`]'s first byte are served here, every other one goes to
-/// the gRPC server through `grpc`. On `stop` it returns, which closes the
-/// listener and every framed connection (they run on tasks it owns).
+/// Accepts peer connections on `listener` until `stop` turns true, with `tls`
+/// completing each one's mutual TLS handshake first: those starting with
+/// [`MAGIC`]'s first byte are served here, every other one goes to the gRPC
+/// server through `grpc`. On `stop` it returns, which closes the listener and
+/// every framed connection (they run on tasks it owns).
 pub async fn accept_loop(
     listener: tokio::net::TcpListener,
     service: PeerService,
-    grpc: tokio::sync::mpsc::Sender<std::io::Result<TcpStream>>,
+    grpc: tokio::sync::mpsc::Sender<std::io::Result<Stream>>,
     stop: tokio::sync::watch::Receiver<bool>,
+    tls: Option<ledgermq_tls::TlsAcceptor>,
 ) {
     let mut framed = tokio::task::JoinSet::new();
     let stop = stopped(stop);
@@ -350,17 +374,16 @@ pub async fn accept_loop(
             Some(_) = framed.join_next(), if !framed.is_empty() => continue,
         };
         let _ = stream.set_nodelay(true);
-        let mut first = [0u8; 1];
-        // The peek runs on the connection's own task, so a silent client holds
-        // up nothing else.
-        let (service, grpc) = (service.clone(), grpc.clone());
+        // The handshake and the first byte are awaited on the connection's own
+        // task, so a silent client holds up nothing else.
+        let (service, grpc, tls) = (service.clone(), grpc.clone(), tls.clone());
         framed.spawn(async move {
-            match tokio::time::timeout(FIRST_BYTES_WAIT, stream.peek(&mut first)).await {
-                Ok(Ok(1)) if first[0] == MAGIC[0] => serve(stream, service).await,
-                Ok(Ok(1)) => {
+            match ledgermq_tls::accept(stream, tls.as_ref(), FIRST_BYTES_WAIT).await {
+                Some((stream, first)) if first == MAGIC[0] => serve(stream, service).await,
+                Some((stream, _)) => {
                     let _ = grpc.send(Ok(stream)).await;
                 }
-                _ => {}
+                None => {}
             }
         });
     }

@@ -233,19 +233,57 @@ pub fn peer_request<T: Serialize>(
     Ok(req)
 }
 
-/// A lazily connected channel to `addr` (`host:port`).
-pub fn lazy_channel(addr: &str, connect_timeout: Duration) -> Result<Channel, String> {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| e.to_string())
-        .map(|e| {
-            e.connect_timeout(connect_timeout)
-                .tcp_nodelay(true)
-                .initial_stream_window_size(Some(HTTP2_STREAM_WINDOW_BYTES))
-                .initial_connection_window_size(Some(HTTP2_CONNECTION_WINDOW_BYTES))
-                .http2_keep_alive_interval(Duration::from_secs(5))
-                .keep_alive_timeout(Duration::from_secs(5))
-                .connect_lazy()
+/// TLS on the peer port: mutual, each member presenting its node certificate
+/// and accepting only peers whose certificate chains to the group's CA
+/// (`ledgermq_tls`), on the framed transport and on gRPC alike.
+#[derive(Clone)]
+pub struct PeerTls {
+    /// The server side, asking for a member's certificate.
+    pub acceptor: ledgermq_tls::TlsAcceptor,
+    /// The client side of the framed transport.
+    pub connector: ledgermq_tls::TlsConnector,
+    /// The client side of gRPC channels.
+    pub tonic: tonic::transport::ClientTlsConfig,
+}
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerTls(mutual)")
+    }
+}
+
+impl PeerTls {
+    /// Both sides from a node's `material`. Error: a PEM input or a key rustls
+    /// refuses.
+    pub fn new(material: &ledgermq_tls::TlsMaterial) -> Result<Self, ledgermq_tls::TlsError> {
+        Ok(Self {
+            acceptor: material.acceptor(true)?,
+            connector: material.connector(true)?,
+            tonic: material.tonic_client(true),
         })
+    }
+}
+
+/// A lazily connected channel to the peer port at `addr` (`host:port`): over
+/// mutual TLS with `tls`, plain HTTP/2 without.
+pub fn lazy_channel(
+    addr: &str,
+    connect_timeout: Duration,
+    tls: Option<&PeerTls>,
+) -> Result<Channel, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let e = Endpoint::from_shared(format!("{scheme}://{addr}")).map_err(|e| e.to_string())?;
+    let e = match tls {
+        Some(tls) => e.tls_config(tls.tonic.clone()).map_err(|e| e.to_string())?,
+        None => e,
+    };
+    Ok(e.connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(HTTP2_STREAM_WINDOW_BYTES))
+        .initial_connection_window_size(Some(HTTP2_CONNECTION_WINDOW_BYTES))
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .connect_lazy())
 }
 
 /// Builds one [`PeerClient`] per target.
@@ -267,6 +305,8 @@ pub struct PeerNetworkFactory {
     /// Where each peer's log command set (its AppendEntries answers' header) is
     /// recorded.
     pub formats: crate::peer_formats::PeerFormats,
+    /// Mutual TLS to the peers, when the group has it.
+    pub tls: Option<PeerTls>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
@@ -276,8 +316,12 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
         PeerClient {
             from: self.from,
             target,
-            channel: lazy_channel(&node.addr, Duration::from_millis(500)),
-            framed: crate::framed::Link::new(node.addr.clone(), self.from),
+            channel: lazy_channel(&node.addr, Duration::from_millis(500), self.tls.as_ref()),
+            framed: crate::framed::Link::new(
+                node.addr.clone(),
+                self.from,
+                self.tls.as_ref().map(|t| t.connector.clone()),
+            ),
             filter: self.filter.clone(),
             contacts: self.contacts.clone(),
             backoff: self.backoff,
@@ -592,7 +636,7 @@ mod tests {
             from: 0,
             target: 1,
             channel: Err("not connected".into()),
-            framed: crate::framed::Link::new("127.0.0.1:1".into(), 0),
+            framed: crate::framed::Link::new("127.0.0.1:1".into(), 0, None),
             filter: NetworkFilter::default(),
             contacts: crate::contact::Contacts::new(0, vec![0, 1], Duration::from_secs(1)),
             backoff: Duration::from_millis(100),

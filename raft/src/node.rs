@@ -97,6 +97,9 @@ pub struct RaftNodeConfig {
     /// Without it a node with an empty store initializes the group with
     /// `members`.
     pub join: bool,
+    /// Mutual TLS on the peer port and to the peers (every member's, all or
+    /// none); plain TCP when None.
+    pub peer_tls: Option<crate::network::PeerTls>,
 }
 
 /// One running member of a broker group.
@@ -130,6 +133,8 @@ pub struct RaftNode {
     status: tokio::sync::watch::Receiver<NodeStatus>,
     /// AppendEntries answered, by transport.
     appends: Arc<crate::server::AppendCounts>,
+    /// Mutual TLS to the peers, if the group has it.
+    peer_tls: Option<crate::network::PeerTls>,
 }
 
 impl RaftNode {
@@ -138,7 +143,7 @@ impl RaftNode {
         if let Some(c) = cache.get(addr) {
             return Ok(c.clone());
         }
-        let c = lazy_channel(addr, Duration::from_millis(500))?;
+        let c = lazy_channel(addr, Duration::from_millis(500), self.peer_tls.as_ref())?;
         cache.insert(addr.to_owned(), c.clone());
         Ok(c)
     }
@@ -169,6 +174,7 @@ impl RaftNode {
             &cfg.members,
             store.clone(),
             filter.clone(),
+            cfg.peer_tls.clone(),
         ));
         // One flag stops both an append waiting for disk space and a repair.
         let log_store = LogStore::new(
@@ -222,6 +228,7 @@ impl RaftNode {
             backoff: Duration::from_millis(cfg.timing.heartbeat_interval_ms),
             longer_log: longer_log.clone(),
             formats: formats.clone(),
+            tls: cfg.peer_tls.clone(),
         };
         // The peer server runs before openraft starts: openraft reads the log at
         // start, and a damaged entry is fetched from a peer then, which must be
@@ -243,12 +250,18 @@ impl RaftNode {
             .await
             .map_err(|e| RaftNodeError::Transport(format!("binding {}: {e}", cfg.listen_addr)))?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let acceptor = cfg.peer_tls.as_ref().map(|t| t.acceptor.clone());
         let server = tokio::spawn(async move {
             // One port: AppendEntries on the framed transport, the rest on gRPC
             // (`crate::framed`). Dropping the accept loop closes its connections.
             let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(64);
-            let accept =
-                crate::framed::accept_loop(listener, service.clone(), grpc_tx, stop_rx.clone());
+            let accept = crate::framed::accept_loop(
+                listener,
+                service.clone(),
+                grpc_tx,
+                stop_rx.clone(),
+                acceptor,
+            );
             let grpc = tonic::transport::Server::builder()
                 .initial_stream_window_size(Some(crate::network::HTTP2_STREAM_WINDOW_BYTES))
                 .initial_connection_window_size(Some(crate::network::HTTP2_CONNECTION_WINDOW_BYTES))
@@ -335,6 +348,7 @@ impl RaftNode {
             elections,
             formats,
             appends,
+            peer_tls: cfg.peer_tls.clone(),
             status,
         });
         // A crash between a snapshot build and its purge: finish the purge, so the

@@ -35,7 +35,7 @@ use tonic::transport::Channel;
 use crate::codec::{entry_to_records, log_id, records_to_entry};
 use crate::error::RaftNodeError;
 use crate::network::pb::raft_peer_client::RaftPeerClient;
-use crate::network::{decode, lazy_channel, peer_request, NetworkFilter};
+use crate::network::{decode, lazy_channel, peer_request, NetworkFilter, PeerTls};
 use crate::types::{Entry, NodeId};
 
 /// The `ReadEntry` request: the entry with this log index and term.
@@ -120,6 +120,8 @@ pub struct EntryRepair {
     peers: Mutex<BTreeMap<NodeId, String>>,
     store: Arc<MessageStore>,
     filter: NetworkFilter,
+    /// Mutual TLS to the peers, if the group has it.
+    tls: Option<PeerTls>,
     channels: Mutex<BTreeMap<NodeId, Channel>>,
     /// Entries being repaired (by the log store or the scrub): a second caller
     /// waits for the first.
@@ -136,6 +138,7 @@ impl EntryRepair {
         members: &BTreeMap<NodeId, String>,
         store: Arc<MessageStore>,
         filter: NetworkFilter,
+        tls: Option<PeerTls>,
     ) -> Self {
         let peers = members
             .iter()
@@ -147,6 +150,7 @@ impl EntryRepair {
             peers: Mutex::new(peers),
             store,
             filter,
+            tls,
             channels: Mutex::new(BTreeMap::new()),
             in_flight: Mutex::new(BTreeSet::new()),
             stopping: Arc::new(AtomicBool::new(false)),
@@ -329,7 +333,7 @@ impl EntryRepair {
         if let Some(c) = cache.get(&peer) {
             return Some(c.clone());
         }
-        let c = lazy_channel(&addr, Duration::from_millis(500)).ok()?;
+        let c = lazy_channel(&addr, Duration::from_millis(500), self.tls.as_ref()).ok()?;
         cache.insert(peer, c.clone());
         Some(c)
     }

@@ -72,7 +72,8 @@ impl Conn {
 
 /// Writes the encoded frames `rx` yields to `wr` until `rx` ends or a write
 /// fails; whatever else is queued when one is taken goes out in the same
-/// write (up to 256 KiB), so pipelined answers cost fewer system calls.
+/// write (up to 256 KiB), so pipelined answers cost fewer system calls. Each
+/// batch is flushed (a no-op on TCP; a TLS session's records go out then).
 pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
     rx: &mut mpsc::Receiver<Vec<u8>>,
     wr: &mut W,
@@ -84,7 +85,7 @@ pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
                 Err(_) => break,
             }
         }
-        if wr.write_all(&batch).await.is_err() {
+        if wr.write_all(&batch).await.is_err() || wr.flush().await.is_err() {
             return;
         }
     }
@@ -109,7 +110,41 @@ pub async fn serve_connection<H, F>(
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let _ = stream.set_nodelay(true);
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    serve_halves(rd, wr, peer, max_frame_bytes, handle, in_order, on_close).await;
+}
+
+/// [`serve_connection`] over any byte stream (a TLS session), from `peer`.
+pub async fn serve_stream<S, H, F>(
+    stream: S,
+    peer: SocketAddr,
+    max_frame_bytes: usize,
+    handle: H,
+    in_order: fn(&RemotingCommand) -> bool,
+    on_close: impl FnOnce(&Conn),
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+    H: Fn(RemotingCommand, Conn) -> F + Send + Sync + 'static,
+    F: Future<Output = Option<RemotingCommand>> + Send + 'static,
+{
+    let (rd, wr) = tokio::io::split(stream);
+    serve_halves(rd, wr, peer, max_frame_bytes, handle, in_order, on_close).await;
+}
+
+async fn serve_halves<R, W, H, F>(
+    mut rd: R,
+    mut wr: W,
+    peer: SocketAddr,
+    max_frame_bytes: usize,
+    handle: H,
+    in_order: fn(&RemotingCommand) -> bool,
+    on_close: impl FnOnce(&Conn),
+) where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(RemotingCommand, Conn) -> F + Send + Sync + 'static,
+    F: Future<Output = Option<RemotingCommand>> + Send + 'static,
+{
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE);
     let conn = Conn {
         id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),

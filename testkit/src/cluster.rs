@@ -149,6 +149,10 @@ pub struct ClusterOptions {
     /// Every node and the name server serve Prometheus metrics
     /// (`metrics_addr`, a free port each).
     pub metrics: bool,
+    /// The CA certificate (PEM file) of a deployed configuration whose name
+    /// server serves TLS (`[tls]`): the harness's own calls to the name server
+    /// are then made over TLS, checked against it.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -168,6 +172,7 @@ impl Default for ClusterOptions {
             remoting: false,
             auto_create_topics: false,
             metrics: false,
+            tls_ca: None,
         }
     }
 }
@@ -183,6 +188,8 @@ pub struct LocalCluster {
     namesrv: Child,
     dir: PathBuf,
     netns: Option<String>,
+    /// The CA (PEM) the name server's TLS certificate chains to, if it serves TLS.
+    namesrv_ca_pem: Option<Vec<u8>>,
 }
 
 impl LocalCluster {
@@ -192,7 +199,13 @@ impl LocalCluster {
         std::fs::create_dir_all(dir)
             .map_err(KitError::io(format!("creating {}", dir.display())))?;
         if let Some(deploy) = &opts.deploy_dir {
-            return Self::start_deployed(dir, deploy).await;
+            let ca = match &opts.tls_ca {
+                Some(p) => Some(
+                    std::fs::read(p).map_err(KitError::io(format!("reading {}", p.display())))?,
+                ),
+                None => None,
+            };
+            return Self::start_deployed(dir, deploy, ca).await;
         }
         let fixed = opts.fixed_ports || opts.node_per_address;
         let port = |p: u16| if fixed { p } else { free_port() };
@@ -311,6 +324,7 @@ impl LocalCluster {
             namesrv,
             dir: dir.to_path_buf(),
             netns,
+            namesrv_ca_pem: None,
         };
         wait_listening(addr, Duration::from_secs(10))?;
         Ok(cluster)
@@ -328,7 +342,7 @@ impl LocalCluster {
         Ok(leader)
     }
 
-    async fn start_deployed(dir: &Path, deploy: &Path) -> Result<Self> {
+    async fn start_deployed(dir: &Path, deploy: &Path, ca: Option<Vec<u8>>) -> Result<Self> {
         let ns_cfg = deploy.join("namesrv.toml");
         let listen = read_toml(&ns_cfg)?;
         let namesrv_addr = listen
@@ -340,6 +354,7 @@ impl LocalCluster {
             })?
             .to_owned();
         let mut cluster = Self::with_namesrv(dir, &ns_cfg, &namesrv_addr, None)?;
+        cluster.namesrv_ca_pem = ca;
         for i in 0..3u64 {
             let config = deploy.join(format!("n{i}.toml"));
             let v = read_toml(&config)?;
@@ -383,9 +398,22 @@ impl LocalCluster {
     /// The node the name server names leader of `group` (the highest term's
     /// claim among running nodes), as an index into `nodes`.
     pub async fn leader(&self, group: &str) -> Option<usize> {
-        let mut c = NameServerClient::connect(format!("http://{}", self.namesrv_addr))
-            .await
-            .ok()?;
+        let endpoint = match &self.namesrv_ca_pem {
+            Some(ca) => {
+                tonic::transport::Endpoint::from_shared(format!("https://{}", self.namesrv_addr))
+                    .ok()?
+                    .tls_config(
+                        tonic::transport::ClientTlsConfig::new()
+                            .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+                    )
+                    .ok()?
+            }
+            None => {
+                tonic::transport::Endpoint::from_shared(format!("http://{}", self.namesrv_addr))
+                    .ok()?
+            }
+        };
+        let mut c = NameServerClient::new(endpoint.connect().await.ok()?);
         let nodes = c
             .list_cluster(ListClusterRequest {})
             .await

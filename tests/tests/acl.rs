@@ -7,7 +7,9 @@
 //! follower (which signs what it passes on to the leader with the members'
 //! own credentials), and a wrong secret, a stale date, a missing header or a
 //! missing permission answer UNAUTHORIZED; users and permissions changed with
-//! `mqadmin` take effect on every member.
+//! `mqadmin` take effect on every member. The Raft peer ports take mutual TLS
+//! from members only, and the name server (TLS too) takes registrations signed
+//! with the members' own credentials only.
 
 use std::path::Path;
 use std::time::Duration;
@@ -56,6 +58,122 @@ fn secure_deploy(dir: &Path) -> std::path::PathBuf {
     deploy
 }
 
+/// The PEM material of node `n` in `certs` (a `make-certs.sh` output),
+/// trusting the CA in `ca`.
+fn node_material(certs: &Path, n: &str, ca: &Path) -> ledgermq_tls::TlsMaterial {
+    let read = |p: std::path::PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+    ledgermq_tls::TlsMaterial {
+        cert_pem: read(certs.join(format!("{n}.pem"))),
+        key_pem: read(certs.join(format!("{n}-key.pem"))),
+        ca_pem: read(ca.to_path_buf()),
+    }
+}
+
+/// A member's certificate reaches the Raft peer port at `addr`; one from
+/// another CA (made by `make-certs.sh` in `rogue`), or none, does not.
+async fn the_peer_port_takes_members_only(deploy: &Path, addr: &str) {
+    use ledgermq_raft::network::{lazy_channel, pb::raft_peer_client::RaftPeerClient};
+    let rogue = deploy.join("rogue-certs");
+    let made = std::process::Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-secure/make-certs.sh"),
+    )
+    .arg(&rogue)
+    .output()
+    .expect("make-certs.sh runs (openssl)");
+    assert!(made.status.success(), "make-certs.sh: {made:?}");
+    let ca = deploy.join("certs/ca.pem");
+    let ping = |tls: Option<ledgermq_tls::TlsMaterial>| async move {
+        let tls = tls.map(|m| ledgermq_raft::network::PeerTls::new(&m).unwrap());
+        let channel = lazy_channel(addr, Duration::from_secs(2), tls.as_ref()).unwrap();
+        RaftPeerClient::new(channel)
+            .ping(ledgermq_raft::network::peer_request(1, &(), Duration::from_secs(3)).unwrap())
+            .await
+    };
+    let member = ping(Some(node_material(&deploy.join("certs"), "n1", &ca))).await;
+    assert!(member.is_ok(), "a member is served: {member:?}");
+    let other_ca = ping(Some(node_material(&rogue, "n1", &ca))).await;
+    assert!(other_ca.is_err(), "a certificate of another CA is refused");
+    assert!(ping(None).await.is_err(), "plain HTTP/2 is refused");
+}
+
+/// The name server at `addr` (TLS, checked against `ca`) takes a registration
+/// only when it is signed with the members' own credentials.
+async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
+    use ledgermq_namesrv::pb::name_server_client::NameServerClient;
+    use ledgermq_namesrv::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
+    use ledgermq_proto::signature::{sign_request, Credentials};
+    let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(
+        tonic::transport::Certificate::from_pem(std::fs::read(ca).unwrap()),
+    );
+    let channel = ledgermq_namesrv::registrar::endpoint(addr, Some(&tls))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = NameServerClient::new(channel);
+    let node = BrokerNode {
+        cluster: "HijackCluster".into(),
+        broker_group: "hijack".into(),
+        client_addr: "127.0.0.1:1".into(),
+        ..BrokerNode::default()
+    };
+    let signed = |secret: &str| {
+        let mut r = tonic::Request::new(RegisterBrokerRequest {
+            node: Some(node.clone()),
+        });
+        sign_request(
+            &mut r,
+            &Credentials {
+                access_key: "ledgermq-inner".into(),
+                secret_key: secret.into(),
+            },
+        );
+        r
+    };
+    let unsigned = c
+        .register_broker(RegisterBrokerRequest {
+            node: Some(node.clone()),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        unsigned.code(),
+        tonic::Code::Unauthenticated,
+        "{unsigned:?}"
+    );
+    let wrong = c.register_broker(signed("guess")).await.unwrap_err();
+    assert_eq!(wrong.code(), tonic::Code::Unauthenticated, "{wrong:?}");
+    c.register_broker(signed("local-secure-inner-secret"))
+        .await
+        .unwrap();
+    let mut gone = tonic::Request::new(UnregisterBrokerRequest {
+        cluster: node.cluster.clone(),
+        broker_group: node.broker_group.clone(),
+        node_id: 0,
+    });
+    sign_request(
+        &mut gone,
+        &Credentials {
+            access_key: "ledgermq-inner".into(),
+            secret_key: "local-secure-inner-secret".into(),
+        },
+    );
+    c.unregister_broker(gone).await.unwrap();
+    // Plain HTTP/2 gets no answer from a TLS port.
+    let plain = ledgermq_namesrv::registrar::endpoint(addr, None)
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(3));
+    let refused = match plain.connect().await {
+        Ok(ch) => NameServerClient::new(ch)
+            .list_cluster(ledgermq_namesrv::pb::ListClusterRequest {})
+            .await
+            .is_err(),
+        Err(_) => true,
+    };
+    assert!(refused, "plain HTTP/2 is not served");
+}
+
 async fn user_may(access: &str, user: &str, secret: &str, publish: bool, subscribe: bool) {
     let (p, s) = (
         if publish { "1" } else { "0" },
@@ -88,10 +206,13 @@ async fn acls_and_tls_allow_what_a_user_may_do_and_refuse_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let deploy = secure_deploy(dir.path());
     let opts = ClusterOptions {
-        deploy_dir: Some(deploy),
+        deploy_dir: Some(deploy.clone()),
+        tls_ca: Some(ca().into()),
         ..ClusterOptions::default()
     };
     let cluster = LocalCluster::start(dir.path(), &opts).await.unwrap();
+    the_peer_port_takes_members_only(&deploy, "127.0.0.1:41011").await;
+    registration_needs_the_members_signature(&cluster.namesrv_addr, Path::new(ca())).await;
 
     // Admin calls: refused without a signature and for a user that is not an
     // admin; the bootstrap admin may once the leader has created it.
@@ -145,14 +266,16 @@ async fn acls_and_tls_allow_what_a_user_may_do_and_refuse_the_rest() {
         .map(|(_, n)| n.client_addr.clone())
         .unwrap();
 
-    // Without TLS mqadmin does not get through (the port does not speak
-    // plain HTTP/2: a transport failure, not a refusal by the service).
+    // Without TLS mqadmin does not get through (the name server's port does
+    // not speak plain HTTP/2: a transport failure, not a refusal by a service).
     let plain = cluster
         .admin(&[&["updateSubGroup", "-g", "SecureGroup"][..], &ADMIN[..]].concat())
         .unwrap_err()
         .to_string();
     assert!(
-        plain.contains("FAILED") && !plain.contains("authoriz") && !plain.contains("signature"),
+        plain.contains("transport error")
+            && !plain.contains("authoriz")
+            && !plain.contains("signature"),
         "{plain}"
     );
     run_check_env(

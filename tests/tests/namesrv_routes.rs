@@ -123,6 +123,7 @@ impl Group {
                 cluster_name: "g1".into(),
                 retention_interval_ms: 0,
                 join: false,
+                peer_tls: None,
             };
             let raft = RaftNode::start(cfg, NetworkFilter::default())
                 .await
@@ -131,6 +132,7 @@ impl Group {
                 namesrvs.clone(),
                 HEARTBEAT,
                 Duration::from_millis(500),
+                Default::default(),
             ));
             let id = Identity {
                 cluster: "DefaultCluster".into(),

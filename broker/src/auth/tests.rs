@@ -92,12 +92,12 @@ fn a_wrong_secret_an_unknown_user_a_stale_date_or_no_header_are_unauthorized() {
         (
             header("demo", "demo-secret", &date(NOW_MS - 901_000)),
             date(NOW_MS - 901_000),
-            "ms from this broker's clock",
+            "ms from this node's clock",
         ),
         (
             header("demo", "demo-secret", &date(NOW_MS + 901_000)),
             date(NOW_MS + 901_000),
-            "ms from this broker's clock",
+            "ms from this node's clock",
         ),
         ("Basic abc".into(), d.clone(), "scheme"),
         (

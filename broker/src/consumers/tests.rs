@@ -48,6 +48,7 @@ impl OneNode {
                 cluster_name: "test-group".into(),
                 retention_interval_ms: 0,
                 join: false,
+                peer_tls: None,
             },
             NetworkFilter::default(),
         )

@@ -6,6 +6,7 @@ use openraft::{EntryPayload, Vote};
 use super::*;
 use crate::codec::log_id;
 use crate::types::{Entry, Request};
+use tokio::net::TcpStream;
 
 fn request() -> AppendEntriesRequest<TypeConfig> {
     let msgs = vec![ledgermq_store::MessageRecord::message(
@@ -98,7 +99,7 @@ async fn a_grpc_only_peer_is_recognised_and_left_to_grpc() {
             ))
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
-    let mut link = Link::new(addr, 0);
+    let mut link = Link::new(addr, 0, None);
     assert!(link.usable());
     let frame = request_frame(&request()).unwrap();
     let e = link.exchange(&frame).await.unwrap_err();
@@ -111,10 +112,32 @@ async fn a_closed_port_is_an_io_error_not_a_fall_back() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let mut link = Link::new(addr, 0);
+    let mut link = Link::new(addr, 0, None);
     let frame = request_frame(&request()).unwrap();
     assert!(matches!(link.exchange(&frame).await, Err(LinkError::Io(_))));
     assert!(link.usable());
+}
+
+/// Serves `service` on a new loopback port as a node does (the accept loop,
+/// with `tls` if given, and the gRPC server behind it); returns its address and
+/// the sender whose drop stops the accept loop.
+async fn serve_port(
+    service: &PeerService,
+    tls: Option<ledgermq_tls::TlsAcceptor>,
+) -> (String, tokio::sync::watch::Sender<bool>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(4);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(accept_loop(listener, service.clone(), grpc_tx, stop, tls));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(crate::network::pb::raft_peer_server::RaftPeerServer::new(
+                service.clone(),
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(grpc_rx)),
+    );
+    (addr, stop_tx)
 }
 
 /// The shared port: a framed client is served by the framed server (which
@@ -124,20 +147,9 @@ async fn a_closed_port_is_an_io_error_not_a_fall_back() {
 async fn one_port_serves_frames_and_grpc() {
     let dir = tempfile::tempdir().unwrap();
     let service = service_without_raft(dir.path());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(4);
-    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(accept_loop(listener, service.clone(), grpc_tx, stop));
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(crate::network::pb::raft_peer_server::RaftPeerServer::new(
-                service.clone(),
-            ))
-            .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(grpc_rx)),
-    );
+    let (addr, _stop) = serve_port(&service, None).await;
 
-    let mut link = Link::new(addr.clone(), 0);
+    let mut link = Link::new(addr.clone(), 0, None);
     let answer = link
         .exchange(&request_frame(&request()).unwrap())
         .await
@@ -153,7 +165,7 @@ async fn one_port_serves_frames_and_grpc() {
     // Only answers Raft gave are counted.
     assert_eq!(service.appends.framed.load(Ordering::Relaxed), 0);
 
-    let channel = crate::network::lazy_channel(&addr, Duration::from_secs(1)).unwrap();
+    let channel = crate::network::lazy_channel(&addr, Duration::from_secs(1), None).unwrap();
     let mut client = crate::network::pb::raft_peer_client::RaftPeerClient::new(channel);
     let status = client
         .ping(crate::network::peer_request(0, &(), Duration::from_secs(2)).unwrap())
@@ -161,6 +173,63 @@ async fn one_port_serves_frames_and_grpc() {
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("not running yet"), "{status:?}");
+}
+
+/// The group's peer TLS for a node holding `cert` (`tls/testdata`: `member`
+/// chains to the group's CA, `rogue` to another), trusting the group's CA.
+fn peer_tls(cert: &str) -> crate::network::PeerTls {
+    let read = |name: &str| {
+        std::fs::read(format!(
+            "{}/../tls/testdata/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    crate::network::PeerTls::new(&ledgermq_tls::TlsMaterial {
+        cert_pem: read(&format!("{cert}.pem")),
+        key_pem: read(&format!("{cert}-key.pem")),
+        ca_pem: read("ca.pem"),
+    })
+    .unwrap()
+}
+
+/// With mutual TLS the shared port serves a member on both transports, and
+/// nothing to a peer without a member certificate or without TLS: no framed
+/// answer and no gRPC service (which would say Raft is not running yet).
+#[tokio::test]
+async fn with_mutual_tls_only_a_member_reaches_frames_or_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = service_without_raft(dir.path());
+    let member = peer_tls("member");
+    let (addr, _stop) = serve_port(&service, Some(member.acceptor.clone())).await;
+    let frame = request_frame(&request()).unwrap();
+    let ping = |tls: Option<crate::network::PeerTls>| {
+        let addr = addr.clone();
+        async move {
+            let channel =
+                crate::network::lazy_channel(&addr, Duration::from_secs(1), tls.as_ref()).unwrap();
+            crate::network::pb::raft_peer_client::RaftPeerClient::new(channel)
+                .ping(crate::network::peer_request(0, &(), Duration::from_secs(2)).unwrap())
+                .await
+                .unwrap_err()
+        }
+    };
+
+    let mut link = Link::new(addr.clone(), 0, Some(member.connector.clone()));
+    let answer = link.exchange(&frame).await.unwrap();
+    assert_eq!(answer.status, STATUS_UNAVAILABLE);
+    let status = ping(Some(member.clone())).await;
+    assert!(status.message().contains("not running yet"), "{status:?}");
+
+    let rogue = peer_tls("rogue");
+    let mut link = Link::new(addr.clone(), 0, Some(rogue.connector.clone()));
+    assert!(link.exchange(&frame).await.is_err());
+    let mut link = Link::new(addr.clone(), 0, None);
+    assert!(link.exchange(&frame).await.is_err());
+    for tls in [Some(rogue), None] {
+        let status = ping(tls).await;
+        assert!(!status.message().contains("not running yet"), "{status:?}");
+    }
 }
 
 #[tokio::test]
@@ -171,7 +240,7 @@ async fn a_bad_handshake_or_an_oversized_frame_closes_the_connection() {
     let addr = listener.local_addr().unwrap();
     let (grpc_tx, _grpc_rx) = tokio::sync::mpsc::channel(4);
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(accept_loop(listener, service, grpc_tx, stop));
+    tokio::spawn(accept_loop(listener, service, grpc_tx, stop, None));
 
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"LMQRAFT9\0\0\0\0\0\0\0\0").await.unwrap();
@@ -231,7 +300,7 @@ async fn echo_server(delays: Vec<Duration>, close_after: Option<usize>) -> Strin
 #[tokio::test]
 async fn an_exchange_cut_by_its_deadline_never_hands_its_answer_to_the_next() {
     let addr = echo_server(vec![Duration::from_millis(300)], None).await;
-    let mut link = Link::new(addr, 0);
+    let mut link = Link::new(addr, 0, None);
     let cut = tokio::time::timeout(Duration::from_millis(50), link.exchange(b"\x01\0\0\0A")).await;
     assert!(cut.is_err(), "the first answer comes after the deadline");
     let answer = link.exchange(b"\x01\0\0\0B").await.unwrap();
@@ -241,7 +310,7 @@ async fn an_exchange_cut_by_its_deadline_never_hands_its_answer_to_the_next() {
 #[tokio::test]
 async fn a_kept_connection_the_peer_closed_is_replaced_and_the_request_sent_again() {
     let addr = echo_server(vec![], Some(1)).await;
-    let mut link = Link::new(addr, 0);
+    let mut link = Link::new(addr, 0, None);
     assert_eq!(link.exchange(b"\x01\0\0\0A").await.unwrap().payload, b"A");
     // The server has closed that connection by now.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -256,8 +325,8 @@ async fn stopping_the_accept_loop_closes_the_port_and_its_framed_connections() {
     let addr = listener.local_addr().unwrap();
     let (grpc_tx, _grpc_rx) = tokio::sync::mpsc::channel(4);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let accept = tokio::spawn(accept_loop(listener, service, grpc_tx, stop));
-    let mut link = Link::new(addr.to_string(), 0);
+    let accept = tokio::spawn(accept_loop(listener, service, grpc_tx, stop, None));
+    let mut link = Link::new(addr.to_string(), 0, None);
     let frame = request_frame(&request()).unwrap();
     assert_eq!(
         link.exchange(&frame).await.unwrap().status,

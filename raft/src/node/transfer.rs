@@ -141,7 +141,7 @@ impl RaftNode {
                 tracing::warn!(target, "TimeoutNow: not a member");
                 return Asked::Failed;
             };
-            match lazy_channel(&addr, Duration::from_millis(500)) {
+            match lazy_channel(&addr, Duration::from_millis(500), self.peer_tls.as_ref()) {
                 Ok(c) => slot.insert(c),
                 Err(e) => {
                     tracing::warn!(target, error = %e, "TimeoutNow: bad address");

@@ -359,7 +359,12 @@ mod tests {
             .local_addr()
             .unwrap()
             .port(); // released: nothing listens there now
-        let ch = lazy_channel(&format!("127.0.0.1:{port}"), Duration::from_millis(500)).unwrap();
+        let ch = lazy_channel(
+            &format!("127.0.0.1:{port}"),
+            Duration::from_millis(500),
+            None,
+        )
+        .unwrap();
         let req = peer_request(
             1,
             &Request::Command(Command::DeleteTopic("t".into())),

@@ -115,6 +115,7 @@ impl Cluster {
                     cluster_name: "test-group".into(),
                     retention_interval_ms: 0,
                     join: false,
+                    peer_tls: None,
                 },
             );
             tweak(cfgs.get_mut(&id).unwrap());

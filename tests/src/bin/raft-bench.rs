@@ -109,6 +109,7 @@ async fn throughput(
             cluster_name: "bench".into(),
             retention_interval_ms: 0,
             join: false,
+            peer_tls: None,
         };
         nodes.push(RaftNode::start(cfg, NetworkFilter::default()).await?);
     }
@@ -192,7 +193,8 @@ async fn throughput(
 }
 
 async fn forward_write(addr: &str, timeout: Duration) -> Result<()> {
-    let channel = lazy_channel(addr, Duration::from_millis(200)).map_err(anyhow::Error::msg)?;
+    let channel =
+        lazy_channel(addr, Duration::from_millis(200), None).map_err(anyhow::Error::msg)?;
     let mut req = tonic::Request::new(encode(&Request::Messages(vec![body_message(64)]))?);
     req.set_timeout(timeout);
     let reply = tokio::time::timeout(timeout, RaftPeerClient::new(channel).forward(req)).await??;

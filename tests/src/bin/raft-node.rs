@@ -83,6 +83,7 @@ async fn main() -> Result<()> {
         cluster_name: "raft-node".into(),
         retention_interval_ms: 10_000,
         join: false,
+        peer_tls: None,
     };
     let node = RaftNode::start(cfg, NetworkFilter::default()).await?;
     println!("ready {}", args.id);

@@ -28,11 +28,11 @@ pub fn set_credentials(access_key: Option<String>, secret_key: Option<String>) -
     }
 }
 
-/// The CA certificates (PEM) the brokers' client ports are checked against
-/// when they serve TLS (`--tlsCa`), set once at start.
+/// The CA certificates (PEM) the brokers' client ports and the name servers
+/// are checked against when they serve TLS (`--tlsCa`), set once at start.
 static TLS_CA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
 
-/// Connects to the brokers over TLS, trusting the CA certificates in `path`
+/// Connects to the brokers and the name servers over TLS, trusting the CA certificates in `path`
 /// (PEM). Error: the file cannot be read.
 pub fn set_tls_ca(path: Option<&std::path::Path>) -> Result<()> {
     if let Some(p) = path {
@@ -49,20 +49,10 @@ pub struct Signer;
 impl tonic::service::Interceptor for Signer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(c) = CREDENTIALS.get() {
-            let (authorization, date_time) = ledgermq_broker::auth::signed_headers(c);
-            let md = req.metadata_mut();
-            md.insert(
-                ledgermq_broker::auth::AUTHORIZATION_HEADER,
-                authorization
-                    .parse()
-                    .map_err(|_| tonic::Status::invalid_argument("access key not ASCII"))?,
-            );
-            md.insert(
-                ledgermq_broker::auth::DATE_TIME_HEADER,
-                date_time
-                    .parse()
-                    .map_err(|_| tonic::Status::internal("date not ASCII"))?,
-            );
+            if !c.access_key.is_ascii() {
+                return Err(tonic::Status::invalid_argument("access key not ASCII"));
+            }
+            ledgermq_proto::signature::sign_request(&mut req, c);
         }
         Ok(req)
     }
@@ -80,34 +70,19 @@ pub fn admin_client(channel: tonic::transport::Channel) -> AdminClient {
     )
 }
 
-/// A channel to broker node `addr` (`host:port`, its client port: over TLS
-/// with `--tlsCa`) that gives up connecting after 3 s, and on a call after
-/// `call_timeout` if given (an unreachable node does not stall a command).
+/// A channel to `addr` (`host:port`: a broker node's client port or a name
+/// server, over TLS with `--tlsCa`) that gives up connecting after 3 s, and on
+/// a call after `call_timeout` if given (an unreachable node does not stall a
+/// command).
 pub async fn channel(
     addr: &str,
     call_timeout: Option<std::time::Duration>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let Some(ca) = TLS_CA.get() else {
-        return plain_channel(addr, call_timeout).await;
-    };
-    let mut e = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))?
-        .connect_timeout(std::time::Duration::from_secs(3))
-        .tls_config(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
-        )?;
-    if let Some(t) = call_timeout {
-        e = e.timeout(t);
-    }
-    e.connect().await
-}
-
-/// [`channel`] without TLS: the name servers' port (it serves no TLS yet).
-pub async fn plain_channel(
-    addr: &str,
-    call_timeout: Option<std::time::Duration>,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let mut e = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+    let tls = TLS_CA.get().map(|ca| {
+        tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+    });
+    let mut e = ledgermq_namesrv::registrar::endpoint(addr, tls.as_ref())?
         .connect_timeout(std::time::Duration::from_secs(3));
     if let Some(t) = call_timeout {
         e = e.timeout(t);
@@ -121,7 +96,7 @@ pub async fn plain_channel(
 pub async fn client(namesrv: &str) -> Result<NameServerClient<tonic::transport::Channel>> {
     let mut last = None;
     for addr in namesrv.split(';').map(str::trim).filter(|a| !a.is_empty()) {
-        match plain_channel(addr, Some(std::time::Duration::from_secs(10))).await {
+        match channel(addr, Some(std::time::Duration::from_secs(10))).await {
             Ok(c) => return Ok(NameServerClient::new(c)),
             Err(e) => last = Some(format!("{addr}: {e}")),
         }

@@ -65,8 +65,8 @@
 //! Where the brokers check credentials (`[auth]`), every command signs its
 //! calls with `--accessKey`/`--secretKey` (or `LEDGERMQ_ACCESS_KEY` /
 //! `LEDGERMQ_SECRET_KEY`): an admin user's, or the members' own. Where they
-//! serve TLS (`[tls]`), `--tlsCa FILE` (or `LEDGERMQ_TLS_CA`) names the CA
-//! certificates to check them against.
+//! and the name servers serve TLS (`[tls]`), `--tlsCa FILE` (or
+//! `LEDGERMQ_TLS_CA`) names the CA certificates to check them against.
 //!
 //! `-n` takes one name server (`host:port`) or several separated by `;`. Changes go
 //! to any live member of each group (the admin service on its client port), which
@@ -115,8 +115,9 @@ struct Args {
         hide_env_values = true
     )]
     secret_key: Option<String>,
-    /// CA certificates (PEM) to check the brokers' client ports against when
-    /// they serve TLS (`[tls]`); without it mqadmin connects in plain text.
+    /// CA certificates (PEM) to check the brokers' client ports and the name
+    /// servers against when they serve TLS (`[tls]`); without it mqadmin
+    /// connects in plain text.
     #[arg(long = "tlsCa", env = "LEDGERMQ_TLS_CA", global = true)]
     tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]

@@ -1,0 +1,189 @@
+//! Who may change a name server's registry, and the TLS its port speaks.
+//!
+//! **Authenticated registration** (`[auth]` of the name server's
+//! configuration): broker nodes sign `RegisterBroker` and `UnregisterBroker`
+//! with the 5.x clients' signature ([`ledgermq_proto::signature`]) made with
+//! the broker cluster's own credentials (a node's `[auth] inner_access_key`
+//! and `inner_secret_key`); a name server with `[auth]` refuses an unsigned or
+//! wrongly signed registration with `UNAUTHENTICATED`, so nobody else can put
+//! a node (and its addresses) into the routes clients follow. Route and
+//! cluster queries stay open, as RocketMQ's name server serves them.
+//!
+//! ```toml
+//! [auth]
+//! broker_access_key = "ledgermq-inner"
+//! broker_secret_key = "..."
+//! max_clock_skew_ms = 900000
+//! ```
+//!
+//! **TLS** (`[tls]`, [`ledgermq_tls::TlsFiles`]: `cert_file` and `key_file`,
+//! relative to the configuration file): the port then takes only TLS
+//! connections, HTTP/2 (gRPC) or remoting inside them, told apart by their
+//! first byte as on a plain port.
+
+use ledgermq_proto::signature::{check_signed_by, headers_of, Credentials, SignatureError};
+use serde::Deserialize;
+
+/// The `[auth]` table of a name server.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistrationAuth {
+    /// The access key broker nodes sign registrations with; registration is
+    /// open (anyone may register) when unset.
+    pub broker_access_key: Option<String>,
+    /// Its secret key.
+    pub broker_secret_key: Option<String>,
+    /// The largest difference accepted between a registration's
+    /// `x-mq-date-time` and this name server's clock, ms; 0 does not check it.
+    pub max_clock_skew_ms: u64,
+}
+
+impl Default for RegistrationAuth {
+    fn default() -> Self {
+        Self {
+            broker_access_key: None,
+            broker_secret_key: None,
+            max_clock_skew_ms: 900_000,
+        }
+    }
+}
+
+impl std::fmt::Debug for RegistrationAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistrationAuth")
+            .field("broker_access_key", &self.broker_access_key)
+            .field(
+                "broker_secret_key",
+                &self.broker_secret_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("max_clock_skew_ms", &self.max_clock_skew_ms)
+            .finish()
+    }
+}
+
+impl RegistrationAuth {
+    /// The credentials registrations must be signed with, None when
+    /// registration is open. Error: one key given without the other, or an
+    /// empty one.
+    pub fn credentials(&self) -> Result<Option<Credentials>, String> {
+        match (&self.broker_access_key, &self.broker_secret_key) {
+            (None, None) => Ok(None),
+            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => Ok(Some(Credentials {
+                access_key: a.clone(),
+                secret_key: s.clone(),
+            })),
+            _ => Err(
+                "auth.broker_access_key and auth.broker_secret_key go together, neither empty"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// The registration check a name server runs: the credentials and the skew
+/// bound, or nothing when registration is open.
+#[derive(Debug, Clone, Default)]
+pub struct RegistrationCheck {
+    creds: Option<Credentials>,
+    max_clock_skew_ms: u64,
+}
+
+impl RegistrationCheck {
+    /// From the `[auth]` table. Error: as [`RegistrationAuth::credentials`].
+    pub fn new(auth: &RegistrationAuth) -> Result<Self, String> {
+        Ok(Self {
+            creds: auth.credentials()?,
+            max_clock_skew_ms: auth.max_clock_skew_ms,
+        })
+    }
+
+    /// Checks a registration's signature headers at `now_ms` (this name
+    /// server's wall clock). No I/O. Error: `UNAUTHENTICATED` saying why.
+    pub fn check(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        now_ms: u64,
+    ) -> Result<(), tonic::Status> {
+        let Some(creds) = &self.creds else {
+            return Ok(());
+        };
+        let now_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        check_signed_by(creds, headers_of(metadata), now_ms, self.max_clock_skew_ms).map_err(
+            |e: SignatureError| {
+                tonic::Status::unauthenticated(format!("broker registration refused: {e}"))
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledgermq_proto::signature::sign_request;
+
+    fn check() -> RegistrationCheck {
+        RegistrationCheck::new(&RegistrationAuth {
+            broker_access_key: Some("ledgermq-inner".into()),
+            broker_secret_key: Some("inner-secret".into()),
+            ..RegistrationAuth::default()
+        })
+        .unwrap()
+    }
+
+    fn signed(access_key: &str, secret_key: &str) -> tonic::metadata::MetadataMap {
+        let mut r = tonic::Request::new(());
+        sign_request(
+            &mut r,
+            &Credentials {
+                access_key: access_key.into(),
+                secret_key: secret_key.into(),
+            },
+        );
+        r.metadata().clone()
+    }
+
+    #[test]
+    fn only_the_brokers_credentials_register_when_auth_is_on() {
+        let now = crate::now_ms();
+        assert!(check()
+            .check(&signed("ledgermq-inner", "inner-secret"), now)
+            .is_ok());
+        for (md, why) in [
+            (signed("ledgermq-inner", "guess"), "check signature failed"),
+            (signed("admin", "inner-secret"), "not found"),
+            (
+                tonic::metadata::MetadataMap::new(),
+                "authentication is required",
+            ),
+        ] {
+            let e = check().check(&md, now).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated);
+            assert!(e.message().contains(why), "{e:?}");
+        }
+        // A signature from an hour ago.
+        let e = check()
+            .check(&signed("ledgermq-inner", "inner-secret"), now + 3_600_000)
+            .unwrap_err();
+        assert!(e.message().contains("ms from this node's clock"), "{e:?}");
+        // Open registration reads nothing.
+        let open = RegistrationCheck::default();
+        assert!(open
+            .check(&tonic::metadata::MetadataMap::new(), now)
+            .is_ok());
+    }
+
+    #[test]
+    fn the_keys_go_together_and_the_secret_is_never_shown() {
+        let half = RegistrationAuth {
+            broker_access_key: Some("k".into()),
+            ..RegistrationAuth::default()
+        };
+        assert!(half.credentials().is_err());
+        let full = RegistrationAuth {
+            broker_access_key: Some("k".into()),
+            broker_secret_key: Some("very-secret".into()),
+            ..RegistrationAuth::default()
+        };
+        assert!(!format!("{full:?}").contains("very-secret"));
+    }
+}
