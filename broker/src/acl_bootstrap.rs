@@ -25,12 +25,7 @@ pub struct AclBootstrap {
 impl AclBootstrap {
     /// The bootstrap users the group does not have yet.
     fn missing(&self) -> Vec<AclUser> {
-        let meta = self
-            .broker
-            .node
-            .shared_meta()
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let meta = self.broker.meta();
         self.broker
             .settings
             .auth

@@ -129,15 +129,58 @@ impl AuthSettings {
             .ok_or_else(|| denied(format!("no {DATE_TIME_HEADER} header")))?;
         let (access_key, signature) = parse_authorization(header)?;
         check_skew(date_time, now_ms, self.max_clock_skew_ms).map_err(refused)?;
-        let (secret, principal) = match (&self.inner, users.get(access_key)) {
-            (Some(inner), _) if inner.access_key == access_key => {
-                (inner.secret_key.as_str(), Principal::Inner)
-            }
-            (_, Some(u)) => (u.secret_key.expose(), Principal::User(u.clone())),
-            _ => return Err(denied(format!("user {access_key} is not found"))),
-        };
+        let (secret, principal) = self.lookup(users, access_key)?;
         // Constant-time comparison.
         verify(access_key, secret, date_time, &signature).map_err(refused)?;
+        Ok(principal)
+    }
+
+    /// The secret key and principal of `access_key`: the members' own
+    /// credentials, or a user of `users`. Error: UNAUTHORIZED for neither.
+    fn lookup<'a>(
+        &'a self,
+        users: &'a BTreeMap<String, AclUser>,
+        access_key: &str,
+    ) -> Result<(&'a str, Principal), BrokerError> {
+        match (&self.inner, users.get(access_key)) {
+            (Some(inner), _) if inner.access_key == access_key => {
+                Ok((inner.secret_key.as_str(), Principal::Inner))
+            }
+            (_, Some(u)) => Ok((u.secret_key.expose(), Principal::User(u.clone()))),
+            _ => Err(refuse(
+                ErrorKind::Unauthorized,
+                format!("user {access_key} is not found"),
+            )),
+        }
+    }
+
+    /// Who sent the 4.x remoting request `cmd`, by its ACL signature
+    /// (`AccessKey` and `Signature` ext fields, [`ledgermq_remoting::acl`]),
+    /// checked against `users`. The 4.x signature carries no date, so there
+    /// is no skew check. Errors: UNAUTHORIZED for no `AccessKey`, an unknown
+    /// access key or a wrong or missing signature.
+    pub fn authenticate_remoting(
+        &self,
+        users: &BTreeMap<String, AclUser>,
+        cmd: &ledgermq_remoting::RemotingCommand,
+    ) -> Result<Principal, BrokerError> {
+        if !self.enabled {
+            return Ok(Principal::Anyone);
+        }
+        let access_key = ledgermq_remoting::acl::access_key(cmd).ok_or_else(|| {
+            refuse(
+                ErrorKind::Unauthorized,
+                "authentication is required: no AccessKey (the 4.x client's ACL hook, \
+                 session credentials)",
+            )
+        })?;
+        let (secret, principal) = self.lookup(users, access_key)?;
+        if !ledgermq_remoting::acl::verify(cmd, secret) {
+            return Err(refuse(
+                ErrorKind::Unauthorized,
+                format!("check signature failed for user {access_key}"),
+            ));
+        }
         Ok(principal)
     }
 }

@@ -441,6 +441,15 @@ impl Broker {
         }
     }
 
+    /// This node's copy of the group metadata, read-locked (a poisoned lock
+    /// is read as it stands: the broker only reads it).
+    pub(crate) fn meta(&self) -> std::sync::RwLockReadGuard<'_, ledgermq_meta::GroupMeta> {
+        self.node
+            .shared_meta()
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A channel to member `node`'s client port (one per address, reused), the
     /// leader's or, for a transaction check back, another's. Error:
     /// `Leader` when its address is not a valid endpoint; `NameServer` when it

@@ -144,6 +144,10 @@ pub struct BrokerConfig {
     /// TLS on the client port (`[tls]`, [`tls::TlsConfig`]); none by default.
     #[serde(default)]
     pub tls: tls::TlsConfig,
+    /// Call the name servers over TLS, checking them against `tls.ca_file`
+    /// (their `[tls]`); plain HTTP/2 by default. Needs `[tls]`.
+    #[serde(default)]
+    pub namesrv_tls: bool,
     /// Largest message body in bytes (RocketMQ: 4 MiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
@@ -292,9 +296,14 @@ impl BrokerConfig {
             return Err(err(format!("node_id {} is not among [peers]", cfg.node_id)));
         }
         cfg.auth.settings().map_err(err)?;
+        cfg.auth.registration().map_err(err)?;
         cfg.tls
             .resolve(path.parent().unwrap_or_else(|| Path::new(".")));
-        cfg.tls.load(true).map_err(err)?;
+        if cfg.tls.load(true).map_err(err)?.is_none() && cfg.namesrv_tls {
+            return Err(err(
+                "namesrv_tls needs [tls] (its ca_file checks the name servers)".into(),
+            ));
+        }
         let s = cfg.service_settings();
         if !(1..=crate::broker::MAX_QUEUES).contains(&s.max_queues_per_topic) {
             return Err(err(format!(

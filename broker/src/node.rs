@@ -167,12 +167,19 @@ impl BrokerNode {
         }
         let raft_watch = crate::metrics::scrape::spawn_raft_watch(node.clone(), metrics.clone());
         let mut settings = cfg.service_settings();
-        // The name servers are reached over TLS when this node has `[tls]`
-        // (checked against its CA), and registrations are signed with the
-        // members' own credentials when they are set.
+        // The name servers are reached over TLS with `namesrv_tls` (checked
+        // against this node's CA), and registrations are signed with the
+        // registration credentials when they are set (never the members' own:
+        // the name servers see what is signed).
         let namesrv_access = ledgermq_namesrv::registrar::NameServerAccess {
-            credentials: settings.auth.inner.clone(),
-            tls: tls.as_ref().map(|m| m.tonic_client(false)),
+            credentials: cfg
+                .auth
+                .registration()
+                .map_err(|e| config_error("auth", e))?,
+            tls: tls
+                .as_ref()
+                .filter(|_| cfg.namesrv_tls)
+                .map(|m| m.tonic_client(false)),
         };
         settings.tls = tls;
         let broker = Broker::new(

@@ -27,11 +27,12 @@
 //!   producer of the half's group connected here.
 //!
 //! Anything else answers REQUEST_CODE_NOT_SUPPORTED. With authentication on
-//! (`[auth]`), every request answers NO_PERMISSION: the 4.x ACL signature is
-//! not checked yet.
+//! (`[auth]`), each request's 4.x ACL signature and permissions are checked
+//! first ([`guard`]); a refusal answers NO_PERMISSION.
 
 mod clients;
 mod fields;
+mod guard;
 mod pull;
 mod query;
 mod retry;
@@ -191,25 +192,39 @@ pub(crate) fn error_answer(req: &RemotingCommand, e: &BrokerError) -> RemotingCo
 }
 
 impl Remoting {
+    /// Why `req` is refused while authentication is on ([`guard`]), or None
+    /// when its sender may make it.
+    fn refused(&self, req: &RemotingCommand) -> Option<BrokerError> {
+        let meta = self.broker.meta();
+        let checked = self
+            .broker
+            .settings
+            .auth
+            .authenticate_remoting(&meta.acl_users, req)
+            .and_then(|p| guard::authorize(&p, req));
+        drop(meta);
+        match checked {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::info!(code = req.code, error = %e, "a remoting request is refused");
+                Some(e)
+            }
+        }
+    }
+
     async fn handle(
         self: Arc<Self>,
         mut req: RemotingCommand,
         conn: Conn,
     ) -> Option<RemotingCommand> {
         let started = std::time::Instant::now();
+        let refusal = if self.broker.settings.auth.enabled {
+            self.refused(&req)
+        } else {
+            None
+        };
         let answer = match req.code {
-            // The 4.x ACL signature (AclClientRPCHook) is not checked yet: with
-            // authentication on, this port serves nothing rather than let a
-            // 4.x client past the ACLs the client port enforces.
-            _ if self.broker.settings.auth.enabled => Ok(RemotingCommand::response_to(
-                &req,
-                response::NO_PERMISSION,
-                Some(
-                    "authentication is on and the remoting protocol does not check \
-                     credentials yet: use the 5.x gRPC protocol"
-                        .into(),
-                ),
-            )),
+            _ if refusal.is_some() => Err(refusal.expect("checked by the guard")),
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
                 let body = std::mem::take(&mut req.body);
                 self.send(&req, body, &conn).await

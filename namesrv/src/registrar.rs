@@ -18,8 +18,8 @@ use crate::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
 /// How a broker node reaches the name servers.
 #[derive(Debug, Clone, Default)]
 pub struct NameServerAccess {
-    /// What registrations are signed with (the cluster's own credentials);
-    /// unsigned when None.
+    /// What registrations are signed with (the cluster's registration
+    /// credentials, which grant nothing on the brokers); unsigned when None.
     pub credentials: Option<ledgermq_proto::signature::Credentials>,
     /// TLS to the name servers (checked against the CA it holds); plain
     /// HTTP/2 when None.
@@ -108,7 +108,7 @@ impl Registrar {
                     let Some(mut c) = client(&addr, timeout, access) else {
                         return;
                     };
-                    let req = access.signed(req);
+                    let req = access.signed(req, crate::security::unregister_bound);
                     let _ = tokio::time::timeout(timeout, c.unregister_broker(req)).await;
                 }
             });
@@ -118,11 +118,13 @@ impl Registrar {
 }
 
 impl NameServerAccess {
-    /// `msg` as a request, signed now when there are credentials.
-    fn signed<T>(&self, msg: T) -> tonic::Request<T> {
+    /// `msg` as a request, signed now over `bound` when there are
+    /// credentials ([`crate::security`]).
+    fn signed<T>(&self, msg: T, bound: impl FnOnce(&T) -> String) -> tonic::Request<T> {
+        let b = self.credentials.as_ref().map(|_| bound(&msg));
         let mut req = tonic::Request::new(msg);
-        if let Some(creds) = &self.credentials {
-            ledgermq_proto::signature::sign_request(&mut req, creds);
+        if let (Some(creds), Some(b)) = (&self.credentials, b) {
+            ledgermq_proto::signature::sign_request_bound(&mut req, creds, &b);
         }
         req
     }
@@ -177,7 +179,12 @@ async fn heartbeat_loop(
         };
         let key = Some(urgent_key(&node));
         // Signed per call: the signature's date must be recent.
-        let req = access.signed(RegisterBrokerRequest { node: Some(node) });
+        let req = access.signed(RegisterBrokerRequest { node: Some(node) }, |r| {
+            r.node
+                .as_ref()
+                .map(crate::security::register_bound)
+                .unwrap_or_default()
+        });
         let error = match tokio::time::timeout(timeout, c.register_broker(req)).await {
             Ok(Ok(_)) => {
                 if failures > 0 {

@@ -2,12 +2,17 @@
 //!
 //! **Authenticated registration** (`[auth]` of the name server's
 //! configuration): broker nodes sign `RegisterBroker` and `UnregisterBroker`
-//! with the 5.x clients' signature ([`ledgermq_proto::signature`]) made with
-//! the broker cluster's own credentials (a node's `[auth] inner_access_key`
-//! and `inner_secret_key`); a name server with `[auth]` refuses an unsigned or
-//! wrongly signed registration with `UNAUTHENTICATED`, so nobody else can put
-//! a node (and its addresses) into the routes clients follow. Route and
-//! cluster queries stay open, as RocketMQ's name server serves them.
+//! with the 5.x clients' signature scheme ([`ledgermq_proto::signature`]),
+//! made with the cluster's registration credentials (each node's `[auth]
+//! registration_access_key` / `registration_secret_key`, which grant nothing
+//! on the brokers) over the date and the node's identity and addresses
+//! ([`register_bound`], [`unregister_bound`]). A name server with `[auth]`
+//! refuses an unsigned or wrongly signed registration with `UNAUTHENTICATED`:
+//! without the secret nobody can put an address into the routes clients
+//! follow, or take a node out. A signature seen on the wire (a port without
+//! TLS) can be replayed, for the same node and addresses only, until its date
+//! leaves `max_clock_skew_ms`; which is why 0 (no bound) is refused here.
+//! Route and cluster queries stay open, as RocketMQ's name server serves them.
 //!
 //! ```toml
 //! [auth]
@@ -23,6 +28,24 @@
 
 use ledgermq_proto::signature::{check_signed_by, headers_of, Credentials, SignatureError};
 use serde::Deserialize;
+
+use crate::pb::{BrokerNode, UnregisterBrokerRequest};
+
+/// What a RegisterBroker's signature covers after its date: the node's
+/// cluster, broker group, node id, client, member and remoting addresses, one
+/// per line, each after a newline.
+pub fn register_bound(n: &BrokerNode) -> String {
+    format!(
+        "\n{}\n{}\n{}\n{}\n{}\n{}",
+        n.cluster, n.broker_group, n.node_id, n.client_addr, n.member_addr, n.remoting_addr
+    )
+}
+
+/// What an UnregisterBroker's signature covers after its date: cluster,
+/// broker group and node id, each after a newline.
+pub fn unregister_bound(r: &UnregisterBrokerRequest) -> String {
+    format!("\n{}\n{}\n{}", r.cluster, r.broker_group, r.node_id)
+}
 
 /// The `[auth]` table of a name server.
 #[derive(Clone, Deserialize)]
@@ -63,11 +86,16 @@ impl std::fmt::Debug for RegistrationAuth {
 
 impl RegistrationAuth {
     /// The credentials registrations must be signed with, None when
-    /// registration is open. Error: one key given without the other, or an
-    /// empty one.
+    /// registration is open. Error: one key given without the other, an
+    /// empty one, or no bound on the date's age (`max_clock_skew_ms = 0`).
     pub fn credentials(&self) -> Result<Option<Credentials>, String> {
         match (&self.broker_access_key, &self.broker_secret_key) {
             (None, None) => Ok(None),
+            (Some(_), Some(_)) if self.max_clock_skew_ms == 0 => Err(
+                "auth.max_clock_skew_ms must be above 0: a signed registration could \
+                 otherwise be replayed forever"
+                    .into(),
+            ),
             (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => Ok(Some(Credentials {
                 access_key: a.clone(),
                 secret_key: s.clone(),
@@ -98,28 +126,36 @@ impl RegistrationCheck {
     }
 
     /// Checks a registration's signature headers at `now_ms` (this name
-    /// server's wall clock). No I/O. Error: `UNAUTHENTICATED` saying why.
+    /// server's wall clock), made over the date and `bound`
+    /// ([`register_bound`], [`unregister_bound`]). No I/O. Error:
+    /// `UNAUTHENTICATED` saying why.
     pub fn check(
         &self,
         metadata: &tonic::metadata::MetadataMap,
         now_ms: u64,
+        bound: &str,
     ) -> Result<(), tonic::Status> {
         let Some(creds) = &self.creds else {
             return Ok(());
         };
         let now_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
-        check_signed_by(creds, headers_of(metadata), now_ms, self.max_clock_skew_ms).map_err(
-            |e: SignatureError| {
-                tonic::Status::unauthenticated(format!("broker registration refused: {e}"))
-            },
+        check_signed_by(
+            creds,
+            headers_of(metadata),
+            now_ms,
+            self.max_clock_skew_ms,
+            bound,
         )
+        .map_err(|e: SignatureError| {
+            tonic::Status::unauthenticated(format!("broker registration refused: {e}"))
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ledgermq_proto::signature::sign_request;
+    use ledgermq_proto::signature::sign_request_bound;
 
     fn check() -> RegistrationCheck {
         RegistrationCheck::new(&RegistrationAuth {
@@ -130,14 +166,17 @@ mod tests {
         .unwrap()
     }
 
+    const BOUND: &str = "\nc\ng\n0\n127.0.0.1:1\n\n";
+
     fn signed(access_key: &str, secret_key: &str) -> tonic::metadata::MetadataMap {
         let mut r = tonic::Request::new(());
-        sign_request(
+        sign_request_bound(
             &mut r,
             &Credentials {
                 access_key: access_key.into(),
                 secret_key: secret_key.into(),
             },
+            BOUND,
         );
         r.metadata().clone()
     }
@@ -146,8 +185,17 @@ mod tests {
     fn only_the_brokers_credentials_register_when_auth_is_on() {
         let now = crate::now_ms();
         assert!(check()
-            .check(&signed("ledgermq-inner", "inner-secret"), now)
+            .check(&signed("ledgermq-inner", "inner-secret"), now, BOUND)
             .is_ok());
+        // The same headers for another node's addresses.
+        let e = check()
+            .check(
+                &signed("ledgermq-inner", "inner-secret"),
+                now,
+                "\nc\ng\n0\n10.0.0.66:1\n\n",
+            )
+            .unwrap_err();
+        assert!(e.message().contains("check signature failed"), "{e:?}");
         for (md, why) in [
             (signed("ledgermq-inner", "guess"), "check signature failed"),
             (signed("admin", "inner-secret"), "not found"),
@@ -156,19 +204,23 @@ mod tests {
                 "authentication is required",
             ),
         ] {
-            let e = check().check(&md, now).unwrap_err();
+            let e = check().check(&md, now, BOUND).unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unauthenticated);
             assert!(e.message().contains(why), "{e:?}");
         }
         // A signature from an hour ago.
         let e = check()
-            .check(&signed("ledgermq-inner", "inner-secret"), now + 3_600_000)
+            .check(
+                &signed("ledgermq-inner", "inner-secret"),
+                now + 3_600_000,
+                BOUND,
+            )
             .unwrap_err();
         assert!(e.message().contains("ms from this node's clock"), "{e:?}");
         // Open registration reads nothing.
         let open = RegistrationCheck::default();
         assert!(open
-            .check(&tonic::metadata::MetadataMap::new(), now)
+            .check(&tonic::metadata::MetadataMap::new(), now, BOUND)
             .is_ok());
     }
 
@@ -185,5 +237,10 @@ mod tests {
             ..RegistrationAuth::default()
         };
         assert!(!format!("{full:?}").contains("very-secret"));
+        let unbounded = RegistrationAuth {
+            max_clock_skew_ms: 0,
+            ..full
+        };
+        assert!(unbounded.credentials().is_err());
     }
 }

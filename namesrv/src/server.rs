@@ -148,7 +148,13 @@ impl NameServer for NameServerService {
         &self,
         req: Request<RegisterBrokerRequest>,
     ) -> Result<Response<RegisterBrokerResponse>, Status> {
-        self.registration.check(req.metadata(), now_ms())?;
+        if let Some(node) = &req.get_ref().node {
+            self.registration.check(
+                req.metadata(),
+                now_ms(),
+                &crate::security::register_bound(node),
+            )?;
+        }
         let node = req
             .into_inner()
             .node
@@ -167,7 +173,11 @@ impl NameServer for NameServerService {
         &self,
         req: Request<UnregisterBrokerRequest>,
     ) -> Result<Response<UnregisterBrokerResponse>, Status> {
-        self.registration.check(req.metadata(), now_ms())?;
+        self.registration.check(
+            req.metadata(),
+            now_ms(),
+            &crate::security::unregister_bound(req.get_ref()),
+        )?;
         let r = req.into_inner();
         self.registry
             .lock()
@@ -212,6 +222,11 @@ pub async fn serve(
             .map_err(NameSrvError::Config)?,
         ..NameServerService::default()
     };
+    if cfg.tls.ca_file.is_some() {
+        return Err(NameSrvError::Config(
+            "tls.ca_file: the name server checks no client certificate; leave it out".into(),
+        ));
+    }
     let tls = cfg
         .tls
         .load(false)
@@ -334,6 +349,105 @@ pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), N
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name server with `[tls]` serves gRPC and remoting inside TLS (the
+    /// first byte read ahead inside the session picks the protocol), and
+    /// nothing in plain text.
+    #[tokio::test]
+    async fn with_tls_both_protocols_are_served_inside_it_and_plain_text_is_not() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tls/testdata");
+        let cfg = NameServerConfig {
+            tls: ledgermq_tls::TlsFiles {
+                cert_file: Some(testdata.join("member.pem")),
+                key_file: Some(testdata.join("member-key.pem")),
+                ca_file: None,
+            },
+            ..NameServerConfig::default()
+        };
+        let (listener, addr) = bind("127.0.0.1:0").await.unwrap();
+        tokio::spawn(async move { serve(&cfg, listener, std::future::pending()).await });
+        let addr = addr.to_string();
+        let client = ledgermq_tls::TlsMaterial {
+            cert_pem: std::fs::read(testdata.join("member.pem")).unwrap(),
+            key_pem: std::fs::read(testdata.join("member-key.pem")).unwrap(),
+            ca_pem: std::fs::read(testdata.join("ca.pem")).unwrap(),
+        };
+
+        // Remoting inside TLS: a route query gets its answer.
+        let mut s = ledgermq_tls::connect(&addr, Some(&client.connector(false).unwrap()))
+            .await
+            .unwrap();
+        let query = ledgermq_remoting::RemotingCommand::request(
+            ledgermq_remoting::codes::request::GET_ROUTEINFO_BY_TOPIC,
+            [("topic", "NoSuchTopic")],
+        );
+        s.write_all(&query.encode().unwrap()).await.unwrap();
+        s.flush().await.unwrap();
+        let mut buf = Vec::new();
+        let answer = loop {
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+                .await
+                .expect("an answer within 5 s")
+                .unwrap();
+            assert!(n > 0, "closed without an answer");
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some((frame, _)) = ledgermq_remoting::split_frame(&buf, 1 << 20).unwrap() {
+                break ledgermq_remoting::RemotingCommand::decode(frame).unwrap();
+            }
+        };
+        assert!(answer.is_response());
+        assert_eq!(answer.opaque, query.opaque);
+
+        // gRPC inside TLS.
+        let tls = client.tonic_client(false);
+        let channel = crate::registrar::endpoint(&addr, Some(&tls))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        crate::pb::name_server_client::NameServerClient::new(channel)
+            .list_cluster(ListClusterRequest {})
+            .await
+            .unwrap();
+
+        // Plain remoting: no answer, the connection is closed.
+        let mut plain = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        plain.write_all(&query.encode().unwrap()).await.unwrap();
+        let mut back = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(15), plain.read_to_end(&mut back))
+            .await
+            .expect("closed within the handshake wait")
+            .unwrap_or(0);
+        assert!(
+            ledgermq_remoting::split_frame(&back[..n], 1 << 20)
+                .ok()
+                .flatten()
+                .is_none(),
+            "no remoting answer in plain text"
+        );
+    }
+
+    #[test]
+    fn a_ca_file_is_refused_since_no_client_certificate_is_checked() {
+        let cfg = NameServerConfig {
+            tls: ledgermq_tls::TlsFiles {
+                ca_file: Some("ca.pem".into()),
+                ..Default::default()
+            },
+            ..NameServerConfig::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt.block_on(async {
+            let (listener, _) = bind("127.0.0.1:0").await.unwrap();
+            serve(&cfg, listener, std::future::pending()).await
+        });
+        assert!(matches!(e, Err(NameSrvError::Config(m)) if m.contains("ca_file")));
+    }
 
     #[test]
     fn the_compose_and_systemd_namesrv_configs_load() {

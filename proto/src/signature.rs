@@ -103,18 +103,31 @@ pub fn date_time_now() -> String {
 /// The two signature headers for `creds`, signed now: (`authorization`,
 /// `x-mq-date-time`) values.
 pub fn signed_headers(creds: &Credentials) -> (String, String) {
+    signed_headers_bound(creds, "")
+}
+
+/// [`signed_headers`] with the signature made over the date followed by
+/// `bound` (what else the receiver knows the request says, so a signature
+/// seen on the wire cannot be reused for another request); `""` makes the
+/// 5.x clients' signature.
+pub fn signed_headers_bound(creds: &Credentials, bound: &str) -> (String, String) {
     let date_time = date_time_now();
     let authorization = format!(
         "{SCHEME} Credential={}, SignedHeaders={DATE_TIME_HEADER}, Signature={}",
         creds.access_key,
-        sign(&creds.secret_key, &date_time)
+        sign(&creds.secret_key, &format!("{date_time}{bound}"))
     );
     (authorization, date_time)
 }
 
 /// Sets both signature headers for `creds` on `request`, signed now.
 pub fn sign_request<T>(request: &mut tonic::Request<T>, creds: &Credentials) {
-    let (authorization, date_time) = signed_headers(creds);
+    sign_request_bound(request, creds, "");
+}
+
+/// [`sign_request`] over the date and `bound` ([`signed_headers_bound`]).
+pub fn sign_request_bound<T>(request: &mut tonic::Request<T>, creds: &Credentials, bound: &str) {
+    let (authorization, date_time) = signed_headers_bound(creds, bound);
     for (name, value) in [
         (AUTHORIZATION_HEADER, authorization),
         (DATE_TIME_HEADER, date_time),
@@ -205,13 +218,15 @@ pub fn headers_of(metadata: &tonic::metadata::MetadataMap) -> (Option<&str>, Opt
 /// Checks a request signed by the one access key `creds` names (a process's
 /// own credentials, as a name server checks broker nodes): both headers
 /// present, the date within `max_skew_ms` of `now_ms`, and the signature
-/// made with `creds`' secret. Errors: `Malformed` (missing header, other
+/// made with `creds`' secret over the date and `bound`
+/// ([`signed_headers_bound`]). Errors: `Malformed` (missing header, other
 /// access key), `Skewed`, `Mismatch`.
 pub fn check_signed_by(
     creds: &Credentials,
     headers: (Option<&str>, Option<&str>),
     now_ms: i64,
     max_skew_ms: u64,
+    bound: &str,
 ) -> Result<(), SignatureError> {
     let (Some(authorization), Some(date_time)) = headers else {
         return Err(SignatureError::Malformed(format!(
@@ -225,7 +240,12 @@ pub fn check_signed_by(
             "user {access_key} is not found"
         )));
     }
-    verify(access_key, &creds.secret_key, date_time, &signature)
+    verify(
+        access_key,
+        &creds.secret_key,
+        &format!("{date_time}{bound}"),
+        &signature,
+    )
 }
 
 #[cfg(test)]
@@ -244,13 +264,13 @@ mod tests {
         let (authorization, date_time) = signed_headers(&creds());
         let now = parse_date_time(&date_time).unwrap();
         let ok = (Some(authorization.as_str()), Some(date_time.as_str()));
-        assert_eq!(check_signed_by(&creds(), ok, now, 900_000), Ok(()));
+        assert_eq!(check_signed_by(&creds(), ok, now, 900_000, ""), Ok(()));
         let other = Credentials {
             secret_key: "other".into(),
             ..creds()
         };
         assert_eq!(
-            check_signed_by(&other, ok, now, 900_000),
+            check_signed_by(&other, ok, now, 900_000, ""),
             Err(SignatureError::Mismatch("ledgermq-inner".into()))
         );
         let stranger = Credentials {
@@ -258,19 +278,38 @@ mod tests {
             ..creds()
         };
         assert!(matches!(
-            check_signed_by(&stranger, ok, now, 900_000),
+            check_signed_by(&stranger, ok, now, 900_000, ""),
             Err(SignatureError::Malformed(_))
         ));
         assert!(matches!(
-            check_signed_by(&creds(), ok, now + 900_001, 900_000),
+            check_signed_by(&creds(), ok, now + 900_001, 900_000, ""),
             Err(SignatureError::Skewed { .. })
         ));
         // 0: no skew check.
-        assert_eq!(check_signed_by(&creds(), ok, now + 10_000_000, 0), Ok(()));
+        assert_eq!(
+            check_signed_by(&creds(), ok, now + 10_000_000, 0, ""),
+            Ok(())
+        );
         assert!(matches!(
-            check_signed_by(&creds(), (None, Some(&date_time)), now, 0),
+            check_signed_by(&creds(), (None, Some(&date_time)), now, 0, ""),
             Err(SignatureError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn a_bound_signature_holds_only_for_what_it_was_bound_to() {
+        let (authorization, date_time) = signed_headers_bound(&creds(), "\nnode-a");
+        let now = parse_date_time(&date_time).unwrap();
+        let h = (Some(authorization.as_str()), Some(date_time.as_str()));
+        assert_eq!(
+            check_signed_by(&creds(), h, now, 900_000, "\nnode-a"),
+            Ok(())
+        );
+        assert_eq!(
+            check_signed_by(&creds(), h, now, 900_000, "\nnode-b"),
+            Err(SignatureError::Mismatch("ledgermq-inner".into()))
+        );
+        assert!(check_signed_by(&creds(), h, now, 900_000, "").is_err());
     }
 
     #[test]

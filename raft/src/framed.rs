@@ -224,13 +224,13 @@ impl Link {
     }
 
     async fn connect(&self) -> Result<Stream, LinkError> {
-        // The TLS handshake, if any, within the same bound as the TCP connect.
-        let mut conn = tokio::time::timeout(
-            Duration::from_millis(500),
-            ledgermq_tls::connect(&self.addr, self.tls.as_ref()),
-        )
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        // The TCP connect within 500 ms; a TLS handshake (two more round
+        // trips) gets 2 s more.
+        let bound = Duration::from_millis(if self.tls.is_some() { 2500 } else { 500 });
+        let mut conn =
+            tokio::time::timeout(bound, ledgermq_tls::connect(&self.addr, self.tls.as_ref()))
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
         let mut hello = Vec::with_capacity(16);
         hello.extend_from_slice(MAGIC);
         hello.extend_from_slice(&self.from.to_le_bytes());

@@ -11,11 +11,13 @@
 //!   flag, remark, ext fields, body) in either header serialization, JSON or
 //!   ROCKETMQ's binary one, and back in the one the request used.
 //! - [`codes`]: request and response codes.
+//! - [`acl`]: the 4.x ACL signature (`AccessKey`, `Signature` ext fields).
 //! - [`message`]: messages on the wire (a pull answer's stored-message layout,
 //!   a batch send's body, properties, the offset message id).
 //! - `conn` (feature `io`, the one module with I/O): a server-side connection
 //!   over tokio.
 
+pub mod acl;
 pub mod codes;
 pub mod command;
 #[cfg(feature = "io")]

@@ -9,7 +9,7 @@
 //! missing permission answer UNAUTHORIZED; users and permissions changed with
 //! `mqadmin` take effect on every member. The Raft peer ports take mutual TLS
 //! from members only, and the name server (TLS too) takes registrations signed
-//! with the members' own credentials only.
+//! with the cluster's registration credentials only.
 
 use std::path::Path;
 use std::time::Duration;
@@ -26,10 +26,11 @@ fn ca() -> &'static str {
     CA.get().expect("set at the start of the test")
 }
 
-/// `args` with the CA (mqadmin connects over TLS).
+/// `args` with the CA (mqadmin calls the brokers and the name server over
+/// TLS).
 fn tls<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let mut v = args.to_vec();
-    v.extend(["--tlsCa", ca()]);
+    v.extend(["--tlsCa", ca(), "--namesrvCa", ca()]);
     v
 }
 
@@ -97,11 +98,13 @@ async fn the_peer_port_takes_members_only(deploy: &Path, addr: &str) {
 }
 
 /// The name server at `addr` (TLS, checked against `ca`) takes a registration
-/// only when it is signed with the members' own credentials.
+/// only when it is signed with the registration credentials, for its own
+/// addresses.
 async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
     use ledgermq_namesrv::pb::name_server_client::NameServerClient;
     use ledgermq_namesrv::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
-    use ledgermq_proto::signature::{sign_request, Credentials};
+    use ledgermq_namesrv::security::{register_bound, unregister_bound};
+    use ledgermq_proto::signature::{sign_request_bound, Credentials};
     let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(
         tonic::transport::Certificate::from_pem(std::fs::read(ca).unwrap()),
     );
@@ -121,12 +124,13 @@ async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
         let mut r = tonic::Request::new(RegisterBrokerRequest {
             node: Some(node.clone()),
         });
-        sign_request(
+        sign_request_bound(
             &mut r,
             &Credentials {
-                access_key: "ledgermq-inner".into(),
+                access_key: "ledgermq-registrar".into(),
                 secret_key: secret.into(),
             },
+            &register_bound(&node),
         );
         r
     };
@@ -143,7 +147,26 @@ async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
     );
     let wrong = c.register_broker(signed("guess")).await.unwrap_err();
     assert_eq!(wrong.code(), tonic::Code::Unauthenticated, "{wrong:?}");
-    c.register_broker(signed("local-secure-inner-secret"))
+    // Signed, but for other addresses than the request's.
+    let mut moved = signed("local-secure-registration-secret");
+    moved.get_mut().node.as_mut().unwrap().client_addr = "10.0.0.66:1".into();
+    let moved = c.register_broker(moved).await.unwrap_err();
+    assert_eq!(moved.code(), tonic::Code::Unauthenticated, "{moved:?}");
+    // The members' own credentials are not the registration's.
+    let mut inner = tonic::Request::new(RegisterBrokerRequest {
+        node: Some(node.clone()),
+    });
+    sign_request_bound(
+        &mut inner,
+        &Credentials {
+            access_key: "ledgermq-inner".into(),
+            secret_key: "local-secure-inner-secret".into(),
+        },
+        &register_bound(&node),
+    );
+    let inner = c.register_broker(inner).await.unwrap_err();
+    assert_eq!(inner.code(), tonic::Code::Unauthenticated, "{inner:?}");
+    c.register_broker(signed("local-secure-registration-secret"))
         .await
         .unwrap();
     let mut gone = tonic::Request::new(UnregisterBrokerRequest {
@@ -151,12 +174,14 @@ async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
         broker_group: node.broker_group.clone(),
         node_id: 0,
     });
-    sign_request(
+    let bound = unregister_bound(gone.get_ref());
+    sign_request_bound(
         &mut gone,
         &Credentials {
-            access_key: "ledgermq-inner".into(),
-            secret_key: "local-secure-inner-secret".into(),
+            access_key: "ledgermq-registrar".into(),
+            secret_key: "local-secure-registration-secret".into(),
         },
+        &bound,
     );
     c.unregister_broker(gone).await.unwrap();
     // Plain HTTP/2 gets no answer from a TLS port.
@@ -371,4 +396,88 @@ async fn acls_and_tls_allow_what_a_user_may_do_and_refuse_the_rest() {
             "admin-secret-2",
         ]))
         .unwrap();
+}
+
+/// deploy/local-secure's files copied to `dir` without TLS (`[tls]` and
+/// `namesrv_tls` left out: the 4.x client speaks remoting in plain text) and
+/// on ports of their own (name server 9887, clients 8281-8283, Raft
+/// 41021-41023, remoting 11021-11023), so it can run beside the TLS test.
+fn plain_secure_deploy(dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-secure");
+    let deploy = dir.join("deploy");
+    std::fs::create_dir_all(&deploy).unwrap();
+    for f in ["namesrv.toml", "n0.toml", "n1.toml", "n2.toml"] {
+        let text = std::fs::read_to_string(src.join(f)).unwrap();
+        let text = text.split("\n[tls]").next().unwrap();
+        assert!(!text.contains("[tls]"), "{f}: [tls] is its last table");
+        let text: String = text
+            .lines()
+            .filter(|l| !l.starts_with("namesrv_tls"))
+            .map(|l| {
+                l.replace("9886", "9887")
+                    .replace("818", "828")
+                    .replace("4101", "4102")
+                    .replace("1101", "1102")
+                    .replace("local-secure/n", "local-secure-remoting/n")
+                    + "\n"
+            })
+            .collect();
+        std::fs::write(deploy.join(f), text).unwrap();
+    }
+    deploy
+}
+
+/// A 4.x client (PyPI `rocketmq` 0.4.4, the C++ core) with session
+/// credentials signs its remoting requests with the ACL hook's signature: the
+/// right user sends and consumes on what it may; a wrong secret, or a topic
+/// it may not publish to, answers NO_PERMISSION.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remoting_clients_sign_with_their_session_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = plain_secure_deploy(dir.path());
+    let opts = ClusterOptions {
+        deploy_dir: Some(deploy),
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(dir.path(), &opts).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cluster
+        .admin(
+            &[
+                &["updateTopic", "-t", "SecureTopic", "-q", "4"][..],
+                &ADMIN[..],
+            ]
+            .concat(),
+        )
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bootstrap admin was never created"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    cluster
+        .prepare(
+            "broker-s",
+            &[
+                &[
+                    &["updateTopic", "-t", "OtherTopic", "-q", "4"][..],
+                    &ADMIN[..],
+                ]
+                .concat(),
+                &[&["updateSubGroup", "-g", "SecureGroup"][..], &ADMIN[..]].concat(),
+            ],
+        )
+        .await
+        .unwrap();
+    let path = ledgermq_tests::python::remoting_client_path();
+    let summary = run_check_env(
+        "acl_remoting_check.py",
+        &["--namesrv", &cluster.namesrv_addr, "--count", "20"],
+        &[("PYTHONPATH", &path)],
+        Duration::from_secs(240),
+    )
+    .await;
+    assert!(summary.contains("\"consumed\": 20"), "{summary}");
 }

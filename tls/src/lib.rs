@@ -15,7 +15,8 @@
 //! CA (rustls' `WebPkiClientVerifier`); a client without one fails the
 //! handshake. Members of a group present their node certificate, so the CA the
 //! peer port trusts decides who is a member: it should sign the group's (or the
-//! cluster's) node certificates and nothing else.
+//! cluster's) node certificates and nothing else. A certificate is not tied to
+//! a node id: any member's certificate passes for any member.
 
 use std::io;
 use std::pin::Pin;
@@ -193,9 +194,20 @@ impl TlsMaterial {
 /// The TLS name of `addr` (`host:port`, `[v6]:port` or a bare host): a DNS name
 /// or an IP address, which the server's certificate must carry as a SAN.
 pub fn server_name(addr: &str) -> Result<ServerName<'static>, TlsError> {
-    let host = match addr.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !h.is_empty() => h,
-        _ => addr,
+    let host = if addr.parse::<std::net::IpAddr>().is_ok() {
+        // A bare address, IPv6 included (whose colons are not a port's).
+        addr
+    } else {
+        match addr.rsplit_once(':') {
+            Some((h, port))
+                if port.bytes().all(|b| b.is_ascii_digit())
+                    && !h.is_empty()
+                    && (h.starts_with('[') || !h.contains(':')) =>
+            {
+                h
+            }
+            _ => addr,
+        }
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     ServerName::try_from(host.to_owned()).map_err(|_| TlsError::ServerName(addr.to_owned()))

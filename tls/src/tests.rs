@@ -143,6 +143,8 @@ fn server_names_are_the_host_part_of_an_address() {
         ("127.0.0.1:41011", "127.0.0.1"),
         ("localhost:9876", "localhost"),
         ("[::1]:9876", "::1"),
+        ("::1", "::1"),
+        ("fe80::1", "fe80::1"),
         ("broker-a.example", "broker-a.example"),
     ] {
         assert_eq!(server_name(addr).unwrap().to_str(), name, "{addr}");

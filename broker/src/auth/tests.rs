@@ -241,3 +241,41 @@ fn access_keys_are_checked_for_the_headers_delimiters() {
     assert!(check_secret_key("secret key", "any thing/=,").is_ok());
     assert!(check_secret_key("secret key", "").is_err());
 }
+
+#[test]
+fn a_remoting_request_is_checked_by_its_acl_signature() {
+    use ledgermq_remoting::{acl, RemotingCommand};
+    let send = |ak: &str, sk: &str| {
+        let mut cmd = RemotingCommand::request(310, [("a", "P"), ("b", "SecureTopic")]);
+        cmd.body = b"hello".to_vec();
+        acl::sign_command(&mut cmd, ak, sk);
+        cmd
+    };
+    let s = settings();
+    match s.authenticate_remoting(&users(), &send("demo", "demo-secret")) {
+        Ok(Principal::User(u)) => assert_eq!(u.username, "demo"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        s.authenticate_remoting(&users(), &send("inner", "inner-secret")),
+        Ok(Principal::Inner)
+    ));
+    for (cmd, why) in [
+        (send("demo", "guess"), "check signature failed"),
+        (send("nobody", "x"), "not found"),
+        (
+            RemotingCommand::request(310, [("b", "SecureTopic")]),
+            "no AccessKey",
+        ),
+    ] {
+        let e = s.authenticate_remoting(&users(), &cmd).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unauthorized);
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    // Off: nothing is read.
+    let off = AuthSettings::default();
+    assert!(matches!(
+        off.authenticate_remoting(&users(), &RemotingCommand::request(310, [("b", "T")])),
+        Ok(Principal::Anyone)
+    ));
+}

@@ -42,6 +42,16 @@ pub struct AuthConfig {
     /// `<redacted>` by getBrokerConfig.
     #[serde(default, serialize_with = "redacted")]
     pub inner_secret_key: Option<String>,
+    /// The access key this node signs its registrations at the name servers
+    /// with (their `[auth] broker_access_key`): the same on every node of the
+    /// cluster, and distinct from every user's and the members' own, since it
+    /// grants nothing on the brokers. Registrations are unsigned when unset.
+    #[serde(default)]
+    pub registration_access_key: Option<String>,
+    /// Its secret key (the name servers' `broker_secret_key`); shown as
+    /// `<redacted>` by getBrokerConfig.
+    #[serde(default, serialize_with = "redacted")]
+    pub registration_secret_key: Option<String>,
     /// Users the leader creates at the start of its term when the group has
     /// no user of that name (existing users, and their permissions, are left
     /// as `mqadmin` last set them).
@@ -115,6 +125,8 @@ impl Default for AuthConfig {
             max_clock_skew_ms: default_max_clock_skew_ms(),
             inner_access_key: None,
             inner_secret_key: None,
+            registration_access_key: None,
+            registration_secret_key: None,
             users: Vec::new(),
         }
     }
@@ -158,6 +170,35 @@ impl BootstrapUser {
 }
 
 impl AuthConfig {
+    /// The credentials registrations at the name servers are signed with,
+    /// None when unset. Error: one key without the other, or a key the
+    /// signature cannot carry.
+    pub fn registration(&self) -> Result<Option<crate::auth::Credentials>, String> {
+        match (&self.registration_access_key, &self.registration_secret_key) {
+            (None, None) => Ok(None),
+            (Some(a), Some(s)) => {
+                crate::auth::check_access_key("auth.registration_access_key", a)?;
+                crate::auth::check_secret_key("auth.registration_secret_key", s)?;
+                if self.inner_access_key.as_deref() == Some(a.as_str())
+                    || self.users.iter().any(|u| &u.username == a)
+                {
+                    return Err(
+                        "auth.registration_access_key must not be a user's or the members' \
+                         own: name servers see it"
+                            .into(),
+                    );
+                }
+                Ok(Some(crate::auth::Credentials {
+                    access_key: a.clone(),
+                    secret_key: s.clone(),
+                }))
+            }
+            _ => Err(
+                "auth.registration_access_key and auth.registration_secret_key go together".into(),
+            ),
+        }
+    }
+
     /// The settings the client port checks with. Error: a value out of
     /// range, named by its key.
     pub fn settings(&self) -> Result<crate::auth::AuthSettings, String> {

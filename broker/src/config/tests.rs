@@ -299,6 +299,7 @@ fn the_rendered_configuration_holds_only_the_keys_listed() {
         "metrics_addr",
         "namesrv_addrs",
         "namesrv_heartbeat_ms",
+        "namesrv_tls",
         "node_id",
         "peers",
         "raft_election_max_ms",

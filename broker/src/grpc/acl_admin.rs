@@ -29,13 +29,7 @@ async fn commit(b: &Broker, cmd: Command) -> AdminResponse {
 
 /// The user's admin flag in this node's copy, None when there is no such user.
 fn user_type(b: &Broker, username: &str) -> Option<bool> {
-    b.node
-        .shared_meta()
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .acl_users
-        .get(username)
-        .map(|u| u.admin)
+    b.meta().acl_users.get(username).map(|u| u.admin)
 }
 
 /// createUser / updateUser. Whether the user exists is read from this node's
@@ -150,11 +144,7 @@ pub fn user_info(u: &AclUser) -> UserInfo {
 
 /// listUser / listAcl, from this node's copy.
 pub(crate) fn list_users(b: &Broker, r: &ListUsersRequest) -> ListUsersResponse {
-    let meta = b
-        .node
-        .shared_meta()
-        .read()
-        .unwrap_or_else(|p| p.into_inner());
+    let meta = b.meta();
     let users: Vec<UserInfo> = meta
         .acl_users
         .values()

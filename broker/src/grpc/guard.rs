@@ -142,11 +142,7 @@ pub(crate) fn principal(b: &Broker, md: &MetadataMap) -> Result<Principal, Broke
         return Ok(Principal::Anyone);
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
-    let meta = b
-        .node
-        .shared_meta()
-        .read()
-        .unwrap_or_else(|p| p.into_inner());
+    let meta = b.meta();
     auth.authenticate(
         &meta.acl_users,
         header(md, AUTHORIZATION_HEADER),
@@ -157,11 +153,7 @@ pub(crate) fn principal(b: &Broker, md: &MetadataMap) -> Result<Principal, Broke
 
 /// `p` as this node's copy of the users has it now ([`Principal::refreshed`]).
 pub(crate) fn refreshed(b: &Broker, p: &Principal) -> Result<Principal, BrokerError> {
-    let meta = b
-        .node
-        .shared_meta()
-        .read()
-        .unwrap_or_else(|p| p.into_inner());
+    let meta = b.meta();
     p.refreshed(&meta.acl_users)
 }
 

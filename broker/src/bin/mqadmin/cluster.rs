@@ -28,16 +28,28 @@ pub fn set_credentials(access_key: Option<String>, secret_key: Option<String>) -
     }
 }
 
-/// The CA certificates (PEM) the brokers' client ports and the name servers
-/// are checked against when they serve TLS (`--tlsCa`), set once at start.
+/// The CA certificates (PEM) the brokers' client ports are checked against
+/// when they serve TLS (`--tlsCa`), set once at start.
 static TLS_CA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+/// The same for the name servers (`--namesrvCa`).
+static NAMESRV_CA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
 
-/// Connects to the brokers and the name servers over TLS, trusting the CA certificates in `path`
-/// (PEM). Error: the file cannot be read.
-pub fn set_tls_ca(path: Option<&std::path::Path>) -> Result<()> {
-    if let Some(p) = path {
-        let pem = std::fs::read(p).map_err(|e| anyhow::anyhow!("--tlsCa {}: {e}", p.display()))?;
-        let _ = TLS_CA.set(pem);
+/// Connects to the brokers over TLS, trusting the CA certificates in
+/// `brokers` (PEM), and to the name servers over TLS, trusting those in
+/// `namesrv`. Error: a file cannot be read.
+pub fn set_tls_ca(
+    brokers: Option<&std::path::Path>,
+    namesrv: Option<&std::path::Path>,
+) -> Result<()> {
+    for (path, cell, flag) in [
+        (brokers, &TLS_CA, "--tlsCa"),
+        (namesrv, &NAMESRV_CA, "--namesrvCa"),
+    ] {
+        if let Some(p) = path {
+            let pem =
+                std::fs::read(p).map_err(|e| anyhow::anyhow!("{flag} {}: {e}", p.display()))?;
+            let _ = cell.set(pem);
+        }
     }
     Ok(())
 }
@@ -70,15 +82,30 @@ pub fn admin_client(channel: tonic::transport::Channel) -> AdminClient {
     )
 }
 
-/// A channel to `addr` (`host:port`: a broker node's client port or a name
-/// server, over TLS with `--tlsCa`) that gives up connecting after 3 s, and on
-/// a call after `call_timeout` if given (an unreachable node does not stall a
-/// command).
+/// A channel to broker node `addr` (`host:port`, its client port: over TLS
+/// with `--tlsCa`) that gives up connecting after 3 s, and on a call after
+/// `call_timeout` if given (an unreachable node does not stall a command).
 pub async fn channel(
     addr: &str,
     call_timeout: Option<std::time::Duration>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let tls = TLS_CA.get().map(|ca| {
+    channel_trusting(addr, call_timeout, TLS_CA.get()).await
+}
+
+/// [`channel`] to a name server (over TLS with `--namesrvCa`).
+pub async fn namesrv_channel(
+    addr: &str,
+    call_timeout: Option<std::time::Duration>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    channel_trusting(addr, call_timeout, NAMESRV_CA.get()).await
+}
+
+async fn channel_trusting(
+    addr: &str,
+    call_timeout: Option<std::time::Duration>,
+    ca: Option<&Vec<u8>>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let tls = ca.map(|ca| {
         tonic::transport::ClientTlsConfig::new()
             .ca_certificate(tonic::transport::Certificate::from_pem(ca))
     });
@@ -96,7 +123,7 @@ pub async fn channel(
 pub async fn client(namesrv: &str) -> Result<NameServerClient<tonic::transport::Channel>> {
     let mut last = None;
     for addr in namesrv.split(';').map(str::trim).filter(|a| !a.is_empty()) {
-        match channel(addr, Some(std::time::Duration::from_secs(10))).await {
+        match namesrv_channel(addr, Some(std::time::Duration::from_secs(10))).await {
             Ok(c) => return Ok(NameServerClient::new(c)),
             Err(e) => last = Some(format!("{addr}: {e}")),
         }

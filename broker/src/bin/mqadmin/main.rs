@@ -65,8 +65,9 @@
 //! Where the brokers check credentials (`[auth]`), every command signs its
 //! calls with `--accessKey`/`--secretKey` (or `LEDGERMQ_ACCESS_KEY` /
 //! `LEDGERMQ_SECRET_KEY`): an admin user's, or the members' own. Where they
-//! and the name servers serve TLS (`[tls]`), `--tlsCa FILE` (or
-//! `LEDGERMQ_TLS_CA`) names the CA certificates to check them against.
+//! serve TLS (`[tls]`), `--tlsCa FILE` (or `LEDGERMQ_TLS_CA`) names the CA
+//! certificates to check them against; where the name servers do,
+//! `--namesrvCa FILE` (or `LEDGERMQ_NAMESRV_TLS_CA`).
 //!
 //! `-n` takes one name server (`host:port`) or several separated by `;`. Changes go
 //! to any live member of each group (the admin service on its client port), which
@@ -115,11 +116,14 @@ struct Args {
         hide_env_values = true
     )]
     secret_key: Option<String>,
-    /// CA certificates (PEM) to check the brokers' client ports and the name
-    /// servers against when they serve TLS (`[tls]`); without it mqadmin
-    /// connects in plain text.
+    /// CA certificates (PEM) to check the brokers' client ports against when
+    /// they serve TLS (`[tls]`); without it mqadmin calls them in plain text.
     #[arg(long = "tlsCa", env = "LEDGERMQ_TLS_CA", global = true)]
     tls_ca: Option<std::path::PathBuf>,
+    /// CA certificates (PEM) to check the name servers against when they
+    /// serve TLS (their `[tls]`); without it mqadmin calls them in plain text.
+    #[arg(long = "namesrvCa", env = "LEDGERMQ_NAMESRV_TLS_CA", global = true)]
+    namesrv_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -478,7 +482,7 @@ async fn nodes_or_addr(namesrv: &str, scope: &Scope) -> Result<BTreeMap<String, 
 async fn main() -> Result<()> {
     let args = Args::parse();
     cluster::set_credentials(args.access_key, args.secret_key)?;
-    cluster::set_tls_ca(args.tls_ca.as_deref())?;
+    cluster::set_tls_ca(args.tls_ca.as_deref(), args.namesrv_ca.as_deref())?;
     match args.cmd {
         Cmd::Acl(c) => acl::run(c).await?,
         Cmd::ClusterList { namesrv } => cluster::cluster_list(&namesrv).await?,
