@@ -170,6 +170,8 @@ async fn run_ledgermq(flush: &str, remoting: bool, spec: LoadSpec, dir: &Path) -
         delay_ms: None,
         deliver_at_ms: None,
         call_timeout: Duration::from_secs(10),
+        tls_ca: None,
+        credentials: None,
     };
     driver.create(8).await?;
     let driver: Arc<dyn crate::runner::Driver> = if remoting {

@@ -6,7 +6,9 @@
 //! `i mod n`. Any node accepts any call (followers pass them on to
 //! their leader). Consumers receive batches of 32 from any queue (`id -1`) with a
 //! short long-poll, and acknowledge each batch with one AckMessage, sent while
-//! the next receive runs (up to 4 acks in flight per consumer).
+//! the next receive runs (up to 4 acks in flight per consumer). With a CA it
+//! connects over TLS, and with credentials it signs every call as the official
+//! clients do (a fresh `x-mq-date-time` and HMAC per call).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,9 @@ use ledgermq_proto::pb::{
     receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, Message,
     MessageType, ReceiveMessageRequest, Resource, SendMessageRequest, SystemProperties,
 };
+use ledgermq_proto::signature::{sign_request, Credentials};
 use tokio::sync::Semaphore;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::payload::read_header;
@@ -50,7 +54,27 @@ pub struct LedgerMq {
     pub deliver_at_ms: Option<u64>,
     /// Deadline of one call.
     pub call_timeout: Duration,
+    /// CA certificates (PEM) to check TLS client ports against; plain HTTP/2
+    /// when None.
+    pub tls_ca: Option<Vec<u8>>,
+    /// What every call is signed with; unsigned when None.
+    pub credentials: Option<Credentials>,
 }
+
+/// Signs each call with its credentials, when there are any.
+#[derive(Clone)]
+pub struct Signer(Option<Arc<Credentials>>);
+
+impl tonic::service::Interceptor for Signer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(c) = &self.0 {
+            sign_request(&mut req, c);
+        }
+        Ok(req)
+    }
+}
+
+type Client = MessagingServiceClient<InterceptedService<Channel, Signer>>;
 
 fn res(name: &str) -> Option<Resource> {
     Some(Resource {
@@ -69,14 +93,39 @@ fn grpc_error(what: &str, s: &tonic::Status) -> String {
 }
 
 impl LedgerMq {
-    fn channel(&self, i: usize) -> Result<Channel> {
+    fn endpoint(&self, addr: &str) -> Result<Endpoint> {
+        let scheme = if self.tls_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let e = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .with_context(|| format!("bad endpoint {addr}"))?;
+        Ok(match &self.tls_ca {
+            Some(ca) => e.tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+            )?,
+            None => e,
+        })
+    }
+
+    fn signer(&self) -> Signer {
+        Signer(self.credentials.clone().map(Arc::new))
+    }
+
+    fn client(&self, i: usize) -> Result<Client> {
         let addr = &self.endpoints[i % self.endpoints.len()];
-        Ok(Endpoint::from_shared(format!("http://{addr}"))
-            .with_context(|| format!("bad endpoint {addr}"))?
+        let channel = self
+            .endpoint(addr)?
             .connect_timeout(Duration::from_secs(5))
             .timeout(self.call_timeout)
             .tcp_nodelay(true)
-            .connect_lazy())
+            .connect_lazy();
+        Ok(MessagingServiceClient::with_interceptor(
+            channel,
+            self.signer(),
+        ))
     }
 
     /// Creates or updates the topic (`queues` queues) and the consumer group on every
@@ -87,8 +136,12 @@ impl LedgerMq {
         let mut ok = 0;
         let mut last_err = String::new();
         for addr in &self.endpoints {
-            let mut c = match BrokerAdminClient::connect(format!("http://{addr}")).await {
-                Ok(c) => c,
+            let channel = match self.endpoint(addr) {
+                Ok(e) => e.connect().await.map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            let mut c = match channel {
+                Ok(ch) => BrokerAdminClient::with_interceptor(ch, self.signer()),
                 Err(e) => {
                     last_err = format!("{addr}: {e}");
                     continue;
@@ -195,11 +248,10 @@ impl LedgerMq {
     }
 
     async fn consume(self: Arc<Self>, idx: usize, ctx: Arc<Ctx>) {
-        let chan = match self.channel(idx) {
+        let mut c = match self.client(idx) {
             Ok(c) => c,
             Err(e) => return ctx.stats.on_error(&format!("receive: {e}")),
         };
-        let mut c = MessagingServiceClient::new(chan);
         let client_id = format!("mqbench-c{idx}");
         let acks = Arc::new(Semaphore::new(ACKS_IN_FLIGHT));
         while !ctx.recv_stopped() {
@@ -281,11 +333,10 @@ impl LedgerMq {
 impl Driver for LedgerMq {
     fn producer(self: Arc<Self>, idx: usize, ctx: Arc<Ctx>) -> BoxFuture<'static, ()> {
         async move {
-            let chan = match self.channel(idx) {
+            let client = match self.client(idx) {
                 Ok(c) => c,
                 Err(e) => return ctx.stats.on_error(&format!("send: {e}")),
             };
-            let client = MessagingServiceClient::new(chan);
             let group = self.fifo.then(|| format!("mqbench-p{idx}"));
             let client_id = format!("mqbench-p{idx}");
             // Unique ids in RocketMQ's 32-hex-digit shape: run, producer, sequence.

@@ -175,6 +175,8 @@ mod tests {
             delay_ms: None,
             deliver_at_ms: None,
             call_timeout: Duration::from_secs(5),
+            tls_ca: None,
+            credentials: None,
         };
         let spec = LoadSpec::sends_only("noop", 200);
         let s = run(Arc::new(driver), spec).await;

@@ -171,6 +171,15 @@ impl BrokerNode {
         // against this node's CA), and registrations are signed with the
         // registration credentials when they are set (never the members' own:
         // the name servers see what is signed).
+        if cfg.auth.enabled
+            && !cfg.namesrv_addrs.is_empty()
+            && cfg.auth.registration_access_key.is_none()
+        {
+            tracing::warn!(
+                "[auth] is on but registrations are unsigned (no auth.registration_access_key): \
+                 a name server with [auth] refuses them"
+            );
+        }
         let namesrv_access = ledgermq_namesrv::registrar::NameServerAccess {
             credentials: cfg
                 .auth

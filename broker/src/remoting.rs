@@ -194,21 +194,62 @@ pub(crate) fn error_answer(req: &RemotingCommand, e: &BrokerError) -> RemotingCo
 impl Remoting {
     /// Why `req` is refused while authentication is on ([`guard`]), or None
     /// when its sender may make it.
-    fn refused(&self, req: &RemotingCommand) -> Option<BrokerError> {
-        let meta = self.broker.meta();
-        let checked = self
-            .broker
-            .settings
-            .auth
-            .authenticate_remoting(&meta.acl_users, req)
-            .and_then(|p| guard::authorize(&p, req));
-        drop(meta);
+    async fn refused(&self, req: &RemotingCommand) -> Option<BrokerError> {
+        let principal = {
+            let meta = self.broker.meta();
+            self.broker
+                .settings
+                .auth
+                .authenticate_remoting(&meta.acl_users, req)
+        };
+        let checked = match principal {
+            Ok(p) => match guard::authorize(&p, req) {
+                Ok(()) => self.authorize_resolved(&p, req).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
         match checked {
             Ok(()) => None,
             Err(e) => {
                 tracing::info!(code = req.code, error = %e, "a remoting request is refused");
                 Some(e)
             }
+        }
+    }
+
+    /// What `req` needs beyond its fields, once what it points at is read:
+    /// SUB on the topic of the message a VIEW_MESSAGE_BY_ID or a
+    /// CONSUMER_SEND_MSG_BACK names by offset (for a `%RETRY%` topic, its
+    /// group), PUB on the topic of the half message an END_TRANSACTION without
+    /// a topic ends. What cannot be read is left to the handler's own answer.
+    async fn authorize_resolved(
+        &self,
+        p: &crate::auth::Principal,
+        req: &RemotingCommand,
+    ) -> Result<(), BrokerError> {
+        match req.code {
+            request::VIEW_MESSAGE_BY_ID | request::CONSUMER_SEND_MSG_BACK => {
+                let Ok(offset) = fields::req_num::<u64>(req, "offset", None) else {
+                    return Ok(());
+                };
+                match self.committed_message_at(offset) {
+                    Ok(m) => p.authorize(&[guard::subscribe(m.view().topic())]),
+                    Err(_) => Ok(()),
+                }
+            }
+            request::END_TRANSACTION
+                if fields::opt(req, "topic", None).is_none_or(str::is_empty) =>
+            {
+                let Ok(id) = fields::req_str(req, "transactionId", None) else {
+                    return Ok(());
+                };
+                match self.half_topic(id).await {
+                    Ok(Some(topic)) => p.authorize(&[crate::auth::Need::publish(&topic)]),
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
         }
     }
 
@@ -219,7 +260,7 @@ impl Remoting {
     ) -> Option<RemotingCommand> {
         let started = std::time::Instant::now();
         let refusal = if self.broker.settings.auth.enabled {
-            self.refused(&req)
+            self.refused(&req).await
         } else {
             None
         };

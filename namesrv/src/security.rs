@@ -5,13 +5,14 @@
 //! with the 5.x clients' signature scheme ([`ledgermq_proto::signature`]),
 //! made with the cluster's registration credentials (each node's `[auth]
 //! registration_access_key` / `registration_secret_key`, which grant nothing
-//! on the brokers) over the date and the node's identity and addresses
-//! ([`register_bound`], [`unregister_bound`]). A name server with `[auth]`
-//! refuses an unsigned or wrongly signed registration with `UNAUTHENTICATED`:
-//! without the secret nobody can put an address into the routes clients
-//! follow, or take a node out. A signature seen on the wire (a port without
-//! TLS) can be replayed, for the same node and addresses only, until its date
-//! leaves `max_clock_skew_ms`; which is why 0 (no bound) is refused here.
+//! on the brokers) over the date and a digest of the whole request
+//! ([`request_bound`]). A name server with `[auth]` refuses an unsigned or
+//! wrongly signed registration with `UNAUTHENTICATED`: without the secret
+//! nobody can put an address into the routes clients follow, or take a node
+//! out. A signed request seen on the wire (a port without TLS) can be sent
+//! again unchanged until its date leaves `max_clock_skew_ms` (a node's state
+//! of a moment ago; a node unregistered until its next heartbeat); which is
+//! why 0 (no bound) is refused here.
 //! Route and cluster queries stay open, as RocketMQ's name server serves them.
 //!
 //! ```toml
@@ -29,22 +30,32 @@
 use ledgermq_proto::signature::{check_signed_by, headers_of, Credentials, SignatureError};
 use serde::Deserialize;
 
-use crate::pb::{BrokerNode, UnregisterBrokerRequest};
+use crate::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
 
-/// What a RegisterBroker's signature covers after its date: the node's
-/// cluster, broker group, node id, client, member and remoting addresses, one
-/// per line, each after a newline.
-pub fn register_bound(n: &BrokerNode) -> String {
+/// What a registration's signature covers after its date: a newline and the
+/// hex SHA-256 of the request as protobuf encodes it (prost's encoding is
+/// deterministic: fields in number order, defaults left out, no maps in this
+/// protocol). The name server re-encodes what it decoded, so a name server
+/// must know every field its nodes send: upgrade name servers first (a field
+/// it does not know is dropped, and the signature then fails).
+pub fn request_bound<M: prost::Message>(request: &M) -> String {
+    use sha2::Digest as _;
     format!(
-        "\n{}\n{}\n{}\n{}\n{}\n{}",
-        n.cluster, n.broker_group, n.node_id, n.client_addr, n.member_addr, n.remoting_addr
+        "\n{}",
+        hex::encode(sha2::Sha256::digest(request.encode_to_vec()))
     )
 }
 
-/// What an UnregisterBroker's signature covers after its date: cluster,
-/// broker group and node id, each after a newline.
+/// [`request_bound`] of a RegisterBroker of `node`.
+pub fn register_bound(node: &BrokerNode) -> String {
+    request_bound(&RegisterBrokerRequest {
+        node: Some(node.clone()),
+    })
+}
+
+/// [`request_bound`] of an UnregisterBroker.
 pub fn unregister_bound(r: &UnregisterBrokerRequest) -> String {
-    format!("\n{}\n{}\n{}", r.cluster, r.broker_group, r.node_id)
+    request_bound(r)
 }
 
 /// The `[auth]` table of a name server.
@@ -166,7 +177,7 @@ mod tests {
         .unwrap()
     }
 
-    const BOUND: &str = "\nc\ng\n0\n127.0.0.1:1\n\n";
+    const BOUND: &str = "\nbound-of-the-request";
 
     fn signed(access_key: &str, secret_key: &str) -> tonic::metadata::MetadataMap {
         let mut r = tonic::Request::new(());
@@ -192,7 +203,7 @@ mod tests {
             .check(
                 &signed("ledgermq-inner", "inner-secret"),
                 now,
-                "\nc\ng\n0\n10.0.0.66:1\n\n",
+                "\nbound-of-another-request",
             )
             .unwrap_err();
         assert!(e.message().contains("check signature failed"), "{e:?}");
@@ -222,6 +233,38 @@ mod tests {
         assert!(open
             .check(&tonic::metadata::MetadataMap::new(), now, BOUND)
             .is_ok());
+    }
+
+    #[test]
+    fn the_bound_covers_every_field_of_the_request() {
+        let node = BrokerNode {
+            cluster: "c".into(),
+            broker_group: "g".into(),
+            client_addr: "127.0.0.1:1".into(),
+            ..BrokerNode::default()
+        };
+        let b = register_bound(&node);
+        assert_eq!(b, register_bound(&node.clone()));
+        for changed in [
+            BrokerNode {
+                term: 9,
+                ..node.clone()
+            },
+            BrokerNode {
+                role: 1,
+                ..node.clone()
+            },
+            BrokerNode {
+                cut_off: true,
+                ..node.clone()
+            },
+            BrokerNode {
+                topics: vec![Default::default()],
+                ..node.clone()
+            },
+        ] {
+            assert_ne!(register_bound(&changed), b);
+        }
     }
 
     #[test]

@@ -38,6 +38,21 @@ pub struct NameServerConfig {
     pub auth: crate::security::RegistrationAuth,
     /// TLS on the port (`[tls]`: `cert_file` and `key_file`); none by default.
     pub tls: ledgermq_tls::TlsFiles,
+    /// With `[tls]`: `enforcing` (the default) serves TLS connections only;
+    /// `permissive` serves plain ones too, as RocketMQ's `tls.server.mode`
+    /// does (4.x clients, which ask for routes in plain text).
+    pub tls_mode: TlsMode,
+}
+
+/// [`NameServerConfig::tls_mode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    /// TLS connections only.
+    #[default]
+    Enforcing,
+    /// TLS and plain connections.
+    Permissive,
 }
 
 impl Default for NameServerConfig {
@@ -49,6 +64,7 @@ impl Default for NameServerConfig {
             metrics_addr: None,
             auth: Default::default(),
             tls: Default::default(),
+            tls_mode: TlsMode::Enforcing,
         }
     }
 }
@@ -258,7 +274,14 @@ pub async fn serve(
         })
     };
     let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel::<std::io::Result<Stream>>(64);
-    let splitter = tokio::spawn(split_protocols(listener, service.clone(), grpc_tx, tls));
+    let plain_too = cfg.tls_mode == TlsMode::Permissive;
+    let splitter = tokio::spawn(split_protocols(
+        listener,
+        service.clone(),
+        grpc_tx,
+        tls,
+        plain_too,
+    ));
     let incoming = tokio_stream::wrappers::ReceiverStream::new(grpc_rx);
     let r = tonic::transport::Server::builder()
         .add_service(NameServerServer::new(service))
@@ -285,6 +308,7 @@ async fn split_protocols(
     service: NameServerService,
     grpc: tokio::sync::mpsc::Sender<std::io::Result<Stream>>,
     tls: Option<ledgermq_tls::TlsAcceptor>,
+    plain_too: bool,
 ) {
     loop {
         let stream = match listener.accept().await {
@@ -299,7 +323,7 @@ async fn split_protocols(
         let (service, grpc, tls) = (service.clone(), grpc.clone(), tls.clone());
         tokio::spawn(async move {
             let Some((stream, first)) =
-                ledgermq_tls::accept(stream, tls.as_ref(), FIRST_BYTE_WAIT).await
+                ledgermq_tls::accept(stream, tls.as_ref(), plain_too, FIRST_BYTE_WAIT).await
             else {
                 return;
             };
@@ -350,12 +374,17 @@ pub async fn bind(addr: &str) -> Result<(tokio::net::TcpListener, SocketAddr), N
 mod tests {
     use super::*;
 
-    /// A name server with `[tls]` serves gRPC and remoting inside TLS (the
-    /// first byte read ahead inside the session picks the protocol), and
-    /// nothing in plain text.
-    #[tokio::test]
-    async fn with_tls_both_protocols_are_served_inside_it_and_plain_text_is_not() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    fn test_material() -> ledgermq_tls::TlsMaterial {
+        let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tls/testdata");
+        ledgermq_tls::TlsMaterial {
+            cert_pem: std::fs::read(testdata.join("member.pem")).unwrap(),
+            key_pem: std::fs::read(testdata.join("member-key.pem")).unwrap(),
+            ca_pem: std::fs::read(testdata.join("ca.pem")).unwrap(),
+        }
+    }
+
+    /// A name server with `[tls]` (the test certificate) in `mode`; its address.
+    async fn tls_namesrv(mode: TlsMode) -> String {
         let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tls/testdata");
         let cfg = NameServerConfig {
             tls: ledgermq_tls::TlsFiles {
@@ -363,70 +392,76 @@ mod tests {
                 key_file: Some(testdata.join("member-key.pem")),
                 ca_file: None,
             },
+            tls_mode: mode,
             ..NameServerConfig::default()
         };
         let (listener, addr) = bind("127.0.0.1:0").await.unwrap();
         tokio::spawn(async move { serve(&cfg, listener, std::future::pending()).await });
-        let addr = addr.to_string();
-        let client = ledgermq_tls::TlsMaterial {
-            cert_pem: std::fs::read(testdata.join("member.pem")).unwrap(),
-            key_pem: std::fs::read(testdata.join("member-key.pem")).unwrap(),
-            ca_pem: std::fs::read(testdata.join("ca.pem")).unwrap(),
-        };
+        addr.to_string()
+    }
 
-        // Remoting inside TLS: a route query gets its answer.
-        let mut s = ledgermq_tls::connect(&addr, Some(&client.connector(false).unwrap()))
-            .await
-            .unwrap();
+    /// Sends a route query on `s` and reads one frame back, if any comes.
+    async fn route_query(
+        s: &mut ledgermq_tls::Stream,
+    ) -> Option<ledgermq_remoting::RemotingCommand> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let query = ledgermq_remoting::RemotingCommand::request(
             ledgermq_remoting::codes::request::GET_ROUTEINFO_BY_TOPIC,
             [("topic", "NoSuchTopic")],
         );
-        s.write_all(&query.encode().unwrap()).await.unwrap();
-        s.flush().await.unwrap();
+        s.write_all(&query.encode().unwrap()).await.ok()?;
+        s.flush().await.ok()?;
         let mut buf = Vec::new();
-        let answer = loop {
+        loop {
             let mut chunk = [0u8; 4096];
-            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+            let n = tokio::time::timeout(Duration::from_secs(15), s.read(&mut chunk))
                 .await
-                .expect("an answer within 5 s")
-                .unwrap();
-            assert!(n > 0, "closed without an answer");
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some((frame, _)) = ledgermq_remoting::split_frame(&buf, 1 << 20).unwrap() {
-                break ledgermq_remoting::RemotingCommand::decode(frame).unwrap();
+                .expect("an answer or a close within 15 s")
+                .ok()?;
+            if n == 0 {
+                return None;
             }
-        };
-        assert!(answer.is_response());
-        assert_eq!(answer.opaque, query.opaque);
+            buf.extend_from_slice(&chunk[..n]);
+            if let Ok(Some((frame, _))) = ledgermq_remoting::split_frame(&buf, 1 << 20) {
+                let answer = ledgermq_remoting::RemotingCommand::decode(frame).ok()?;
+                assert_eq!(answer.opaque, query.opaque);
+                return answer.is_response().then_some(answer);
+            }
+        }
+    }
 
-        // gRPC inside TLS.
-        let tls = client.tonic_client(false);
-        let channel = crate::registrar::endpoint(&addr, Some(&tls))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        crate::pb::name_server_client::NameServerClient::new(channel)
-            .list_cluster(ListClusterRequest {})
-            .await
-            .unwrap();
-
-        // Plain remoting: no answer, the connection is closed.
-        let mut plain = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        plain.write_all(&query.encode().unwrap()).await.unwrap();
-        let mut back = Vec::new();
-        let n = tokio::time::timeout(Duration::from_secs(15), plain.read_to_end(&mut back))
-            .await
-            .expect("closed within the handshake wait")
-            .unwrap_or(0);
-        assert!(
-            ledgermq_remoting::split_frame(&back[..n], 1 << 20)
-                .ok()
-                .flatten()
-                .is_none(),
-            "no remoting answer in plain text"
-        );
+    /// A name server with `[tls]` serves gRPC and remoting inside TLS (the
+    /// first byte read ahead inside the session picks the protocol), and,
+    /// enforcing, nothing in plain text; permissive, plain remoting too.
+    #[tokio::test]
+    async fn with_tls_both_protocols_are_served_inside_it_and_plain_text_as_the_mode_says() {
+        let client = test_material();
+        for mode in [TlsMode::Enforcing, TlsMode::Permissive] {
+            let addr = tls_namesrv(mode).await;
+            let mut s = ledgermq_tls::connect(&addr, Some(&client.connector(false).unwrap()))
+                .await
+                .unwrap();
+            assert!(
+                route_query(&mut s).await.is_some(),
+                "{mode:?}: remoting inside TLS"
+            );
+            let tls = client.tonic_client(false);
+            let channel = crate::registrar::endpoint(&addr, Some(&tls))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            crate::pb::name_server_client::NameServerClient::new(channel)
+                .list_cluster(ListClusterRequest {})
+                .await
+                .unwrap();
+            let mut plain = ledgermq_tls::connect(&addr, None).await.unwrap();
+            assert_eq!(
+                route_query(&mut plain).await.is_some(),
+                mode == TlsMode::Permissive,
+                "{mode:?}: plain remoting"
+            );
+        }
     }
 
     #[test]
@@ -458,6 +493,15 @@ mod tests {
             let c = NameServerConfig::load(&root.join(format!("systemd/host{h}/namesrv.toml")))
                 .unwrap();
             assert_eq!(c.listen, format!("10.0.0.{}:9876", 10 + h));
+            // Signed registrations and TLS, with the host's certificate.
+            assert!(c.auth.credentials().unwrap().is_some());
+            assert!(c
+                .tls
+                .cert_file
+                .as_ref()
+                .unwrap()
+                .ends_with(format!("certs/host{h}.pem")));
+            assert_eq!(c.tls_mode, TlsMode::Permissive);
         }
     }
 

@@ -378,7 +378,7 @@ pub async fn accept_loop(
         // task, so a silent client holds up nothing else.
         let (service, grpc, tls) = (service.clone(), grpc.clone(), tls.clone());
         framed.spawn(async move {
-            match ledgermq_tls::accept(stream, tls.as_ref(), FIRST_BYTES_WAIT).await {
+            match ledgermq_tls::accept(stream, tls.as_ref(), false, FIRST_BYTES_WAIT).await {
                 Some((stream, first)) if first == MAGIC[0] => serve(stream, service).await,
                 Some((stream, _)) => {
                     let _ = grpc.send(Ok(stream)).await;

@@ -243,19 +243,33 @@ impl Stream {
     }
 }
 
+/// The first byte of a TLS connection (a handshake record).
+pub const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
 /// How a new server connection starts: with `acceptor`, its TLS handshake
-/// (a client that does not speak TLS, or fails the CA check, is dropped here);
-/// then its first byte, peeked on plain TCP and read ahead inside TLS, all
-/// within `wait`. None: the connection closed, stayed silent or failed its
-/// handshake (logged at debug level).
+/// (a client that does not speak TLS, or fails the CA check, is dropped here,
+/// unless `plain_too`: then a connection whose first byte is not a TLS
+/// handshake's is served in plain text, RocketMQ's permissive TLS mode); then
+/// its first byte, peeked on plain TCP and read ahead inside TLS, all within
+/// `wait`. None: the connection closed, stayed silent or failed its handshake
+/// (logged at debug level).
 pub async fn accept(
     stream: TcpStream,
     acceptor: Option<&TlsAcceptor>,
+    plain_too: bool,
     wait: Duration,
 ) -> Option<(Stream, u8)> {
     let peer = stream.peer_addr().ok();
     let start = async move {
         let mut first = [0u8; 1];
+        let acceptor = match acceptor {
+            Some(a) if plain_too => match stream.peek(&mut first).await? {
+                1 if first[0] == TLS_HANDSHAKE_RECORD => Some(a),
+                1 => None,
+                _ => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            },
+            other => other,
+        };
         match acceptor {
             None => match stream.peek(&mut first).await {
                 Ok(1) => Ok((Stream::Plain(stream), first[0])),

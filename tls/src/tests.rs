@@ -16,11 +16,20 @@ fn material(cert: &str, ca: &str) -> TlsMaterial {
 /// A server on loopback that accepts one connection with `acceptor` and, when
 /// it starts, echoes its first 5 bytes back after the byte [`accept`] saw.
 async fn server(acceptor: Option<TlsAcceptor>) -> (String, tokio::task::JoinHandle<Option<u8>>) {
+    server_with(acceptor, false).await
+}
+
+/// [`server`], serving plain connections too when `plain_too`.
+async fn server_with(
+    acceptor: Option<TlsAcceptor>,
+    plain_too: bool,
+) -> (String, tokio::task::JoinHandle<Option<u8>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let task = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.unwrap();
-        let (mut stream, first) = accept(tcp, acceptor.as_ref(), Duration::from_secs(5)).await?;
+        let (mut stream, first) =
+            accept(tcp, acceptor.as_ref(), plain_too, Duration::from_secs(5)).await?;
         let mut got = [0u8; 5];
         stream.read_exact(&mut got).await.ok()?;
         stream.write_all(&[first]).await.ok()?;
@@ -105,6 +114,21 @@ async fn a_plain_client_is_refused_by_a_tls_server_and_served_by_a_plain_one() {
     let (addr, task) = server(None).await;
     let mut plain = connect(&addr, None).await.unwrap();
     assert!(!plain.is_tls());
+    assert_eq!(&hello(&mut plain).await.unwrap(), b"hhello");
+    assert_eq!(task.await.unwrap(), Some(b'h'));
+}
+
+#[tokio::test]
+async fn a_permissive_server_takes_tls_and_plain_clients() {
+    let member = material("member", "ca");
+    let (addr, task) = server_with(Some(member.acceptor(false).unwrap()), true).await;
+    let mut tls = connect(&addr, Some(&member.connector(false).unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(&hello(&mut tls).await.unwrap(), b"hhello");
+    assert_eq!(task.await.unwrap(), Some(b'h'));
+    let (addr, task) = server_with(Some(member.acceptor(false).unwrap()), true).await;
+    let mut plain = connect(&addr, None).await.unwrap();
     assert_eq!(&hello(&mut plain).await.unwrap(), b"hhello");
     assert_eq!(task.await.unwrap(), Some(b'h'));
 }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use ledgermq_bench::ledgermq::LedgerMq;
 use ledgermq_bench::runner::{run, LoadSpec};
@@ -113,6 +113,17 @@ struct Args {
     /// Also write the summary as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Connect over TLS, checking the client ports against these CA
+    /// certificates (PEM; the nodes' `[tls] ca_file`). gRPC only.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// Sign every call as this user (with `--secret-key`), as the official
+    /// clients do when given credentials. gRPC only.
+    #[arg(long, requires = "secret_key")]
+    access_key: Option<String>,
+    /// The user's secret key.
+    #[arg(long, requires = "access_key")]
+    secret_key: Option<String>,
 }
 
 #[tokio::main]
@@ -143,6 +154,16 @@ async fn main() -> Result<()> {
         delay_ms: args.delay_ms,
         deliver_at_ms: args.deliver_at_ms,
         call_timeout: Duration::from_millis(args.timeout_ms),
+        tls_ca: match &args.tls_ca {
+            Some(p) => Some(std::fs::read(p).with_context(|| format!("--tls-ca {}", p.display()))?),
+            None => None,
+        },
+        credentials: args.access_key.clone().zip(args.secret_key.clone()).map(
+            |(access_key, secret_key)| ledgermq_proto::signature::Credentials {
+                access_key,
+                secret_key,
+            },
+        ),
     };
     if args.create {
         driver.create(args.queues).await?;
@@ -156,6 +177,9 @@ async fn main() -> Result<()> {
         && (args.create || args.fifo || args.delay_ms.is_some() || args.deliver_at_ms.is_some())
     {
         bail!("--protocol remoting sends normal messages to an existing topic: no --create, --fifo, --delay-ms or --deliver-at-ms");
+    }
+    if remoting && (args.tls_ca.is_some() || args.access_key.is_some()) {
+        bail!("--tls-ca, --access-key and --secret-key are for --protocol grpc");
     }
     let spec = LoadSpec {
         label: if remoting {

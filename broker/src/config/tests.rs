@@ -2,11 +2,34 @@
 
 use super::*;
 
+/// `config` copied into `dir`, with the test certificates of `tls/testdata`
+/// where its `[tls]` names its certificate, key and CA (relative paths).
+fn with_test_certs(config: &Path, dir: &Path) -> std::path::PathBuf {
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tls/testdata");
+    let copy = dir.join(config.file_name().unwrap());
+    std::fs::copy(config, &copy).unwrap();
+    let cfg: BrokerConfig = toml::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
+    for (path, from) in [
+        (&cfg.tls.cert_file, "member.pem"),
+        (&cfg.tls.key_file, "member-key.pem"),
+        (&cfg.tls.ca_file, "ca.pem"),
+    ] {
+        if let Some(p) = path {
+            assert!(p.is_relative(), "{p:?}");
+            std::fs::create_dir_all(dir.join(p).parent().unwrap()).unwrap();
+            std::fs::copy(testdata.join(from), dir.join(p)).unwrap();
+        }
+    }
+    copy
+}
+
 /// deploy/compose's and deploy/systemd's broker configs load, each a different
-/// member of a three-node group whose peers and client addresses agree.
+/// member of a three-node group whose peers and client addresses agree;
+/// systemd's have authentication and TLS on.
 #[test]
 fn the_compose_and_systemd_configs_load() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let certs = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     for g in ["a", "b"] {
         files.push(
@@ -17,7 +40,16 @@ fn the_compose_and_systemd_configs_load() {
     }
     files.push(
         (1..=3)
-            .map(|h| root.join(format!("systemd/host{h}/broker.toml")))
+            .map(|h| {
+                let dir = certs.path().join(format!("host{h}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                let copy =
+                    with_test_certs(&root.join(format!("systemd/host{h}/broker.toml")), &dir);
+                let c = BrokerConfig::load(&copy).unwrap();
+                assert!(c.auth.enabled && c.namesrv_tls && c.tls.cert_file.is_some());
+                assert!(c.auth.registration().unwrap().is_some());
+                copy
+            })
             .collect::<Vec<_>>(),
     );
     for group in files {

@@ -8,19 +8,24 @@
 //! - SEND_MESSAGE (10, `topic`), SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (310,
 //!   320, `b`): PUB on the topic; a send to `%RETRY%<group>` SUB on the group;
 //! - END_TRANSACTION (37): PUB on its `topic` when it names one;
-//! - PULL_MESSAGE (11): SUB on `consumerGroup` and on the topic (not a retry
-//!   topic); QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET (14, 15) the same;
+//! - PULL_MESSAGE (11): SUB on `consumerGroup` and on the topic (for
+//!   `%RETRY%<g>`, SUB on group `g`: stricter than the reference, which checks
+//!   nothing there); QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET (14, 15) the same;
 //! - CONSUMER_SEND_MSG_BACK (36): SUB on `group`; GET_CONSUMER_LIST_BY_GROUP
 //!   (38) and UNREGISTER_CLIENT (35, when it names one): SUB on `consumerGroup`;
 //! - HEART_BEAT (34): SUB on each consumer group and each subscribed topic of
-//!   its body; LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (41, 42): SUB on the body's group
+//!   its body (a retry topic as above); LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (41, 42): SUB on the body's group
 //!   and each queue's topic;
 //! - QUERY_MESSAGE (12): SUB on the topic; the queue offsets (29-32): PUB or SUB
 //!   on the topic (the reference's GET); VIEW_MESSAGE_BY_ID (33): SUB on its
-//!   `topic`, and an admin when it names none (the message's topic is not known
-//!   before it is read).
+//!   `topic` when it names one.
 //!
-//! A refusal answers NO_PERMISSION with the reason. Decisions only, no I/O.
+//! What a request points at is checked too once it is read (`Remoting::
+//! authorize_resolved`): the stored message a VIEW_MESSAGE_BY_ID or a
+//! CONSUMER_SEND_MSG_BACK names by offset needs SUB on its topic (the reference
+//! checks neither, so any user could read any message by offset), and an
+//! END_TRANSACTION without a topic PUB on its half message's topic. A refusal
+//! answers NO_PERMISSION with the reason. Decisions only, no I/O.
 
 use ledgermq_remoting::codes::request;
 use ledgermq_remoting::RemotingCommand;
@@ -31,22 +36,18 @@ use crate::error::{refuse, BrokerError, ErrorKind};
 
 const RETRY_PREFIX: &str = "%RETRY%";
 
-/// What a request needs of its sender.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Needs {
-    /// Every one of these permissions.
-    All(Vec<Need>),
-    /// An admin (or the members' own credentials).
-    Admin,
-}
-
 fn field<'a>(req: &'a RemotingCommand, name: &str) -> &'a str {
     req.ext_fields.get(name).map_or("", String::as_str)
 }
 
-/// SUB on `topic` unless it is a retry topic (whose group is checked apart).
-fn subscribe_unless_retry(topic: &str) -> Option<Need> {
-    (!topic.starts_with(RETRY_PREFIX)).then(|| Need::subscribe_topic(topic))
+/// Receiving from `topic`: SUB on it, or for `%RETRY%<group>` SUB on that
+/// group (stricter than the reference, which checks nothing for a retry
+/// topic; the gRPC port has no such exemption either).
+pub(crate) fn subscribe(topic: &str) -> Need {
+    match topic.strip_prefix(RETRY_PREFIX) {
+        Some(group) => Need::consume_as(group),
+        None => Need::subscribe_topic(topic),
+    }
 }
 
 /// A send to `topic`: PUB, or for a retry topic SUB on its group.
@@ -96,18 +97,15 @@ struct Queue {
 
 /// What `req` needs (see the module doc). Error: UNAUTHORIZED when a body
 /// the needs are read from is not JSON of its kind.
-pub(crate) fn needs(req: &RemotingCommand) -> Result<Needs, BrokerError> {
+pub(crate) fn needs(req: &RemotingCommand) -> Result<Vec<Need>, BrokerError> {
     let unreadable = |what: &str, e: serde_json::Error| {
         refuse(
             ErrorKind::Unauthorized,
             format!("the {what} body cannot be read to check its permissions: {e}"),
         )
     };
-    let group_and_topic = |group: &str, topic: &str| {
-        let mut v = vec![Need::consume_as(group)];
-        v.extend(subscribe_unless_retry(topic));
-        v
-    };
+    let group_and_topic =
+        |group: &str, topic: &str| vec![Need::consume_as(group), subscribe(topic)];
     let needs = match req.code {
         request::SEND_MESSAGE => vec![send_to(field(req, "topic"))],
         request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => vec![send_to(field(req, "b"))],
@@ -132,11 +130,8 @@ pub(crate) fn needs(req: &RemotingCommand) -> Result<Needs, BrokerError> {
             hb.consumer_data_set
                 .iter()
                 .flat_map(|c| {
-                    std::iter::once(Need::consume_as(&c.group_name)).chain(
-                        c.subscription_data_set
-                            .iter()
-                            .filter_map(|s| subscribe_unless_retry(&s.topic)),
-                    )
+                    std::iter::once(Need::consume_as(&c.group_name))
+                        .chain(c.subscription_data_set.iter().map(|s| subscribe(&s.topic)))
                 })
                 .collect()
         }
@@ -144,11 +139,7 @@ pub(crate) fn needs(req: &RemotingCommand) -> Result<Needs, BrokerError> {
             let body: LockBody =
                 serde_json::from_slice(&req.body).map_err(|e| unreadable("lock", e))?;
             std::iter::once(Need::consume_as(&body.consumer_group))
-                .chain(
-                    body.mq_set
-                        .iter()
-                        .filter_map(|q| subscribe_unless_retry(&q.topic)),
-                )
+                .chain(body.mq_set.iter().map(|q| subscribe(&q.topic)))
                 .collect()
         }
         request::QUERY_MESSAGE => vec![Need::subscribe_topic(field(req, "topic"))],
@@ -157,22 +148,19 @@ pub(crate) fn needs(req: &RemotingCommand) -> Result<Needs, BrokerError> {
         | request::SEARCH_OFFSET_BY_TIMESTAMP
         | request::GET_EARLIEST_MSG_STORETIME => vec![Need::route(field(req, "topic"))],
         request::VIEW_MESSAGE_BY_ID => match field(req, "topic") {
-            "" => return Ok(Needs::Admin),
+            "" => vec![],
             t => vec![Need::subscribe_topic(t)],
         },
         // Not served (REQUEST_CODE_NOT_SUPPORTED): nothing to guard.
         _ => vec![],
     };
-    Ok(Needs::All(needs))
+    Ok(needs)
 }
 
 /// Checks that `principal` may make `req`. Errors: UNAUTHORIZED (answered
 /// NO_PERMISSION) naming what is missing.
 pub(crate) fn authorize(principal: &Principal, req: &RemotingCommand) -> Result<(), BrokerError> {
-    match needs(req)? {
-        Needs::All(needs) => principal.authorize(&needs),
-        Needs::Admin => principal.authorize_admin(),
-    }
+    principal.authorize(&needs(req)?)
 }
 
 #[cfg(test)]
@@ -193,9 +181,9 @@ mod tests {
             "",
         ))
         .unwrap();
-        assert_eq!(plain, Needs::All(vec![Need::publish("T")]));
+        assert_eq!(plain, vec![Need::publish("T")]);
         let retry = needs(&req(request::SEND_MESSAGE, &[("topic", "%RETRY%G")], "")).unwrap();
-        assert_eq!(retry, Needs::All(vec![Need::consume_as("G")]));
+        assert_eq!(retry, vec![Need::consume_as("G")]);
     }
 
     #[test]
@@ -208,22 +196,36 @@ mod tests {
         .unwrap();
         assert_eq!(
             pull,
-            Needs::All(vec![Need::consume_as("G"), Need::subscribe_topic("T")])
+            vec![Need::consume_as("G"), Need::subscribe_topic("T")]
         );
-        let hb = r#"{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":"T"},{"topic":"%RETRY%G"}]}],"producerDataSet":[{"groupName":"P"}]}"#;
+        let hb = r#"{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":"T"},{"topic":"%RETRY%H"}]}],"producerDataSet":[{"groupName":"P"}]}"#;
         assert_eq!(
             needs(&req(request::HEART_BEAT, &[], hb)).unwrap(),
-            Needs::All(vec![Need::consume_as("G"), Need::subscribe_topic("T")])
+            vec![
+                Need::consume_as("G"),
+                Need::subscribe_topic("T"),
+                Need::consume_as("H")
+            ]
+        );
+        // Another group's retry topic needs that group.
+        assert_eq!(
+            needs(&req(
+                request::PULL_MESSAGE,
+                &[("consumerGroup", "G"), ("topic", "%RETRY%H")],
+                "",
+            ))
+            .unwrap(),
+            vec![Need::consume_as("G"), Need::consume_as("H")]
         );
         let lock = r#"{"consumerGroup":"G","clientId":"c","mqSet":[{"topic":"T","brokerName":"b","queueId":0}]}"#;
         assert_eq!(
             needs(&req(request::LOCK_BATCH_MQ, &[], lock)).unwrap(),
-            Needs::All(vec![Need::consume_as("G"), Need::subscribe_topic("T")])
+            vec![Need::consume_as("G"), Need::subscribe_topic("T")]
         );
         assert!(needs(&req(request::HEART_BEAT, &[], "not json")).is_err());
         assert_eq!(
             needs(&req(request::VIEW_MESSAGE_BY_ID, &[("offset", "1")], "")).unwrap(),
-            Needs::Admin
+            Vec::<Need>::new()
         );
     }
 }

@@ -65,7 +65,10 @@ impl Remoting {
     /// end may reach a follower before the half's entry does); `Ok(None)`
     /// when the half has ended already. Error: BAD_REQUEST (not a transaction
     /// id of this broker, or no half this node knows).
-    async fn half_topic(&self, transaction_id: &str) -> Result<Option<String>, BrokerError> {
+    pub(super) async fn half_topic(
+        &self,
+        transaction_id: &str,
+    ) -> Result<Option<String>, BrokerError> {
         let unknown = || {
             refuse(
                 ErrorKind::BadRequest,
