@@ -1,8 +1,8 @@
 """Alternating A/B runs of mqbench against deploy/local (plain) and
 deploy/local-secure (TLS, mutual TLS between members, signed calls), both
 running from the repository root with release binaries (docs/benchmarks.md,
-"Issue 20: the cost of TLS and authentication"); SecureTopic and SecureGroup
-made with mqadmin first. Prints each run's summary (also in /tmp/<name>-<round>.json)
+"Issue 20: the cost of TLS and authentication"); SecureTopic (8 queues, as
+`--create` makes BenchTopic) and SecureGroup made with mqadmin first. Prints each run's summary (also in /tmp/<name>-<round>.json)
 with the three brokers' CPU seconds (from /proc) and mqbench's.
 
     python3 bench/scripts/tls_ab.py [ROUNDS [SECONDS]]
@@ -12,7 +12,8 @@ R = "target/release/mqbench"
 CA = "deploy/local-secure/certs/ca.pem"
 TICK = os.sysconf("SC_CLK_TCK")
 cfgs = {
-    "plain": (["--endpoints", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083"], "deploy/local/n"),
+    "plain": (["--endpoints", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "--create",
+               "--queues", "8"], "deploy/local/n"),
     "tls+auth": (["--endpoints", "127.0.0.1:8181,127.0.0.1:8182,127.0.0.1:8183", "--tls-ca", CA,
                   "--access-key", "demo", "--secret-key", "demo-secret",
                   "--topic", "SecureTopic", "--group", "SecureGroup"], "deploy/local-secure/n"),
@@ -49,3 +50,14 @@ for r in range(rounds):
         s = json.load(open(js))
         rows.append((name, r, s, c1 - c0, (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)))
         print(name, r, json.dumps(s)[:400], "broker_cpu_s", round(c1 - c0, 2), "client_cpu_s", round((ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime), 2), flush=True)
+
+# The table of docs/benchmarks.md: per run, then the means per configuration.
+print("config round msgs/s send_p99_ms broker_us/msg client_us/msg")
+means = {}
+for name, r, s, broker, client in rows:
+    row = (s["send_msgs_per_s"], s["send_latency_ms"]["p99"],
+           broker / s["acked"] * 1e6, client / s["acked"] * 1e6)
+    means.setdefault(name, []).append(row)
+    print(name, r + 1, *("%.1f" % v for v in row))
+for name, rs in means.items():
+    print(name, "mean", *("%.1f" % (sum(col) / len(col)) for col in zip(*rs)))

@@ -222,7 +222,9 @@ impl Remoting {
     /// SUB on the topic of the message a VIEW_MESSAGE_BY_ID or a
     /// CONSUMER_SEND_MSG_BACK names by offset (for a `%RETRY%` topic, its
     /// group), PUB on the topic of the half message an END_TRANSACTION without
-    /// a topic ends. What cannot be read is left to the handler's own answer.
+    /// a topic ends. Fails closed: what cannot be read is refused with the
+    /// error the handler would answer (a missing field is the handler's to
+    /// name); a transaction ended already changes nothing and passes.
     async fn authorize_resolved(
         &self,
         p: &crate::auth::Principal,
@@ -233,10 +235,8 @@ impl Remoting {
                 let Ok(offset) = fields::req_num::<u64>(req, "offset", None) else {
                     return Ok(());
                 };
-                match self.committed_message_at(offset) {
-                    Ok(m) => p.authorize(&[guard::subscribe(m.view().topic())]),
-                    Err(_) => Ok(()),
-                }
+                let m = self.committed_message_at(offset)?;
+                p.authorize(&[guard::subscribe(m.view().topic())])
             }
             request::END_TRANSACTION
                 if fields::opt(req, "topic", None).is_none_or(str::is_empty) =>
@@ -244,9 +244,9 @@ impl Remoting {
                 let Ok(id) = fields::req_str(req, "transactionId", None) else {
                     return Ok(());
                 };
-                match self.half_topic(id).await {
-                    Ok(Some(topic)) => p.authorize(&[crate::auth::Need::publish(&topic)]),
-                    _ => Ok(()),
+                match self.half_topic(id).await? {
+                    Some(topic) => p.authorize(&[crate::auth::Need::publish(&topic)]),
+                    None => Ok(()),
                 }
             }
             _ => Ok(()),

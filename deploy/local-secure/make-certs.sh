@@ -17,12 +17,19 @@
 # brokers.
 set -eu
 out=${1:-$(dirname "$0")/certs}
+case $out in
+    *=*) echo "make-certs.sh: the first argument is OUT_DIR, not $out" >&2; exit 2 ;;
+esac
 [ $# -gt 0 ] && shift
 if [ $# -eq 0 ]; then
     set -- n0=IP:127.0.0.1,DNS:localhost n1=IP:127.0.0.1,DNS:localhost \
         n2=IP:127.0.0.1,DNS:localhost namesrv=IP:127.0.0.1,DNS:localhost
 fi
 for spec in "$@"; do
+    case ${spec%%=*} in
+        ca | ca-key | *[!A-Za-z0-9._-]*)
+            echo "make-certs.sh: ${spec%%=*} cannot name a certificate" >&2; exit 2 ;;
+    esac
     case $spec in
         ?*=?*) ;;
         *) echo "make-certs.sh: $spec is not NAME=SANS" >&2; exit 2 ;;

@@ -480,4 +480,72 @@ async fn remoting_clients_sign_with_their_session_credentials() {
     )
     .await;
     assert!(summary.contains("\"consumed\": 20"), "{summary}");
+    what_a_request_points_at_is_checked("127.0.0.1:11021");
+}
+
+/// On the remoting port at `addr`: a message named by offset (VIEW,
+/// CONSUMER_SEND_MSG_BACK) needs SUB on its own topic, and a V2 send goes to
+/// the topic its short field names, the one the check read.
+fn what_a_request_points_at_is_checked(addr: &str) {
+    use ledgermq_remoting::{acl::sign_command, message, RemotingCommand};
+    use ledgermq_tests::remoting::{call, send_request};
+    const NO_PERMISSION: i32 = 16;
+    let as_user = |mut cmd: RemotingCommand, user: &str, secret: &str| {
+        sign_command(&mut cmd, user, secret);
+        call(addr, &cmd)
+    };
+    let offset_of = |answer: &RemotingCommand| {
+        assert_eq!(answer.code, 0, "{answer:?}");
+        message::decode_offset_message_id(&answer.ext_fields["msgId"])
+            .expect("an offset message id")
+            .1
+            .to_string()
+    };
+    let view = |offset: &str, user: &str, secret: &str| {
+        as_user(
+            RemotingCommand::request(33, [("offset", offset)]),
+            user,
+            secret,
+        )
+    };
+    // The stored message's topic, as the admin reads it (once this node has
+    // applied it).
+    let topic_at = |offset: &str| {
+        for _ in 0..50 {
+            let v = view(offset, "admin", "admin-secret");
+            if v.code == 0 {
+                return message::decode_messages(&v.body).unwrap()[0]
+                    .topic
+                    .to_owned();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the message at {offset} never became readable");
+    };
+    let other = offset_of(&as_user(
+        send_request("OtherTopic", 0, "", b"not for demo"),
+        "admin",
+        "admin-secret",
+    ));
+    assert_eq!(topic_at(&other), "OtherTopic");
+    assert_eq!(view(&other, "demo", "demo-secret").code, NO_PERMISSION);
+    let back = as_user(
+        RemotingCommand::request(
+            36,
+            [
+                ("offset", other.as_str()),
+                ("group", "SecureGroup"),
+                ("delayLevel", "0"),
+                ("originTopic", "OtherTopic"),
+            ],
+        ),
+        "demo",
+        "demo-secret",
+    );
+    assert_eq!(back.code, NO_PERMISSION, "{back:?}");
+    // A V2 send with a long `topic` beside its `b`: stored in `b`'s topic.
+    let mut both = send_request("SecureTopic", 0, "", b"to SecureTopic");
+    both.ext_fields.insert("topic".into(), "OtherTopic".into());
+    let sent = offset_of(&as_user(both, "demo", "demo-secret"));
+    assert_eq!(topic_at(&sent), "SecureTopic");
 }

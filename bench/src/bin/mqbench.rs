@@ -146,6 +146,15 @@ async fn main() -> Result<()> {
         bail!("--count needs producers: consumers alone would never finish");
     }
     ledgermq_bench::payload::check_body_bytes(args.body_bytes).map_err(anyhow::Error::msg)?;
+    let remoting = args.protocol == "remoting";
+    if remoting
+        && (args.create || args.fifo || args.delay_ms.is_some() || args.deliver_at_ms.is_some())
+    {
+        bail!("--protocol remoting sends normal messages to an existing topic: no --create, --fifo, --delay-ms or --deliver-at-ms");
+    }
+    if remoting && (args.tls_ca.is_some() || args.access_key.is_some()) {
+        bail!("--tls-ca, --access-key and --secret-key are for --protocol grpc");
+    }
     let driver = LedgerMq {
         endpoints,
         topic: args.topic.clone(),
@@ -171,15 +180,6 @@ async fn main() -> Result<()> {
             "created topic {} ({} queues, fifo {}) and group {}",
             args.topic, args.queues, args.fifo, args.group
         );
-    }
-    let remoting = args.protocol == "remoting";
-    if remoting
-        && (args.create || args.fifo || args.delay_ms.is_some() || args.deliver_at_ms.is_some())
-    {
-        bail!("--protocol remoting sends normal messages to an existing topic: no --create, --fifo, --delay-ms or --deliver-at-ms");
-    }
-    if remoting && (args.tls_ca.is_some() || args.access_key.is_some()) {
-        bail!("--tls-ca, --access-key and --secret-key are for --protocol grpc");
     }
     let spec = LoadSpec {
         label: if remoting {

@@ -142,11 +142,16 @@ pub(crate) fn needs(req: &RemotingCommand) -> Result<Vec<Need>, BrokerError> {
                 .chain(body.mq_set.iter().map(|q| subscribe(&q.topic)))
                 .collect()
         }
-        request::QUERY_MESSAGE => vec![Need::subscribe_topic(field(req, "topic"))],
+        request::QUERY_MESSAGE => vec![subscribe(field(req, "topic"))],
+        // A retry topic's offsets are its group's (a push consumer asks for
+        // them when it rebalances).
         request::GET_MAX_OFFSET
         | request::GET_MIN_OFFSET
         | request::SEARCH_OFFSET_BY_TIMESTAMP
-        | request::GET_EARLIEST_MSG_STORETIME => vec![Need::route(field(req, "topic"))],
+        | request::GET_EARLIEST_MSG_STORETIME => match field(req, "topic") {
+            t if t.starts_with(RETRY_PREFIX) => vec![subscribe(t)],
+            t => vec![Need::route(t)],
+        },
         request::VIEW_MESSAGE_BY_ID => match field(req, "topic") {
             "" => vec![],
             t => vec![Need::subscribe_topic(t)],
@@ -223,6 +228,14 @@ mod tests {
             vec![Need::consume_as("G"), Need::subscribe_topic("T")]
         );
         assert!(needs(&req(request::HEART_BEAT, &[], "not json")).is_err());
+        assert_eq!(
+            needs(&req(request::GET_MAX_OFFSET, &[("topic", "%RETRY%G")], "")).unwrap(),
+            vec![Need::consume_as("G")]
+        );
+        assert_eq!(
+            needs(&req(request::GET_MAX_OFFSET, &[("topic", "T")], "")).unwrap(),
+            vec![Need::route("T")]
+        );
         assert_eq!(
             needs(&req(request::VIEW_MESSAGE_BY_ID, &[("offset", "1")], "")).unwrap(),
             Vec::<Need>::new()
