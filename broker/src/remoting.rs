@@ -202,11 +202,8 @@ impl Remoting {
                 .auth
                 .authenticate_remoting(&meta.acl_users, req)
         };
-        let checked = match principal {
-            Ok(p) => match guard::authorize(&p, req) {
-                Ok(()) => self.authorize_resolved(&p, req).await,
-                Err(e) => Err(e),
-            },
+        let checked = match principal.and_then(|p| guard::authorize(&p, req).map(|()| p)) {
+            Ok(p) => self.authorize_resolved(&p, req).await,
             Err(e) => Err(e),
         };
         match checked {

@@ -108,7 +108,7 @@ impl Registrar {
                     let Some(mut c) = client(&addr, timeout, access) else {
                         return;
                     };
-                    let req = access.signed(req, crate::security::unregister_bound);
+                    let req = access.signed(req);
                     let _ = tokio::time::timeout(timeout, c.unregister_broker(req)).await;
                 }
             });
@@ -118,13 +118,13 @@ impl Registrar {
 }
 
 impl NameServerAccess {
-    /// `msg` as a request, signed now over `bound` when there are
-    /// credentials ([`crate::security`]).
-    fn signed<T>(&self, msg: T, bound: impl FnOnce(&T) -> String) -> tonic::Request<T> {
-        let b = self.credentials.as_ref().map(|_| bound(&msg));
+    /// `msg` as a request, signed now over its [`crate::security::request_bound`]
+    /// when there are credentials.
+    fn signed<M: prost::Message>(&self, msg: M) -> tonic::Request<M> {
         let mut req = tonic::Request::new(msg);
-        if let (Some(creds), Some(b)) = (&self.credentials, b) {
-            ledgermq_proto::signature::sign_request_bound(&mut req, creds, &b);
+        if let Some(creds) = &self.credentials {
+            let bound = crate::security::request_bound(req.get_ref());
+            ledgermq_proto::signature::sign_request_bound(&mut req, creds, &bound);
         }
         req
     }
@@ -179,12 +179,7 @@ async fn heartbeat_loop(
         };
         let key = Some(urgent_key(&node));
         // Signed per call: the signature's date must be recent.
-        let req = access.signed(RegisterBrokerRequest { node: Some(node) }, |r| {
-            r.node
-                .as_ref()
-                .map(crate::security::register_bound)
-                .unwrap_or_default()
-        });
+        let req = access.signed(RegisterBrokerRequest { node: Some(node) });
         let error = match tokio::time::timeout(timeout, c.register_broker(req)).await {
             Ok(Ok(_)) => {
                 if failures > 0 {

@@ -30,8 +30,6 @@
 use ledgermq_proto::signature::{check_signed_by, headers_of, Credentials, SignatureError};
 use serde::Deserialize;
 
-use crate::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
-
 /// What a registration's signature covers after its date: a newline and the
 /// hex SHA-256 of the request as protobuf encodes it (prost's encoding is
 /// deterministic: fields in number order, defaults left out, no maps in this
@@ -44,18 +42,6 @@ pub fn request_bound<M: prost::Message>(request: &M) -> String {
         "\n{}",
         hex::encode(sha2::Sha256::digest(request.encode_to_vec()))
     )
-}
-
-/// [`request_bound`] of a RegisterBroker of `node`.
-pub fn register_bound(node: &BrokerNode) -> String {
-    request_bound(&RegisterBrokerRequest {
-        node: Some(node.clone()),
-    })
-}
-
-/// [`request_bound`] of an UnregisterBroker.
-pub fn unregister_bound(r: &UnregisterBrokerRequest) -> String {
-    request_bound(r)
 }
 
 /// The `[auth]` table of a name server.
@@ -136,15 +122,14 @@ impl RegistrationCheck {
         })
     }
 
-    /// Checks a registration's signature headers at `now_ms` (this name
-    /// server's wall clock), made over the date and `bound`
-    /// ([`register_bound`], [`unregister_bound`]). No I/O. Error:
-    /// `UNAUTHENTICATED` saying why.
-    pub fn check(
+    /// Checks a registration request's signature headers at `now_ms` (this
+    /// name server's wall clock), made over the date and the request's
+    /// [`request_bound`] (computed only when registration is not open). No
+    /// I/O. Error: `UNAUTHENTICATED` saying why.
+    pub fn check<M: prost::Message>(
         &self,
-        metadata: &tonic::metadata::MetadataMap,
+        req: &tonic::Request<M>,
         now_ms: u64,
-        bound: &str,
     ) -> Result<(), tonic::Status> {
         let Some(creds) = &self.creds else {
             return Ok(());
@@ -152,10 +137,10 @@ impl RegistrationCheck {
         let now_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
         check_signed_by(
             creds,
-            headers_of(metadata),
+            headers_of(req.metadata()),
             now_ms,
             self.max_clock_skew_ms,
-            bound,
+            &request_bound(req.get_ref()),
         )
         .map_err(|e: SignatureError| {
             tonic::Status::unauthenticated(format!("broker registration refused: {e}"))
@@ -166,6 +151,7 @@ impl RegistrationCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pb::{BrokerNode, RegisterBrokerRequest};
     use ledgermq_proto::signature::sign_request_bound;
 
     fn check() -> RegistrationCheck {
@@ -177,74 +163,70 @@ mod tests {
         .unwrap()
     }
 
-    const BOUND: &str = "\nbound-of-the-request";
+    fn node(client_addr: &str) -> BrokerNode {
+        BrokerNode {
+            cluster: "c".into(),
+            broker_group: "g".into(),
+            client_addr: client_addr.into(),
+            ..BrokerNode::default()
+        }
+    }
 
-    fn signed(access_key: &str, secret_key: &str) -> tonic::metadata::MetadataMap {
-        let mut r = tonic::Request::new(());
+    fn register(node: BrokerNode) -> tonic::Request<RegisterBrokerRequest> {
+        tonic::Request::new(RegisterBrokerRequest { node: Some(node) })
+    }
+
+    /// A RegisterBroker of [`node`] signed by `access_key` / `secret_key`.
+    fn signed(access_key: &str, secret_key: &str) -> tonic::Request<RegisterBrokerRequest> {
+        let mut r = register(node("127.0.0.1:1"));
+        let bound = request_bound(r.get_ref());
         sign_request_bound(
             &mut r,
             &Credentials {
                 access_key: access_key.into(),
                 secret_key: secret_key.into(),
             },
-            BOUND,
+            &bound,
         );
-        r.metadata().clone()
+        r
     }
 
     #[test]
     fn only_the_brokers_credentials_register_when_auth_is_on() {
         let now = crate::now_ms();
         assert!(check()
-            .check(&signed("ledgermq-inner", "inner-secret"), now, BOUND)
+            .check(&signed("ledgermq-inner", "inner-secret"), now)
             .is_ok());
         // The same headers for another node's addresses.
-        let e = check()
-            .check(
-                &signed("ledgermq-inner", "inner-secret"),
-                now,
-                "\nbound-of-another-request",
-            )
-            .unwrap_err();
+        let mut moved = signed("ledgermq-inner", "inner-secret");
+        moved.get_mut().node = Some(node("10.0.0.66:1"));
+        let e = check().check(&moved, now).unwrap_err();
         assert!(e.message().contains("check signature failed"), "{e:?}");
-        for (md, why) in [
+        for (req, why) in [
             (signed("ledgermq-inner", "guess"), "check signature failed"),
             (signed("admin", "inner-secret"), "not found"),
-            (
-                tonic::metadata::MetadataMap::new(),
-                "authentication is required",
-            ),
+            (register(node("127.0.0.1:1")), "authentication is required"),
         ] {
-            let e = check().check(&md, now, BOUND).unwrap_err();
+            let e = check().check(&req, now).unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unauthenticated);
             assert!(e.message().contains(why), "{e:?}");
         }
         // A signature from an hour ago.
         let e = check()
-            .check(
-                &signed("ledgermq-inner", "inner-secret"),
-                now + 3_600_000,
-                BOUND,
-            )
+            .check(&signed("ledgermq-inner", "inner-secret"), now + 3_600_000)
             .unwrap_err();
         assert!(e.message().contains("ms from this node's clock"), "{e:?}");
         // Open registration reads nothing.
         let open = RegistrationCheck::default();
-        assert!(open
-            .check(&tonic::metadata::MetadataMap::new(), now, BOUND)
-            .is_ok());
+        assert!(open.check(&register(node("127.0.0.1:1")), now).is_ok());
     }
 
     #[test]
     fn the_bound_covers_every_field_of_the_request() {
-        let node = BrokerNode {
-            cluster: "c".into(),
-            broker_group: "g".into(),
-            client_addr: "127.0.0.1:1".into(),
-            ..BrokerNode::default()
-        };
-        let b = register_bound(&node);
-        assert_eq!(b, register_bound(&node.clone()));
+        let node = node("127.0.0.1:1");
+        let bound = |n: &BrokerNode| request_bound(register(n.clone()).get_ref());
+        let b = bound(&node);
+        assert_eq!(b, bound(&node.clone()));
         for changed in [
             BrokerNode {
                 term: 9,
@@ -263,7 +245,7 @@ mod tests {
                 ..node.clone()
             },
         ] {
-            assert_ne!(register_bound(&changed), b);
+            assert_ne!(bound(&changed), b);
         }
     }
 

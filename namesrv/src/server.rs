@@ -164,13 +164,7 @@ impl NameServer for NameServerService {
         &self,
         req: Request<RegisterBrokerRequest>,
     ) -> Result<Response<RegisterBrokerResponse>, Status> {
-        if let Some(node) = &req.get_ref().node {
-            self.registration.check(
-                req.metadata(),
-                now_ms(),
-                &crate::security::register_bound(node),
-            )?;
-        }
+        self.registration.check(&req, now_ms())?;
         let node = req
             .into_inner()
             .node
@@ -189,11 +183,7 @@ impl NameServer for NameServerService {
         &self,
         req: Request<UnregisterBrokerRequest>,
     ) -> Result<Response<UnregisterBrokerResponse>, Status> {
-        self.registration.check(
-            req.metadata(),
-            now_ms(),
-            &crate::security::unregister_bound(req.get_ref()),
-        )?;
+        self.registration.check(&req, now_ms())?;
         let r = req.into_inner();
         self.registry
             .lock()

@@ -103,7 +103,7 @@ async fn the_peer_port_takes_members_only(deploy: &Path, addr: &str) {
 async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
     use ledgermq_namesrv::pb::name_server_client::NameServerClient;
     use ledgermq_namesrv::pb::{BrokerNode, RegisterBrokerRequest, UnregisterBrokerRequest};
-    use ledgermq_namesrv::security::{register_bound, unregister_bound};
+    use ledgermq_namesrv::security::request_bound;
     use ledgermq_proto::signature::{sign_request_bound, Credentials};
     let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(
         tonic::transport::Certificate::from_pem(std::fs::read(ca).unwrap()),
@@ -120,20 +120,23 @@ async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
         client_addr: "127.0.0.1:1".into(),
         ..BrokerNode::default()
     };
-    let signed = |secret: &str| {
+    // The RegisterBroker of `node` signed as `access_key`.
+    let signed_as = |access_key: &str, secret: &str| {
         let mut r = tonic::Request::new(RegisterBrokerRequest {
             node: Some(node.clone()),
         });
+        let bound = request_bound(r.get_ref());
         sign_request_bound(
             &mut r,
             &Credentials {
-                access_key: "ledgermq-registrar".into(),
+                access_key: access_key.into(),
                 secret_key: secret.into(),
             },
-            &register_bound(&node),
+            &bound,
         );
         r
     };
+    let signed = |secret: &str| signed_as("ledgermq-registrar", secret);
     let unsigned = c
         .register_broker(RegisterBrokerRequest {
             node: Some(node.clone()),
@@ -153,18 +156,10 @@ async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
     let moved = c.register_broker(moved).await.unwrap_err();
     assert_eq!(moved.code(), tonic::Code::Unauthenticated, "{moved:?}");
     // The members' own credentials are not the registration's.
-    let mut inner = tonic::Request::new(RegisterBrokerRequest {
-        node: Some(node.clone()),
-    });
-    sign_request_bound(
-        &mut inner,
-        &Credentials {
-            access_key: "ledgermq-inner".into(),
-            secret_key: "local-secure-inner-secret".into(),
-        },
-        &register_bound(&node),
-    );
-    let inner = c.register_broker(inner).await.unwrap_err();
+    let inner = c
+        .register_broker(signed_as("ledgermq-inner", "local-secure-inner-secret"))
+        .await
+        .unwrap_err();
     assert_eq!(inner.code(), tonic::Code::Unauthenticated, "{inner:?}");
     c.register_broker(signed("local-secure-registration-secret"))
         .await
@@ -174,7 +169,7 @@ async fn registration_needs_the_members_signature(addr: &str, ca: &Path) {
         broker_group: node.broker_group.clone(),
         node_id: 0,
     });
-    let bound = unregister_bound(gone.get_ref());
+    let bound = request_bound(gone.get_ref());
     sign_request_bound(
         &mut gone,
         &Credentials {

@@ -182,8 +182,9 @@ impl TlsMaterial {
     /// that checks no client has none) and rustls takes the pair, so a bad
     /// file stops a start rather than every later connection.
     pub fn check(&self) -> Result<(), TlsError> {
-        self.acceptor(false)?;
-        if !self.ca_pem.is_empty() {
+        if self.ca_pem.is_empty() {
+            self.acceptor(false)?;
+        } else {
             self.acceptor(true)?;
             self.connector(true)?;
         }
@@ -263,32 +264,28 @@ pub async fn accept(
     let start = async move {
         let mut first = [0u8; 1];
         let acceptor = match acceptor {
-            Some(a) if plain_too => match stream.peek(&mut first).await? {
-                1 if first[0] == TLS_HANDSHAKE_RECORD => Some(a),
-                1 => None,
-                _ => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            },
-            other => other,
-        };
-        match acceptor {
-            None => match stream.peek(&mut first).await {
-                Ok(1) => Ok((Stream::Plain(stream), first[0])),
-                Ok(_) => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-                Err(e) => Err(e),
-            },
-            Some(acceptor) => {
-                let mut tls = acceptor.accept(stream).await?;
-                tls.read_exact(&mut first).await?;
-                let inner = Box::new(tokio_rustls::TlsStream::Server(tls));
-                Ok((
-                    Stream::Tls {
-                        inner,
-                        first: Some(first[0]),
-                    },
-                    first[0],
-                ))
+            Some(a) if !plain_too => a,
+            // Plain, or permissive: the first byte says whether TLS starts.
+            maybe => {
+                if stream.peek(&mut first).await? != 1 {
+                    return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+                }
+                match maybe {
+                    Some(a) if first[0] == TLS_HANDSHAKE_RECORD => a,
+                    _ => return Ok((Stream::Plain(stream), first[0])),
+                }
             }
-        }
+        };
+        let mut tls = acceptor.accept(stream).await?;
+        tls.read_exact(&mut first).await?;
+        let inner = Box::new(tokio_rustls::TlsStream::Server(tls));
+        Ok((
+            Stream::Tls {
+                inner,
+                first: Some(first[0]),
+            },
+            first[0],
+        ))
     };
     match tokio::time::timeout(wait, start).await {
         Ok(Ok(started)) => Some(started),
