@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_proto::admin_pb::{ConsumerProgressRequest, QueueProgress};
 use serde::Serialize;
+
+use crate::access::Access;
 
 /// How often the drain asks for the groups' progress.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(1000);
@@ -55,11 +56,14 @@ pub fn short_queues(group: &str, progress: &[QueueProgress]) -> Vec<String> {
 }
 
 /// One node's progress of `group` on `topic`: (applied index, queues).
-async fn ask(addr: &str, group: &str, topic: &str) -> Option<(Option<u64>, Vec<QueueProgress>)> {
+async fn ask(
+    access: &Access,
+    addr: &str,
+    group: &str,
+    topic: &str,
+) -> Option<(Option<u64>, Vec<QueueProgress>)> {
     let call = async {
-        let mut c = BrokerAdminClient::connect(format!("http://{addr}"))
-            .await
-            .ok()?;
+        let mut c = access.admin(addr, Some(CALL_TIMEOUT)).await.ok()?;
         let r = c
             .consumer_progress(ConsumerProgressRequest {
                 group: group.into(),
@@ -76,14 +80,18 @@ async fn ask(addr: &str, group: &str, topic: &str) -> Option<(Option<u64>, Vec<Q
 /// The progress of every (group, topic) in `pairs` as the most advanced node that
 /// answers for all of them has applied it (offsets are replicated: a node behind
 /// would report a stale view). None if no node answered for every pair.
-pub async fn progress(nodes: &[String], pairs: &[(String, String)]) -> Option<DrainOutcome> {
+pub async fn progress(
+    access: &Access,
+    nodes: &[String],
+    pairs: &[(String, String)],
+) -> Option<DrainOutcome> {
     let mut best: Option<DrainOutcome> = None;
     for addr in nodes {
         let mut short = Vec::new();
         let mut applied = None;
         let mut all = true;
         for (group, topic) in pairs {
-            match ask(addr, group, topic).await {
+            match ask(access, addr, group, topic).await {
                 Some((a, queues)) => {
                     applied = applied.max(a);
                     short.extend(short_queues(group, &queues));
@@ -109,6 +117,7 @@ pub async fn progress(nodes: &[String], pairs: &[(String, String)]) -> Option<Dr
 /// true while the last reading had every queue at its end; returns the last
 /// reading (None if no node ever answered).
 pub async fn watch(
+    access: Access,
     nodes: Vec<String>,
     pairs: Vec<(String, String)>,
     done: Arc<AtomicBool>,
@@ -116,14 +125,14 @@ pub async fn watch(
 ) -> Option<DrainOutcome> {
     let mut last = None;
     while !stop.load(Ordering::Relaxed) {
-        if let Some(p) = progress(&nodes, &pairs).await {
+        if let Some(p) = progress(&access, &nodes, &pairs).await {
             done.store(p.reached, Ordering::Relaxed);
             last = Some(p);
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
     // One last reading after the consumers stopped.
-    progress(&nodes, &pairs).await.or(last)
+    progress(&access, &nodes, &pairs).await.or(last)
 }
 
 #[cfg(test)]

@@ -409,6 +409,7 @@ mod tests {
             fault_ms: 0,
             gap_ms: 0,
             availability_bound: 0.8,
+            secure: false,
         };
         let audit = ReplicaAudit {
             valid: true,

@@ -59,7 +59,7 @@ pub type Injected = (Undo, String, Option<usize>);
 /// server says (its view goes stale while it is cut off, and it expires every
 /// node then), if either knows one.
 pub fn leader(c: &Cluster, net: &Network) -> Option<usize> {
-    if let Some((l, _)) = crate::routes::nodes_leader(net) {
+    if let Some((l, _)) = crate::routes::nodes_leader(c, net) {
         return Some(l);
     }
     c.leaders(net)

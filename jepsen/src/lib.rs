@@ -3,6 +3,8 @@
 //! producers and consumers, and a nemesis; then checks the history and the replicas.
 //!
 //! - [`runner`]: one run, from hosts to the run folder.
+//! - [`access`]: how the run's clients reach the cluster, plain or secure (TLS,
+//!   signed calls, ACLs).
 //! - [`evaluate`]: the checkers over a finished run, and its verdict.
 //! - [`history`]: invoke / ok / fail / info ops as JSON lines.
 //! - [`checker`]: total-queue, order (queue offsets, message groups).
@@ -26,6 +28,7 @@
 //! - [`report`]: per-second series and the HTML report.
 
 #![deny(missing_docs)]
+pub mod access;
 pub mod audit;
 pub mod availability;
 pub mod checker;

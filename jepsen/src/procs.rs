@@ -10,6 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
+use crate::access::Access;
 use crate::hosts::Network;
 use crate::net::host_addr;
 use crate::node_env::{self, NodeDisk};
@@ -48,9 +49,10 @@ pub fn client_addr(i: usize) -> String {
 }
 
 /// The TOML configuration of broker node `i` (`flush`: `sync` or `async`), with
-/// small CommitLog segments ([`crate::retention::SEGMENT_BYTES`]) and frequent
-/// retention runs ([`crate::retention::RETENTION_INTERVAL`]).
-pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
+/// small CommitLog segments ([`crate::retention::SEGMENT_BYTES`]), frequent
+/// retention runs ([`crate::retention::RETENTION_INTERVAL`]) and, in a secure
+/// run, TLS and ACLs ([`Access::configure_broker`]).
+pub fn broker_config(i: usize, store_root: &Path, flush: &str, access: &Access) -> String {
     let raft: Vec<String> = (0..NODES)
         .map(|j| format!("{}:{RAFT_PORT}", host_addr(j)))
         .collect();
@@ -62,6 +64,7 @@ pub fn broker_config(i: usize, store_root: &Path, flush: &str) -> String {
     toml.namesrv_heartbeat_ms = Some(1000);
     toml.disk_space_warning_ratio = Some(0.99);
     toml.retention_interval_ms = Some(crate::retention::RETENTION_INTERVAL.as_millis() as u64);
+    access.configure_broker(&mut toml, i);
     toml.to_toml()
 }
 
@@ -125,6 +128,8 @@ pub struct Cluster {
     /// Nodes that crashed or did not stop as asked, found while the nemesis
     /// stopped them; taken by [`Cluster::take_findings`].
     findings: Vec<String>,
+    /// How the harness's clients reach the nodes.
+    access: Access,
 }
 
 impl Cluster {
@@ -132,8 +137,14 @@ impl Cluster {
     /// `dir` (stores in `dir/nI`, logs in `dir/*.log`). Each store root is a file
     /// system of its own and each node runs under libfaketime if it can
     /// ([`crate::node_env`]); if not, a warning says so and the faults that need
-    /// them fail when drawn.
-    pub fn start(net: &Network, dir: &Path, flush: &str) -> Result<Self, JepsenError> {
+    /// them fail when drawn. `access` says whether the run is secure (its
+    /// certificates already made).
+    pub fn start(
+        net: &Network,
+        dir: &Path,
+        flush: &str,
+        access: Access,
+    ) -> Result<Self, JepsenError> {
         std::fs::create_dir_all(dir)?;
         let faketime = node_env::libfaketime();
         for m in node_env::remove_orphan_disks() {
@@ -165,8 +176,9 @@ impl Cluster {
         std::fs::write(
             &ns_cfg,
             format!(
-                "listen = \"{}\"\nscan_interval_ms = 500\nnode_expiry_ms = 5000\n",
-                namesrv_addr()
+                "listen = \"{}\"\nscan_interval_ms = 500\nnode_expiry_ms = 5000\n{}",
+                namesrv_addr(),
+                access.namesrv_tables()
             ),
         )?;
         let mut procs = vec![Proc {
@@ -181,7 +193,10 @@ impl Cluster {
             node_env::set_clock_offset(dir, i, 0)?;
             node_env::reboot(dir, i)?;
             let cfg = dir.join(format!("n{i}.toml"));
-            std::fs::write(&cfg, broker_config(i, &Self::store_root(dir, i), flush))?;
+            std::fs::write(
+                &cfg,
+                broker_config(i, &Self::store_root(dir, i), flush, &access),
+            )?;
             procs.push(Proc {
                 host: i,
                 program: bin("mqbroker")?,
@@ -198,11 +213,17 @@ impl Cluster {
             disk_error,
             faketime,
             findings: Vec::new(),
+            access,
         };
         for p in &mut c.procs {
             p.spawn(net)?;
         }
         Ok(c)
+    }
+
+    /// How the harness's clients reach the nodes.
+    pub fn access(&self) -> &Access {
+        &self.access
     }
 
     /// Node `i`'s store root.
@@ -335,6 +356,7 @@ impl Cluster {
             .command(CLIENT_HOST, &bin("mqadmin")?.to_string_lossy())
             .args(args)
             .args(["-n", &namesrv_addr()])
+            .envs(self.access.admin_env())
             .output()?;
         if !out.status.success() {
             return Err(JepsenError::Host(format!(
@@ -391,7 +413,7 @@ mod tests {
 
     #[test]
     fn configs_name_every_member_on_its_host() {
-        let c = broker_config(1, Path::new("/tmp/x/n1"), "sync");
+        let c = broker_config(1, Path::new("/tmp/x/n1"), "sync", &Access::plain());
         assert!(c.contains("node_id = 1\n"));
         assert!(c.contains("client_addr = \"10.77.0.11:8081\""));
         assert!(c.contains("namesrv_addrs = [\"10.77.0.13:9876\"]"));

@@ -25,9 +25,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_proto::admin_pb::LogDigestRequest;
 
+use crate::access::Access;
 use crate::hosts::Network;
 use crate::node_env::{fill_disk, free_disk, NODE_DISK_BYTES};
 use crate::procs::{client_addr, Cluster, CLIENT_HOST};
@@ -69,8 +69,9 @@ struct LeaderLog {
 }
 
 /// The leader's log (None: no answer, or node `n` does not lead).
-async fn ask(addr: String) -> Option<LeaderLog> {
-    let mut c = BrokerAdminClient::connect(format!("http://{addr}"))
+async fn ask(access: Access, addr: String) -> Option<LeaderLog> {
+    let mut c = access
+        .admin(&addr, Some(Duration::from_secs(2)))
         .await
         .ok()?;
     let d = c
@@ -90,14 +91,15 @@ async fn ask(addr: String) -> Option<LeaderLog> {
 
 /// Leader `n`'s log, asked from the clients' host (None: no answer within 2 s, or
 /// node `n` no longer leads).
-fn leader_log(net: &Network, n: usize) -> Option<LeaderLog> {
+fn leader_log(c: &Cluster, net: &Network, n: usize) -> Option<LeaderLog> {
+    let access = c.access().clone();
     in_namespace(&net.host_ns(CLIENT_HOST), move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .ok()?;
         rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(2), ask(client_addr(n))).await
+            tokio::time::timeout(Duration::from_secs(2), ask(access, client_addr(n))).await
         })
         .ok()
         .flatten()
@@ -133,7 +135,7 @@ pub fn force(
     c.kill(follower);
     // The follower must miss entries the purge takes. Asked after the kill, the
     // leader's last log index bounds every entry the follower got.
-    let missed = leader_log(net, leader);
+    let missed = leader_log(c, net, leader);
     let Some(LeaderLog {
         applied_end: missed_end,
         last_index: missed_index,
@@ -155,7 +157,7 @@ pub fn force(
     let mut filled = None;
     let mut last = None;
     while now_ms() < give_up {
-        let log = leader_log(net, leader);
+        let log = leader_log(c, net, leader);
         last = log.or(last);
         match (log, &filled) {
             (Some(l), _) if l.first_index > missed_index => break,

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_proto::admin_pb::LogDigestRequest;
 use serde::Serialize;
 
+use crate::access::Access;
 use crate::workload::Recorder;
 
 /// What a node said of itself at one moment.
@@ -49,11 +49,13 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(400);
 /// One node's own view, from its LogDigest answer with no entries: (its node id,
 /// the leader it knows, its current term); None when it did not answer within
 /// `timeout` or answered an error. Call from inside the clients' namespace.
-pub async fn self_view(addr: String, timeout: Duration) -> Option<(u64, Option<u64>, u64)> {
+pub async fn self_view(
+    access: &Access,
+    addr: &str,
+    timeout: Duration,
+) -> Option<(u64, Option<u64>, u64)> {
     let call = async {
-        let mut c = BrokerAdminClient::connect(format!("http://{addr}"))
-            .await
-            .ok()?;
+        let mut c = access.admin(addr, Some(timeout)).await.ok()?;
         let r = c
             .log_digest(LogDigestRequest {
                 from_index: u64::MAX,
@@ -69,8 +71,8 @@ pub async fn self_view(addr: String, timeout: Duration) -> Option<(u64, Option<u
     tokio::time::timeout(timeout, call).await.ok()?
 }
 
-async fn sample_one(addr: String) -> Option<(Role, u64)> {
-    let (node_id, leader, term) = self_view(addr, SAMPLE_TIMEOUT).await?;
+async fn sample_one(access: Access, addr: String) -> Option<(Role, u64)> {
+    let (node_id, leader, term) = self_view(&access, &addr, SAMPLE_TIMEOUT).await?;
     let role = match leader {
         Some(l) if l == node_id => Role::Leader,
         Some(_) => Role::Follower,
@@ -81,13 +83,18 @@ async fn sample_one(addr: String) -> Option<(Role, u64)> {
 
 /// Samples every node every [`SAMPLE_INTERVAL`] until `done` is set; returns the
 /// samples in time order. Call from inside the clients' namespace.
-pub async fn sample(nodes: Vec<String>, rec: Recorder, done: Arc<AtomicBool>) -> Vec<RoleSample> {
+pub async fn sample(
+    access: Access,
+    nodes: Vec<String>,
+    rec: Recorder,
+    done: Arc<AtomicBool>,
+) -> Vec<RoleSample> {
     let mut out = Vec::new();
     while !done.load(Ordering::Relaxed) {
         let t_ms = rec.now_ms();
         let round: Vec<_> = nodes
             .iter()
-            .map(|n| tokio::spawn(sample_one(n.clone())))
+            .map(|n| tokio::spawn(sample_one(access.clone(), n.clone())))
             .collect();
         for (node, h) in round.into_iter().enumerate() {
             let a = h.await.ok().flatten();

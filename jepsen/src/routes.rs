@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::access::Access;
 use crate::hosts::Network;
 use crate::procs::{client_addr, Cluster, CLIENT_HOST, NODES};
 use crate::workload::in_namespace;
@@ -25,8 +26,8 @@ pub const ROUTE_TOPIC: &str = "JNormal";
 
 /// One node's own view: (the leader it knows, its current term); None when it
 /// did not answer within [`CALL_TIMEOUT`] or knows no leader.
-async fn view(addr: String) -> Option<(u64, u64)> {
-    let (_, leader, term) = crate::roles::self_view(addr, CALL_TIMEOUT).await?;
+async fn view(access: Access, addr: String) -> Option<(u64, u64)> {
+    let (_, leader, term) = crate::roles::self_view(&access, &addr, CALL_TIMEOUT).await?;
     Some((leader?, term))
 }
 
@@ -44,15 +45,16 @@ pub fn highest_claim(views: &[Option<(u64, u64)>]) -> Option<(usize, u64)> {
 /// The leader and its term as the nodes reachable from the clients' host say
 /// (the highest term's claim: a node cut off from the clients is still named by
 /// its followers). None when no node answers or none knows a leader.
-pub fn nodes_leader(net: &Network) -> Option<(usize, u64)> {
-    let views = in_namespace(&net.host_ns(CLIENT_HOST), || {
+pub fn nodes_leader(c: &Cluster, net: &Network) -> Option<(usize, u64)> {
+    let access = c.access().clone();
+    let views = in_namespace(&net.host_ns(CLIENT_HOST), move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .ok()?;
         Some(rt.block_on(async {
             let calls: Vec<_> = (0..NODES)
-                .map(|i| tokio::spawn(view(client_addr(i))))
+                .map(|i| tokio::spawn(view(access.clone(), client_addr(i))))
                 .collect();
             let mut out = Vec::new();
             for c in calls {
@@ -85,7 +87,7 @@ pub fn route_check(c: &Cluster, net: &Network, bound: Duration) -> Result<u64, S
     let start = Instant::now();
     let mut last = String::from("nothing asked yet");
     while start.elapsed() < bound {
-        let actual = nodes_leader(net).map(|l| l.0);
+        let actual = nodes_leader(c, net).map(|l| l.0);
         match c.admin(net, &["topicRoute", "-t", ROUTE_TOPIC]) {
             Ok(out) => {
                 let named = parse_route_leader(&out);

@@ -16,17 +16,24 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use crate::access::Access;
 use crate::audit;
 pub use crate::evaluate::{evaluate, verdict, FaultRecord, RunResults};
 use crate::faults::{inject, leader, undo};
 use crate::history::{write_jsonl, Op};
 use crate::hosts::Network;
 use crate::nemesis::{plan, FaultKind, Grudge};
-use crate::net::NS_PREFIX;
-use crate::procs::{client_addr, Cluster, CLIENT_HOST, HOSTS, NODES};
+use crate::net::{host_addr, NS_PREFIX};
+use crate::procs::{client_addr, Cluster, CLIENT_HOST, HOSTS, NAMESRV_HOST, NODES};
 use crate::report::{self, Shade};
 use crate::workload::{in_namespace, Recorder, SendingEnd, WorkloadOptions};
 use crate::JepsenError;
+
+/// The workload's topics and consumer groups.
+const TOPIC: &str = "JNormal";
+const FIFO_TOPIC: &str = "JFifo";
+const GROUP: &str = "JGroup";
+const FIFO_GROUP: &str = "JFifoGroup";
 
 /// The retry policy `JGroup` is given (RocketMQ's groupRetryPolicy JSON).
 const JGROUP_RETRY_POLICY: &str = r#"{"type":"EXPONENTIAL","exponentialRetryPolicy":{"initial":1000,"max":60000,"multiplier":2}}"#;
@@ -54,6 +61,9 @@ pub struct RunOptions {
     /// under each fault kind the promise covers
     /// ([`crate::availability::PROMISED_RATIO`] unless a run says otherwise).
     pub availability_bound: f64,
+    /// Run with TLS, mutual TLS between members, signed calls, ACLs and signed
+    /// registrations on ([`crate::access`]).
+    pub secure: bool,
 }
 
 /// Ms after a heal that still count as the fault's (restart and catch-up).
@@ -93,12 +103,12 @@ fn prepare(c: &Cluster, net: &Network) -> Result<(), JepsenError> {
         std::thread::sleep(Duration::from_millis(300));
     }
     for args in [
-        &["updateTopic", "-t", "JNormal", "-q", "4"][..],
-        &["updateTopic", "-t", "JFifo", "-q", "4", "--fifo"],
+        &["updateTopic", "-t", TOPIC, "-q", "4"][..],
+        &["updateTopic", "-t", FIFO_TOPIC, "-q", "4", "--fifo"],
         // A retry policy, so the replica audit compares one through every
         // fault (snapshots carry it in their format 2).
-        &["updateSubGroup", "-g", "JGroup", "-p", JGROUP_RETRY_POLICY],
-        &["updateSubGroup", "-g", "JFifoGroup", "--fifo"],
+        &["updateSubGroup", "-g", GROUP, "-p", JGROUP_RETRY_POLICY],
+        &["updateSubGroup", "-g", FIFO_GROUP, "--fifo"],
     ] {
         let mut tries = 0;
         while let Err(e) = c.admin(net, args) {
@@ -124,8 +134,37 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     // those of killed runs go first.
     crate::hosts::remove_orphans(NS_PREFIX)?;
     let net = Network::create(&format!("{NS_PREFIX}{}-", std::process::id()), HOSTS)?;
-    let mut c = Cluster::start(&net, &dir, &opts.flush)?;
+    let access = if opts.secure {
+        let hosts: Vec<(String, String)> = (0..NODES)
+            .map(|i| (Access::node_cert(i), host_addr(i).to_string()))
+            .chain([("namesrv".to_owned(), host_addr(NAMESRV_HOST).to_string())])
+            .collect();
+        Access::secure(&dir, &hosts, &[TOPIC, FIFO_TOPIC], &[GROUP, FIFO_GROUP])?
+    } else {
+        Access::plain()
+    };
+    let mut c = Cluster::start(&net, &dir, &opts.flush, access.clone())?;
     prepare(&c, &net)?;
+    if access.is_secure() {
+        // Before any fault: every node refuses what a secure cluster must.
+        let (ns, a) = (net.host_ns(CLIENT_HOST), access.clone());
+        let checked = in_namespace(&ns, move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(JepsenError::Io)?
+                .block_on(async {
+                    let mut out = Vec::new();
+                    for i in 0..NODES {
+                        out.push(a.check_refusals(&client_addr(i)).await?);
+                    }
+                    Ok::<_, JepsenError>(out)
+                })
+        })??;
+        for line in checked {
+            eprintln!("secure run: {line}");
+        }
+    }
     let nodes: Vec<String> = (0..NODES).map(client_addr).collect();
     let rec = Recorder::new();
     let time_limit_ms = opts.time_limit_s * 1000;
@@ -140,10 +179,10 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     let sending_end = SendingEnd::new(time_limit_ms);
     let wl = WorkloadOptions {
         nodes: nodes.clone(),
-        topic: "JNormal".into(),
-        fifo_topic: "JFifo".into(),
-        group: "JGroup".into(),
-        fifo_group: "JFifoGroup".into(),
+        topic: TOPIC.into(),
+        fifo_topic: FIFO_TOPIC.into(),
+        group: GROUP.into(),
+        fifo_group: FIFO_GROUP.into(),
         producers: 3,
         pinned_producers: 3,
         fifo_producers: 3,
@@ -156,6 +195,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
         send_interval: Duration::from_millis(5),
         fifo_send_interval: Duration::from_millis(50),
         stop: stop.clone(),
+        access: access.clone(),
     };
     let (ns, wl_rec) = (net.host_ns(CLIENT_HOST), rec.clone());
     let workload = std::thread::spawn(move || {
@@ -170,8 +210,9 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
     });
     // Each node's role and term, sampled until the workload is done.
     let sampling_done = Arc::new(AtomicBool::new(false));
-    let (ns, nodes2, rec2, done2) = (
+    let (ns, access2, nodes2, rec2, done2) = (
         net.host_ns(CLIENT_HOST),
+        access.clone(),
         nodes.clone(),
         rec.clone(),
         sampling_done.clone(),
@@ -181,7 +222,7 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map(|rt| rt.block_on(crate::roles::sample(nodes2, rec2, done2)))
+                .map(|rt| rt.block_on(crate::roles::sample(access2, nodes2, rec2, done2)))
                 .unwrap_or_default()
         })
         .unwrap_or_default()
@@ -314,15 +355,15 @@ pub fn run(opts: &RunOptions, stop: Arc<AtomicBool>) -> Result<RunOutcome, Jepse
             "[{:>7.1}s] workload done; auditing replicas",
             rec.now_ms() as f64 / 1000.0
         );
-        let nodes2 = nodes.clone();
+        let (access2, nodes2) = (access.clone(), nodes.clone());
         let views = in_namespace(&net.host_ns(CLIENT_HOST), move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(JepsenError::Io)?
                 .block_on(async {
-                    audit::settle(&nodes2, Duration::from_secs(60)).await;
-                    audit::fetch(&nodes2).await
+                    audit::settle(&access2, &nodes2, Duration::from_secs(60)).await;
+                    audit::fetch(&access2, &nodes2).await
                 })
         })?;
         match views {

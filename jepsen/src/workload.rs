@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ledgermq_proto::pb::messaging_service_client::MessagingServiceClient;
 use ledgermq_proto::pb::{
     receive_message_response::Content, AckMessageEntry, AckMessageRequest, Code, FilterExpression,
     FilterType, Message, MessageQueue, MessageType, ReceiveMessageRequest, Resource,
     SendMessageRequest, SystemProperties,
 };
-use tonic::transport::{Channel, Endpoint};
 
+use crate::access::{Access, Messaging};
 use crate::drain::DrainOutcome;
 use crate::history::{Delivered, Op, OpFn, OpType, Sent};
 use crate::JepsenError;
@@ -109,6 +108,8 @@ pub struct WorkloadOptions {
     pub fifo_send_interval: Duration,
     /// Set to stop every producer and consumer early (an interrupted run).
     pub stop: Arc<AtomicBool>,
+    /// How the clients reach the nodes (plain, or TLS with signed calls).
+    pub access: Access,
 }
 
 /// The history being recorded, with the run's clock, and which acknowledged sends
@@ -211,12 +212,14 @@ pub fn in_namespace<T: Send + 'static>(
     .map_err(|_| JepsenError::Host("the namespace thread panicked".into()))?
 }
 
-fn channel(addr: &str, timeout: Duration) -> Result<Channel, JepsenError> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| JepsenError::Host(format!("{addr}: {e}")))?
+/// A client of node `addr` that connects on its first call.
+fn client(access: &Access, addr: &str, timeout: Duration) -> Result<Messaging, JepsenError> {
+    let channel = access
+        .endpoint(addr)?
         .connect_timeout(timeout)
         .timeout(timeout)
-        .connect_lazy())
+        .connect_lazy();
+    Ok(access.messaging(channel))
 }
 
 fn res(name: &str) -> Option<Resource> {
@@ -233,10 +236,10 @@ pub async fn run(
     opts: WorkloadOptions,
     rec: Recorder,
 ) -> Result<(Vec<Op>, Option<DrainOutcome>), JepsenError> {
-    let chans: Vec<Channel> = opts
+    let chans: Vec<Messaging> = opts
         .nodes
         .iter()
-        .map(|a| channel(a, opts.call_timeout))
+        .map(|a| client(&opts.access, a, opts.call_timeout))
         .collect::<Result<_, _>>()?;
     let (end, start) = (opts.sending_end.clone(), rec.start);
     let stop_sending = move || end.instant(start);
@@ -270,7 +273,7 @@ pub async fn run(
                 // A pinned producer has one node to try.
                 for attempt in 0..SEND_ATTEMPTS {
                     let node = pinned_to.unwrap_or((pid + n + attempt) as usize % chans.len());
-                    let mut c = MessagingServiceClient::new(chans[node].clone());
+                    let mut c = chans[node].clone();
                     let to = Target { node, pinned_to };
                     if send_one(&mut c, &rec, pid, to, topic, sent.clone()).await != OpType::Fail {
                         break;
@@ -300,7 +303,8 @@ pub async fn run(
             (opts.group.clone(), opts.topic.clone()),
             (opts.fifo_group.clone(), opts.fifo_topic.clone()),
         ];
-        let (nodes, at_end, done) = (
+        let (access, nodes, at_end, done) = (
+            opts.access.clone(),
             opts.nodes.clone(),
             offsets_at_end.clone(),
             consumers_done.clone(),
@@ -310,7 +314,7 @@ pub async fn run(
             while Instant::now() < stop_sending() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            crate::drain::watch(nodes, pairs, at_end, done).await
+            crate::drain::watch(access, nodes, pairs, at_end, done).await
         })
     };
     let mut consumer_tasks = Vec::new();
@@ -346,7 +350,7 @@ pub async fn run(
                     }
                     i += 1;
                     let node = i % chans.len();
-                    let mut c = MessagingServiceClient::new(chans[node].clone());
+                    let mut c = chans[node].clone();
                     if receive_once(&mut c, &rec, pid, node, &topic, &group).await {
                         *last.lock().unwrap() = Instant::now();
                     }
@@ -371,7 +375,7 @@ struct Target {
 
 /// One send attempt to `to.node`, recorded; returns its outcome's type.
 async fn send_one(
-    c: &mut MessagingServiceClient<Channel>,
+    c: &mut Messaging,
     rec: &Recorder,
     pid: u64,
     to: Target,
@@ -472,7 +476,7 @@ pub fn receive_request(
 
 /// `msg` as a request carrying the `x-mq-client-id` header the protocol requires
 /// (the broker answers CLIENT_ID_REQUIRED without it).
-fn with_client_id<T>(msg: T) -> tonic::Request<T> {
+pub fn with_client_id<T>(msg: T) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
     let id = format!("jepsen-{}", std::process::id());
     req.metadata_mut().insert(
@@ -484,7 +488,7 @@ fn with_client_id<T>(msg: T) -> tonic::Request<T> {
 
 /// One receive and the acks of what came; true if something was delivered.
 async fn receive_once(
-    c: &mut MessagingServiceClient<Channel>,
+    c: &mut Messaging,
     rec: &Recorder,
     pid: u64,
     node: usize,

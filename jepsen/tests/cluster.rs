@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use ledgermq_jepsen::access::Access;
 use ledgermq_jepsen::hosts::Network;
 use ledgermq_jepsen::nemesis::{isolate, Grudge};
 use ledgermq_jepsen::procs::{Cluster, HOSTS};
@@ -35,7 +36,7 @@ fn wait_leader(c: &Cluster, net: &Network, not: Option<usize>, above: u64) -> (u
 fn partitions_kills_and_pauses_move_leadership() {
     let dir = tempfile::tempdir().unwrap();
     let net = Network::create(&format!("lmqc{}-", std::process::id()), HOSTS).unwrap();
-    let mut c = Cluster::start(&net, dir.path(), "sync").unwrap();
+    let mut c = Cluster::start(&net, dir.path(), "sync", Access::plain()).unwrap();
     let (l1, t1) = wait_leader(&c, &net, None, 0);
 
     net.apply(&isolate(HOSTS, l1)).unwrap();
@@ -62,7 +63,7 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
 
     let dir = tempfile::tempdir().unwrap();
     let net = Network::create(&format!("lmqw{}-", std::process::id()), HOSTS).unwrap();
-    let c = Cluster::start(&net, dir.path(), "sync").unwrap();
+    let c = Cluster::start(&net, dir.path(), "sync", Access::plain()).unwrap();
     wait_leader(&c, &net, None, 0);
     for args in [
         &["updateTopic", "-t", "JNormal", "-q", "4"][..],
@@ -90,6 +91,7 @@ fn a_quiet_workload_loses_nothing_and_keeps_order() {
         send_interval: Duration::from_millis(0),
         fifo_send_interval: Duration::from_millis(0),
         stop: Default::default(),
+        access: Access::plain(),
     };
     let history = in_namespace(&net.host_ns(CLIENT_HOST), move || {
         tokio::runtime::Builder::new_current_thread()

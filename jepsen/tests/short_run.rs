@@ -11,19 +11,27 @@ use std::process::Command;
 
 use ledgermq_jepsen::procs::bin;
 
-/// The four runs: (flush mode, kinds, seed). Power loss of every node runs under
-/// SYNC_FLUSH only (under ASYNC_FLUSH the group then waits for an operator, by
-/// design), as does a slow fsync (it delays acknowledgements only there).
-const RUNS: [(&str, &str, u64); 4] = [
+/// The four runs: (flush mode, kinds, seed, secure). Power loss of every node
+/// runs under SYNC_FLUSH only (under ASYNC_FLUSH the group then waits for an
+/// operator, by design), as does a slow fsync (it delays acknowledgements only
+/// there). One run of each flush mode is secure (`--secure`: TLS, mutual TLS
+/// between members, signed calls and ACLs, signed registrations): the first
+/// with leader changes of every kind, the last with a node's clock jumping
+/// (each signature's date is checked against it; the jumps, up to 120 s, stay
+/// inside the default 15 min bound, so no call may be refused for them) and a
+/// cut-off name server (registrations resume, signed).
+const RUNS: [(&str, &str, u64, bool); 4] = [
     (
         "sync",
         "partition-halves,isolate-leader,kill-leader,pause-leader,power-loss,power-loss-all",
         2,
+        true,
     ),
     (
         "sync",
         "power-loss-partitioned,slow-disk,clock-skew,partition-client-leader,corrupt-checkpoint,quick-restart-lagging,corrupt-mid-log",
         3,
+        false,
     ),
     // Seed 23 draws `retention` last: its injection waits for a purge past the
     // killed follower's end (up to 40 s), which would push a later fault out.
@@ -31,11 +39,13 @@ const RUNS: [(&str, &str, u64); 4] = [
         "async",
         "majorities-ring,one-way,kill-random,corrupt-tail,kill-majority,sigterm-leader,retention",
         23,
+        false,
     ),
     (
         "async",
         "quick-restart,disk-full,clock-jump,partition-namesrv,corrupt-index,corrupt-consume-queue,corrupt-metadata",
         22,
+        true,
     ),
 ];
 
@@ -78,7 +88,7 @@ fn every_fault_kind_is_in_a_short_run_or_named_with_its_bug() {
 #[test]
 fn each_short_run_draws_every_kind_of_its_list_once() {
     use ledgermq_jepsen::nemesis::{plan, FaultKind};
-    for (_, list, seed) in RUNS {
+    for (_, list, seed, _) in RUNS {
         let kinds = FaultKind::parse_list(list).unwrap();
         assert!(kinds.len() <= MAX_FAULTS, "{list}");
         let limit_ms = time_limit_secs(kinds.len()) * 1000;
@@ -120,7 +130,7 @@ fn a_short_async_2_run_under_faults_finds_no_violation() {
 
 /// One run of a fault of [`FAULT_MS`] per kind of `kinds`, with [`GAP_MS`] of
 /// calm after each.
-fn short_run((flush, kinds, seed): (&str, &str, u64)) {
+fn short_run((flush, kinds, seed, secure): (&str, &str, u64, bool)) {
     let faults = kinds.split(',').count();
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(bin("jepsen").unwrap())
@@ -140,6 +150,7 @@ fn short_run((flush, kinds, seed): (&str, &str, u64)) {
             "--gap-ms",
             &GAP_MS.to_string(),
         ])
+        .args(secure.then_some("--secure"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -193,6 +204,13 @@ fn short_run((flush, kinds, seed): (&str, &str, u64)) {
         assert!(!detail.contains("to damage; left intact"), "{detail}");
     }
     assert_eq!(r["faults"].as_array().unwrap().len(), faults, "{results}");
+    // A secure run checked, before its first fault, that each node refuses
+    // plain text, unsigned calls and calls outside the user's rights.
+    let refusing = stderr
+        .lines()
+        .filter(|l| l.starts_with("secure run: ") && l.contains("refused plain text"))
+        .count();
+    assert_eq!(refusing, if secure { 3 } else { 0 }, "{stderr}");
     // A node that crashed on its own (a panic, a fatal Raft error) fails the run
     // even when its restart went fine.
     assert!(

@@ -64,10 +64,55 @@ pub struct BrokerToml {
     /// The Prometheus endpoint's address, `host:port` (unset: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_addr: Option<String>,
+    /// Call the name servers over TLS, checked against `tls.ca_file` (needs
+    /// [`BrokerToml::tls`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namesrv_tls: Option<bool>,
     /// Every member: node id → Raft peer address (`[peers]`).
     pub peers: BTreeMap<String, String>,
     /// Every member: node id → client address (`[client_addrs]`).
     pub client_addrs: BTreeMap<String, String>,
+    /// Client authentication and ACLs (`[auth]`; unset: every call allowed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthToml>,
+    /// TLS on the client port and mutual TLS on the Raft port (`[tls]`, paths
+    /// best absolute; unset: plain text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ledgermq_tls::TlsFiles>,
+}
+
+/// A broker node's `[auth]` table (the keys of
+/// `ledgermq_broker::config::AuthConfig` that harnesses set; see
+/// `deploy/local-secure/n0.toml`).
+#[derive(Debug, Clone, Serialize)]
+pub struct AuthToml {
+    /// Check every client call's signature and permissions.
+    pub enabled: bool,
+    /// The members' own access key (an admin's).
+    pub inner_access_key: String,
+    /// Its secret key.
+    pub inner_secret_key: String,
+    /// What the node signs its name-server registrations with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration_access_key: Option<String>,
+    /// Its secret key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration_secret_key: Option<String>,
+    /// Users the first leader creates (`[[auth.users]]`).
+    pub users: Vec<UserToml>,
+}
+
+/// One `[[auth.users]]` entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct UserToml {
+    /// The access key.
+    pub username: String,
+    /// The secret key.
+    pub secret_key: String,
+    /// May make admin calls.
+    pub admin: bool,
+    /// `Topic:NAME` / `Group:NAME` → `PUB`, `SUB`, `PUB|SUB` or `DENY`.
+    pub permissions: BTreeMap<String, String>,
 }
 
 impl BrokerToml {
@@ -108,8 +153,11 @@ impl BrokerToml {
             exact_delivery_attempts: None,
             remoting_addr: None,
             metrics_addr: None,
+            namesrv_tls: None,
             peers: by_id(raft_addrs),
             client_addrs: by_id(client_addrs),
+            auth: None,
+            tls: None,
         }
     }
 

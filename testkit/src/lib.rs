@@ -15,7 +15,7 @@ pub mod cluster;
 pub mod ports;
 
 pub use bins::bin;
-pub use broker_toml::BrokerToml;
+pub use broker_toml::{AuthToml, BrokerToml, UserToml};
 pub use ports::{free_port, wait_listening};
 
 /// Failures of the kit's helpers.

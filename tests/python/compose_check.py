@@ -19,6 +19,10 @@ every acknowledged message was received, then prints one JSON line:
   belongs to;
 - acks_per_s: {second since the Unix epoch: acknowledgements in it}.
 
+With --tls the calls go over TLS (the caller sets GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
+to the CA); with --access-key they are signed with the secret key in the
+environment variable LEDGERMQ_SECRET_KEY.
+
 Its first stdout line is "started" once the first message of each topic is
 acknowledged. Exits 1 on a never-acknowledged send, a lost message or a FIFO order
 violation.
@@ -74,19 +78,25 @@ def main():
     ap.add_argument("--drain-s", type=float, default=60.0)
     ap.add_argument("--slow-s", type=float, default=0.25)
     ap.add_argument("--request-timeout-s", type=int, default=3)
+    ap.add_argument("--access-key", default="")
+    ap.add_argument("--tls", action="store_true", help="the ports serve TLS")
     ap.add_argument("--run", default=os.urandom(4).hex(),
                     help="prefix of every body: a message of another run is ignored")
     args = ap.parse_args()
     run = args.run
 
-    cfg = ClientConfiguration(args.access, Credentials(),
+    secret_key = os.environ.get("LEDGERMQ_SECRET_KEY", "") if args.access_key else ""
+    cfg = ClientConfiguration(args.access, Credentials(args.access_key, secret_key),
                               request_timeout=args.request_timeout_s)
+    tls = args.tls
     lock, stop = threading.Lock(), threading.Event()
     received, fifo_seen, fifo_bad = set(), {}, []
     consumers = [
         SimpleConsumer(cfg, GROUP, {NORMAL_A: FilterExpression(),
-                                    NORMAL_B: FilterExpression()}, await_duration=2),
-        SimpleConsumer(cfg, FIFO_GROUP, {FIFO_A: FilterExpression()}, await_duration=2),
+                                    NORMAL_B: FilterExpression()}, await_duration=2,
+                       tls_enable=tls),
+        SimpleConsumer(cfg, FIFO_GROUP, {FIFO_A: FilterExpression()}, await_duration=2,
+                       tls_enable=tls),
     ]
     threads = []
     for c in consumers:
@@ -96,7 +106,7 @@ def main():
         t.start()
         threads.append(t)
 
-    producer = Producer(cfg, (NORMAL_A, FIFO_A, NORMAL_B))
+    producer = Producer(cfg, (NORMAL_A, FIFO_A, NORMAL_B), tls_enable=tls)
     producer.startup()
     acked, never_acked, slow, acks_per_s = [], [], [], {}
     failed_attempts = 0

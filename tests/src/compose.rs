@@ -6,6 +6,11 @@
 //! Addresses are deploy/compose's fixed ones (10.213.0.0/24): name servers
 //! `namesrv1` and `namesrv2` at .11 and .12, broker group `broker-a` (`a0`-`a2`)
 //! at .20-.22 and `broker-b` (`b0`-`b2`) at .30-.32.
+//!
+//! The project has TLS and ACLs on: [`Compose::up`] makes its certificates
+//! (deploy/compose/make-certs.sh) in [`certs_dir`], not in the checkout's
+//! `deploy/compose/certs`, and the helpers here call over TLS checked
+//! against its CA, signing as the configs' admin user ([`ADMIN`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +24,34 @@ use ledgermq_broker::admin_pb::{RaftStatusRequest, RaftStatusResponse};
 const NETWORK: &str = "ledgermq";
 /// The first three octets of its subnet, dot included.
 const SUBNET_PREFIX: &str = "10.213.0.";
+
+/// The admin user deploy/compose's broker configs create: (access key,
+/// secret key).
+pub const ADMIN: (&str, &str) = ("admin", "compose-admin-secret");
+
+/// The test's certificates for deploy/compose (deploy/compose/make-certs.sh
+/// makes them; `docker-compose.yml` mounts them from `LEDGERMQ_CERTS`):
+/// `target/lmqcompose-certs`.
+pub fn certs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/lmqcompose-certs")
+}
+
+/// Its CA certificate, PEM. Error: not made yet.
+pub fn ca_pem() -> Result<Vec<u8>> {
+    let p = certs_dir().join("ca.pem");
+    std::fs::read(&p).with_context(|| format!("reading {}", p.display()))
+}
+
+/// How the harness reaches the nodes as `user` (access key, secret key).
+pub fn secure_as(user: (&str, &str)) -> Result<crate::grpc::Secure> {
+    Ok(crate::grpc::Secure {
+        ca_pem: ca_pem()?,
+        creds: ledgermq_proto::signature::Credentials {
+            access_key: user.0.to_owned(),
+            secret_key: user.1.to_owned(),
+        },
+    })
+}
 
 /// A service's fixed address: `namesrv1`, `namesrv2`, `a0`..`a2`, `b0`..`b2`.
 /// Panics on another name.
@@ -68,8 +101,14 @@ pub fn skip_reason() -> Option<String> {
 
 /// Runs `prog args`; its stdout, or an error with its stderr.
 pub fn run(prog: &str, args: &[&str]) -> Result<String> {
+    run_env(prog, args, &[])
+}
+
+/// [`run`] with `env` added to its environment.
+pub fn run_env(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String> {
     let out = Command::new(prog)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .with_context(|| format!("running {prog}"))?;
     if !out.status.success() {
@@ -133,6 +172,16 @@ impl Compose {
                 );
             }
         }
+        let out = Command::new(dir.join("make-certs.sh"))
+            .arg(certs_dir())
+            .output()
+            .context("running make-certs.sh")?;
+        if !out.status.success() {
+            bail!(
+                "make-certs.sh (openssl) failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
         c.compose(&["up", "-d"])?;
         Ok(c)
     }
@@ -145,6 +194,7 @@ impl Compose {
         let out = Command::new("docker-compose")
             .args(&all)
             .env("LEDGERMQ_IMAGE", &self.image)
+            .env("LEDGERMQ_CERTS", certs_dir())
             .output()
             .context("running docker-compose")?;
         if !out.status.success() {
@@ -205,13 +255,27 @@ impl Compose {
         .map(drop)
     }
 
-    /// `docker exec` of `mqadmin args` in `service`'s container (it resolves
-    /// the compose names, as an operator's would).
+    /// `docker exec` of `mqadmin args` in broker node `service`'s container
+    /// (it resolves the compose names, as an operator's would), signing as
+    /// [`ADMIN`] and checking TLS against the CA mounted there. The secret
+    /// key goes by environment, not on a command line.
     pub fn mqadmin(&self, service: &str, args: &[&str]) -> Result<String> {
         let id = self.container(service)?;
-        let mut all = vec!["exec", &id, "/usr/local/bin/mqadmin"];
+        let ca = "/etc/ledgermq/certs/ca.pem";
+        let env = [
+            format!("LEDGERMQ_ACCESS_KEY={}", ADMIN.0),
+            // Passed on from docker's own environment (below).
+            "LEDGERMQ_SECRET_KEY".to_owned(),
+            format!("LEDGERMQ_TLS_CA={ca}"),
+            format!("LEDGERMQ_NAMESRV_TLS_CA={ca}"),
+        ];
+        let mut all = vec!["exec"];
+        for e in &env {
+            all.extend(["-e", e]);
+        }
+        all.extend([id.as_str(), "/usr/local/bin/mqadmin"]);
         all.extend_from_slice(args);
-        run("docker", &all)
+        run_env("docker", &all, &[("LEDGERMQ_SECRET_KEY", ADMIN.1)])
     }
 
     /// The last `lines` log lines of every container (`usize::MAX`: all), for
@@ -240,14 +304,14 @@ impl Drop for Compose {
 
 /// `service`'s own Raft status (RaftStatus on its client port), within 2 s.
 pub async fn raft_status(service: &str) -> Result<RaftStatusResponse> {
-    let addr = format!("http://{}:8081", service_ip(service));
-    let channel = tonic::transport::Endpoint::from_shared(addr)?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await?;
+    let addr = format!("{}:8081", service_ip(service));
+    let s = secure_as(ADMIN)?;
+    let channel =
+        crate::grpc::channel_to(&addr, Duration::from_secs(2), Some(s.ca_pem.as_slice())).await?;
+    let mut req = tonic::Request::new(RaftStatusRequest {});
+    ledgermq_proto::signature::sign_request(&mut req, &s.creds);
     Ok(BrokerAdminClient::new(channel)
-        .raft_status(RaftStatusRequest {})
+        .raft_status(req)
         .await?
         .into_inner())
 }
@@ -319,15 +383,11 @@ pub async fn wait_namesrv_nodes(service: &str, nodes: usize, limit: Duration) ->
     use ledgermq_namesrv::pb::name_server_client::NameServerClient;
     use ledgermq_namesrv::pb::ListClusterRequest;
     let deadline = Instant::now() + limit;
-    let addr = format!("http://{}:9876", service_ip(service));
+    let addr = format!("{}:9876", service_ip(service));
+    let ca = ca_pem()?;
     let mut known = 0;
     loop {
-        if let Ok(ch) = tonic::transport::Endpoint::from_shared(addr.clone())?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(2))
-            .connect()
-            .await
-        {
+        if let Ok(ch) = crate::grpc::channel_to(&addr, Duration::from_secs(2), Some(&ca)).await {
             if let Ok(r) = NameServerClient::new(ch)
                 .list_cluster(ListClusterRequest {})
                 .await
@@ -346,8 +406,9 @@ pub async fn wait_namesrv_nodes(service: &str, nodes: usize, limit: Duration) ->
 }
 
 /// Sends one normal message of `topic` (body `body`, also its message id)
-/// straight to `service`'s client port over gRPC; an error unless it is
-/// answered OK within 5 s.
-pub async fn send_probe(service: &str, topic: &str, body: &str) -> Result<()> {
-    crate::grpc::send_one(&format!("{}:8081", service_ip(service)), topic, body).await
+/// straight to `service`'s client port over gRPC, as `user` (access key,
+/// secret key); an error unless it is answered OK within 5 s.
+pub async fn send_probe(service: &str, topic: &str, body: &str, user: (&str, &str)) -> Result<()> {
+    let addr = format!("{}:8081", service_ip(service));
+    crate::grpc::send_one_as(&addr, topic, body, Some(&secure_as(user)?)).await
 }

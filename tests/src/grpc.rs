@@ -5,25 +5,60 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-/// A channel to client port `addr` (`host:port`), connected within 2 s, whose
-/// calls give up after `call_timeout`.
+/// How a harness reaches a node that serves TLS and checks signatures.
+#[derive(Clone)]
+pub struct Secure {
+    /// The CA certificates (PEM) the node's certificate chains to.
+    pub ca_pem: Vec<u8>,
+    /// The credentials calls are signed with.
+    pub creds: ledgermq_proto::signature::Credentials,
+}
+
+/// A channel to client port `addr` (`host:port`; over TLS checked against
+/// `ca_pem` if given), connected within 2 s, whose calls give up after
+/// `call_timeout`.
+pub async fn channel_to(
+    addr: &str,
+    call_timeout: Duration,
+    ca_pem: Option<&[u8]>,
+) -> Result<tonic::transport::Channel> {
+    let endpoint = match ca_pem {
+        None => tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?,
+        Some(ca) => tonic::transport::Endpoint::from_shared(format!("https://{addr}"))?
+            .tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+            )?,
+    };
+    Ok(endpoint
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(call_timeout)
+        .connect()
+        .await?)
+}
+
 async fn channel(addr: &str, call_timeout: Duration) -> Result<tonic::transport::Channel> {
-    Ok(
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(call_timeout)
-            .connect()
-            .await?,
-    )
+    channel_to(addr, call_timeout, None).await
 }
 
 /// Sends one normal message of `topic` (body `body`, also its message id) to
 /// the client port `addr` (`host:port`); an error unless it is answered OK
 /// within 5 s.
 pub async fn send_one(addr: &str, topic: &str, body: &str) -> Result<()> {
+    send_one_as(addr, topic, body, None).await
+}
+
+/// [`send_one`] over TLS and signed, as `secure` says.
+pub async fn send_one_as(
+    addr: &str,
+    topic: &str,
+    body: &str,
+    secure: Option<&Secure>,
+) -> Result<()> {
     use ledgermq_broker::pb::messaging_service_client::MessagingServiceClient;
     use ledgermq_broker::pb::{Code, Message, Resource, SendMessageRequest, SystemProperties};
-    let channel = channel(addr, Duration::from_secs(5)).await?;
+    let ca = secure.map(|s| s.ca_pem.as_slice());
+    let channel = channel_to(addr, Duration::from_secs(5), ca).await?;
     let m = Message {
         topic: Some(Resource {
             resource_namespace: String::new(),
@@ -40,6 +75,9 @@ pub async fn send_one(addr: &str, topic: &str, body: &str) -> Result<()> {
     let mut req = tonic::Request::new(SendMessageRequest { messages: vec![m] });
     req.metadata_mut()
         .insert("x-mq-client-id", "ledgermq-probe@1".parse()?);
+    if let Some(s) = secure {
+        ledgermq_proto::signature::sign_request(&mut req, &s.creds);
+    }
     let status = MessagingServiceClient::new(channel)
         .send_message(req)
         .await?

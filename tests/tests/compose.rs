@@ -1,8 +1,10 @@
 //! deploy/compose end to end: the image built FROM scratch out of this checkout's
 //! binaries, two name servers and two broker groups of three nodes brought up with
-//! docker-compose, and the official RocketMQ 5 Python client
-//! (`tests/python/compose_check.py`) producing to and consuming from both groups
-//! while broker-a is hit three times:
+//! docker-compose (TLS on every port, mutual TLS between members, ACLs, signed
+//! registrations), and the official RocketMQ 5 Python client
+//! (`tests/python/compose_check.py`, over TLS, signing as a user this test
+//! creates with `mqadmin createUser` / `createAcl`) producing to and consuming
+//! from both groups while broker-a is hit three times:
 //!
 //! 1. its leader's container is killed (SIGKILL), then started again;
 //! 2. its (new) leader is disconnected from the network, then reconnected;
@@ -37,6 +39,9 @@ const GROUP_A: [&str; 3] = ["a0", "a1", "a2"];
 const GROUP_B: [&str; 3] = ["b0", "b1", "b2"];
 /// The client reports sends slower than this, ms.
 const SLOW_MS: u64 = 250;
+/// The client's user, made by the test: publishes to and subscribes on the
+/// test's topics, consumes as its groups, nothing else.
+const CLIENT_USER: (&str, &str) = ("compose", "compose-client-secret");
 /// A restarted member counts as caught up at this lag (the producer keeps
 /// writing meanwhile).
 const MAX_LAG: u64 = 200;
@@ -121,6 +126,25 @@ async fn scenario(c: &Compose) -> Result<String> {
         &["updateTopic", "-t", "CoB", "-q", "4", "-b", "broker-b"],
         &["updateSubGroup", "-g", "CoSimple"],
         &["updateSubGroup", "-g", "CoFifoGroup", "--fifo"],
+        &["createUser", "-u", CLIENT_USER.0, "-p", CLIENT_USER.1],
+        &[
+            "createAcl",
+            "-s",
+            CLIENT_USER.0,
+            "-r",
+            "Topic:CoA,Topic:CoFifo,Topic:CoB",
+            "-a",
+            "Pub,Sub",
+        ],
+        &[
+            "createAcl",
+            "-s",
+            CLIENT_USER.0,
+            "-r",
+            "Group:CoSimple,Group:CoFifoGroup",
+            "-a",
+            "Sub",
+        ],
     ] {
         let namesrv = namesrv_addrs();
         let mut all = args.to_vec();
@@ -165,7 +189,16 @@ async fn scenario(c: &Compose) -> Result<String> {
             "broker-a:8081",
             "--slow-s",
             &(SLOW_MS as f64 / 1000.0).to_string(),
+            "--tls",
+            "--access-key",
+            CLIENT_USER.0,
         ])
+        // The secret key by environment, not on a command line.
+        .env("LEDGERMQ_SECRET_KEY", CLIENT_USER.1)
+        .env(
+            "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+            compose::certs_dir().join("ca.pem"),
+        )
         .arg("--stop-file")
         .arg(&stop)
         .stdout(Stdio::piped())
@@ -249,7 +282,7 @@ async fn faults(c: &Compose) -> Result<(Vec<Phase>, Vec<(f64, String)>)> {
     // The group serves through both members it has left, whatever the
     // client's own connection is stuck on.
     for (i, s) in rest.iter().enumerate() {
-        compose::send_probe(s, "CoA", &format!("probe-{i}-{}", now())).await?;
+        compose::send_probe(s, "CoA", &format!("probe-{i}-{}", now()), CLIENT_USER).await?;
         events.push((now(), format!("a send through {s} answered OK")));
     }
     tokio::time::sleep(Duration::from_secs(5)).await;

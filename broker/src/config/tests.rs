@@ -24,31 +24,37 @@ fn with_test_certs(config: &Path, dir: &Path) -> std::path::PathBuf {
 }
 
 /// deploy/compose's and deploy/systemd's broker configs load, each a different
-/// member of a three-node group whose peers and client addresses agree;
-/// systemd's have authentication and TLS on.
+/// member of a three-node group whose peers and client addresses agree; all
+/// have authentication and TLS on.
 #[test]
 fn the_compose_and_systemd_configs_load() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
     let certs = tempfile::tempdir().unwrap();
+    let secure = |config: PathBuf, dir: String| {
+        let dir = certs.path().join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = with_test_certs(&config, &dir);
+        let c = BrokerConfig::load(&copy).unwrap();
+        assert!(c.auth.enabled && c.namesrv_tls && c.tls.cert_file.is_some());
+        assert!(c.auth.registration().unwrap().is_some());
+        copy
+    };
     let mut files = Vec::new();
     for g in ["a", "b"] {
         files.push(
             (0..3)
-                .map(|i| root.join(format!("compose/config/{g}{i}.toml")))
-                .collect(),
+                .map(|i| {
+                    let f = root.join(format!("compose/config/{g}{i}.toml"));
+                    secure(f, format!("{g}{i}"))
+                })
+                .collect::<Vec<_>>(),
         );
     }
     files.push(
         (1..=3)
             .map(|h| {
-                let dir = certs.path().join(format!("host{h}"));
-                std::fs::create_dir_all(&dir).unwrap();
-                let copy =
-                    with_test_certs(&root.join(format!("systemd/host{h}/broker.toml")), &dir);
-                let c = BrokerConfig::load(&copy).unwrap();
-                assert!(c.auth.enabled && c.namesrv_tls && c.tls.cert_file.is_some());
-                assert!(c.auth.registration().unwrap().is_some());
-                copy
+                let f = root.join(format!("systemd/host{h}/broker.toml"));
+                secure(f, format!("host{h}"))
             })
             .collect::<Vec<_>>(),
     );
@@ -180,6 +186,26 @@ fn the_test_kits_broker_files_load() {
     t.transaction_check_max = Some(4);
     t.remoting_addr = Some("127.0.0.2:10911".into());
     t.metrics_addr = Some("127.0.0.2:5557".into());
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tls/testdata");
+    t.tls = Some(ledgermq_tls::TlsFiles {
+        cert_file: Some(testdata.join("member.pem")),
+        key_file: Some(testdata.join("member-key.pem")),
+        ca_file: Some(testdata.join("ca.pem")),
+    });
+    t.namesrv_tls = Some(true);
+    t.auth = Some(ledgermq_testkit::AuthToml {
+        enabled: true,
+        inner_access_key: "inner".into(),
+        inner_secret_key: "inner-secret".into(),
+        registration_access_key: Some("registrar".into()),
+        registration_secret_key: Some("registrar-secret".into()),
+        users: vec![ledgermq_testkit::UserToml {
+            username: "u".into(),
+            secret_key: "u-secret".into(),
+            admin: false,
+            permissions: [("Topic:T".to_owned(), "PUB|SUB".to_owned())].into(),
+        }],
+    });
     t.write(&p).unwrap();
     let c = BrokerConfig::load(&p).unwrap();
     assert_eq!(
@@ -205,6 +231,27 @@ fn the_test_kits_broker_files_load() {
     );
     assert_eq!(c.members().unwrap().len(), 2);
     assert_eq!(c.member_client_addrs().unwrap().len(), 2);
+    assert_eq!(c.tls.ca_file, Some(testdata.join("ca.pem")));
+    assert!(c.namesrv_tls);
+    let a = &c.auth;
+    assert!(a.enabled);
+    assert_eq!(a.inner_access_key.as_deref(), Some("inner"));
+    assert_eq!(a.inner_secret_key.as_deref(), Some("inner-secret"));
+    assert_eq!(a.registration_access_key.as_deref(), Some("registrar"));
+    assert_eq!(
+        a.registration_secret_key.as_deref(),
+        Some("registrar-secret")
+    );
+    assert_eq!(a.users.len(), 1);
+    let u = &a.users[0];
+    assert_eq!(
+        (u.username.as_str(), u.secret_key.as_str(), u.admin),
+        ("u", "u-secret", false)
+    );
+    assert_eq!(
+        u.permissions.get("Topic:T").map(String::as_str),
+        Some("PUB|SUB")
+    );
 }
 
 #[test]

@@ -3,31 +3,31 @@
 
 use std::time::{Duration, Instant};
 
-use ledgermq_proto::admin_pb::broker_admin_client::BrokerAdminClient;
 use ledgermq_proto::admin_pb::{
     EntryDigest, LogDigestRequest, LogDigestResponse, QueueDigestRequest,
 };
-use tonic::transport::Channel;
 
 use super::{pairs, shared_queue_ranges, NodeView, QueueRange, QueueRangeDigest};
+use crate::access::{Access, Admin};
 use crate::JepsenError;
 
 /// Queue offsets per QueueDigest call (the broker takes at most 1,000,000).
 const QUEUE_DIGEST_PAGE: u64 = 250_000;
 
-async fn client(addr: &str) -> Result<BrokerAdminClient<Channel>, JepsenError> {
-    Ok(BrokerAdminClient::connect(format!("http://{addr}"))
-        .await
-        .map_err(|e| JepsenError::Host(format!("{addr}: {e}")))?
+async fn client(access: &Access, addr: &str) -> Result<Admin, JepsenError> {
+    Ok(access
+        .admin(addr, None)
+        .await?
         .max_decoding_message_size(64 << 20))
 }
 
 async fn digest(
+    access: &Access,
     addr: &str,
     from_index: u64,
     max_entries: u32,
 ) -> Result<LogDigestResponse, JepsenError> {
-    let r = client(addr)
+    let r = client(access, addr)
         .await?
         .log_digest(LogDigestRequest {
             from_index,
@@ -45,8 +45,12 @@ async fn digest(
 /// `addr`'s digest of `range`, in pages of [`QUEUE_DIGEST_PAGE`] offsets from its
 /// start. Error: the node did not answer, or refused (e.g. retention moved the
 /// queue's start past the range since its LogDigest).
-async fn queue_digest(addr: &str, range: &QueueRange) -> Result<QueueRangeDigest, JepsenError> {
-    let mut c = client(addr).await?;
+async fn queue_digest(
+    access: &Access,
+    addr: &str,
+    range: &QueueRange,
+) -> Result<QueueRangeDigest, JepsenError> {
+    let mut c = client(access, addr).await?;
     let mut d = QueueRangeDigest::default();
     let mut from = range.from;
     while from < range.to {
@@ -75,13 +79,17 @@ async fn queue_digest(addr: &str, range: &QueueRange) -> Result<QueueRangeDigest
 /// Waits (up to `timeout`) until every node answers and all have applied the same
 /// entries, twice in a row 500 ms apart; returns the last answers (with whatever was
 /// reached when the time ran out). Call from inside the clients' namespace.
-pub async fn settle(nodes: &[String], timeout: Duration) -> Vec<Option<LogDigestResponse>> {
+pub async fn settle(
+    access: &Access,
+    nodes: &[String],
+    timeout: Duration,
+) -> Vec<Option<LogDigestResponse>> {
     let deadline = Instant::now() + timeout;
     let mut last: Option<Vec<Option<u64>>> = None;
     loop {
         let mut states = Vec::new();
         for n in nodes {
-            states.push(digest(n, u64::MAX, 1).await.ok());
+            states.push(digest(access, n, u64::MAX, 1).await.ok());
         }
         let applied: Vec<Option<u64>> = states
             .iter()
@@ -102,14 +110,14 @@ pub async fn settle(nodes: &[String], timeout: Duration) -> Vec<Option<LogDigest
 /// pair of nodes at the same applied index, both nodes' digests of the queue ranges
 /// the two hold ([`shared_queue_ranges`]; each range digested once per node). Call
 /// from inside the clients' namespace. Error: a node did not answer or refused.
-pub async fn fetch(nodes: &[String]) -> Result<Vec<NodeView>, JepsenError> {
+pub async fn fetch(access: &Access, nodes: &[String]) -> Result<Vec<NodeView>, JepsenError> {
     let mut out = Vec::new();
     for n in nodes {
-        let state = digest(n, u64::MAX, 1).await?;
+        let state = digest(access, n, u64::MAX, 1).await?;
         let mut entries: Vec<EntryDigest> = Vec::new();
         let mut from = state.first_index;
         while from < state.next_index {
-            let page = digest(n, from, 50_000).await?.entries;
+            let page = digest(access, n, from, 50_000).await?.entries;
             match page.last() {
                 Some(l) => from = l.log_index + 1,
                 None => break,
@@ -129,7 +137,7 @@ pub async fn fetch(nodes: &[String]) -> Result<Vec<NodeView>, JepsenError> {
         for range in shared_queue_ranges(&out[i].state, &out[j].state) {
             for k in [i, j] {
                 if !out[k].queue_digests.contains_key(&range) {
-                    let d = queue_digest(&nodes[k], &range).await?;
+                    let d = queue_digest(access, &nodes[k], &range).await?;
                     out[k].queue_digests.insert(range.clone(), d);
                 }
             }

@@ -1,7 +1,7 @@
 //! `jepsen`: LedgerMQ's Jepsen-style partition test. Needs root, iproute2, nftables
 //! and the workspace binaries (`cargo build --release --bins`).
 //!
-//! `jepsen run [--time-limit SECONDS] [--nemesis LIST] [--seed N] [--flush sync|async]`
+//! `jepsen run [--time-limit SECONDS] [--nemesis LIST] [--seed N] [--flush sync|async] [--secure]`
 //! starts a name server and a 3-node group in network namespaces, runs producers
 //! and consumers while the nemesis injects faults, audits the replicas and writes a
 //! run folder under the current directory. Exit code: 0 valid, 1 safety violation
@@ -60,6 +60,11 @@ enum Cmd {
         /// (the product's promise: 0.8); below it the run is invalid.
         #[arg(long, default_value_t = ledgermq_jepsen::availability::PROMISED_RATIO)]
         availability_bound: f64,
+        /// Turn on TLS on every port, mutual TLS between the members, signed
+        /// client calls with ACLs, and signed registrations at the name server
+        /// (certificates made in the run folder with openssl; docs/jepsen.md).
+        #[arg(long)]
+        secure: bool,
     },
 }
 
@@ -73,6 +78,7 @@ fn main() {
         gap_ms,
         out,
         availability_bound,
+        secure,
     } = Cli::parse().cmd;
     let mut kinds = match FaultKind::parse_list(&nemesis) {
         Ok(k) => k,
@@ -131,6 +137,7 @@ fn main() {
         fault_ms,
         gap_ms,
         availability_bound,
+        secure,
     };
     match run(&opts, stop.clone()) {
         Ok(o) => {
