@@ -102,6 +102,9 @@ pub struct ServiceSettings {
     /// TLS on the client port, and the CA other members' client ports are
     /// checked against (`[tls]`); none by default.
     pub tls: Option<crate::config::tls::ClientTls>,
+    /// With [`Self::tls`], which connections the remoting port serves
+    /// (`remoting_tls_mode`; TLS only by default).
+    pub remoting_tls_mode: ledgermq_tls::TlsMode,
 }
 
 impl Default for ServiceSettings {
@@ -110,6 +113,7 @@ impl Default for ServiceSettings {
             max_body_bytes: 4 << 20,
             auth: crate::auth::AuthSettings::default(),
             tls: None,
+            remoting_tls_mode: ledgermq_tls::TlsMode::Enforcing,
             auto_create_topics: false,
             default_queue_count: 8,
             auto_create_groups: true,

@@ -148,6 +148,12 @@ pub struct BrokerConfig {
     /// (their `[tls]`); plain HTTP/2 by default. Needs `[tls]`.
     #[serde(default)]
     pub namesrv_tls: bool,
+    /// With `[tls]`, which connections the remoting port serves:
+    /// `enforcing` (the default) TLS only, `permissive` plain ones too (4.x
+    /// clients that cannot speak TLS, as RocketMQ's `tls.server.mode`).
+    /// Needs `[tls]` and `remoting_addr`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remoting_tls_mode: Option<ledgermq_tls::TlsMode>,
     /// Largest message body in bytes (RocketMQ: 4 MiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
@@ -299,9 +305,17 @@ impl BrokerConfig {
         cfg.auth.registration().map_err(err)?;
         cfg.tls
             .resolve(path.parent().unwrap_or_else(|| Path::new(".")));
-        if cfg.tls.load(true).map_err(err)?.is_none() && cfg.namesrv_tls {
+        let no_tls = cfg.tls.load(true).map_err(err)?.is_none();
+        if no_tls && cfg.namesrv_tls {
             return Err(err(
                 "namesrv_tls needs [tls] (its ca_file checks the name servers)".into(),
+            ));
+        }
+        if cfg.remoting_tls_mode.is_some() && (no_tls || cfg.remoting_addr.is_none()) {
+            return Err(err(
+                "remoting_tls_mode needs [tls] and remoting_addr (it says which \
+                 connections the remoting port serves with TLS on)"
+                    .into(),
             ));
         }
         let s = cfg.service_settings();
@@ -413,6 +427,7 @@ impl BrokerConfig {
             transaction_check_interval_ms: self.transaction_check_interval_ms,
             transaction_check_max: self.transaction_check_max,
             default_queue_count: self.default_topic_queue_count,
+            remoting_tls_mode: self.remoting_tls_mode.unwrap_or_default(),
             // Checked by `load`; a config built in code with a bad `[auth]`
             // keeps checking clients (closed, not open), without inner
             // credentials.

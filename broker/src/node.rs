@@ -239,6 +239,13 @@ impl BrokerNode {
                          reach: 4.x clients are told this address",
                     ));
                 }
+                if cfg.remoting_tls_mode.is_none() && broker.settings.tls.is_some() {
+                    tracing::warn!(
+                        "[tls] is set and remoting_tls_mode is not: the remoting port serves TLS \
+                         only (before this release it served plain text); set \
+                         remoting_tls_mode = \"permissive\" to serve 4.x clients without TLS"
+                    );
+                }
                 match crate::remoting::serve(broker.clone(), listen, advertised).await {
                     Ok(s) => Some(s),
                     Err(e) => {

@@ -44,10 +44,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ledgermq_remoting::codes::{request, response};
-use ledgermq_remoting::conn::{serve_connection, Conn};
+use ledgermq_remoting::conn::{serve_connection, serve_stream, Conn};
 use ledgermq_remoting::{RemotingCommand, DEFAULT_MAX_FRAME_BYTES};
+use ledgermq_tls::Stream;
 use tokio::task::JoinHandle;
 
+use crate::auth::Principal;
 use crate::broker::Broker;
 use crate::error::{BrokerError, ErrorKind};
 use clients::Clients;
@@ -87,8 +89,13 @@ impl RemotingServer {
 }
 
 /// Binds `listen` and serves the remoting protocol for `broker`, advertising
-/// `advertised` (a port 0 in it is replaced by the bound port). Error:
-/// `Config` naming `remoting_addr` when the address cannot be bound.
+/// `advertised` (a port 0 in it is replaced by the bound port). With the
+/// broker's `[tls]` (`ServiceSettings::tls`) each connection starts with a
+/// TLS handshake (the client's certificate is not asked for; requests are
+/// signed), and with `remoting_tls_mode = "permissive"` a connection that
+/// does not start one is served in plain text. Error: `Config` naming
+/// `remoting_addr` when the address cannot be bound, `tls` when the TLS
+/// material does not make a server configuration.
 pub async fn serve(
     broker: Arc<Broker>,
     listen: SocketAddr,
@@ -109,6 +116,22 @@ pub async fn serve(
     if advertised.port() == 0 {
         advertised.set_port(local_addr.port());
     }
+    let tls = match &broker.settings.tls {
+        None => None,
+        Some(m) => Some(m.acceptor(false).map_err(|e| BrokerError::Config {
+            key: "tls",
+            reason: e.to_string(),
+        })?),
+    };
+    let plain_too = broker.settings.remoting_tls_mode.plain_too();
+    if tls.is_some() {
+        tracing::info!(
+            %advertised,
+            plain_too,
+            "the remoting port serves TLS{}",
+            if plain_too { " and plain text (remoting_tls_mode = permissive)" } else { " only" }
+        );
+    }
     broker.remoting_producers.set_store_host(advertised);
     let state = Arc::new(Remoting {
         clients: Clients::default(),
@@ -128,12 +151,30 @@ pub async fn serve(
     let kept = state.clone();
     let accept = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
+            let Ok((stream, peer)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
             let s = state.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let stream = match &tls {
+                    None => Stream::Plain(stream),
+                    // A client speaks first: a TLS handshake, or (permissive)
+                    // a frame's length.
+                    Some(acceptor) => match ledgermq_tls::accept(
+                        stream,
+                        Some(acceptor),
+                        plain_too,
+                        FIRST_BYTE_WAIT,
+                    )
+                    .await
+                    {
+                        Some((stream, _)) => stream,
+                        None => return,
+                    },
+                };
                 let on_close = {
                     let s = s.clone();
                     move |c: &Conn| {
@@ -142,17 +183,17 @@ pub async fn serve(
                         s.broker.remoting_producers.connection_closed(c.id);
                     }
                 };
-                serve_connection(
-                    stream,
-                    DEFAULT_MAX_FRAME_BYTES,
-                    move |req, conn| {
-                        let s = s.clone();
-                        async move { s.handle(req, conn).await }
-                    },
-                    is_send,
-                    on_close,
-                )
-                .await;
+                let handle = move |req, conn| {
+                    let s = s.clone();
+                    async move { s.handle(req, conn).await }
+                };
+                let max = DEFAULT_MAX_FRAME_BYTES;
+                match stream {
+                    Stream::Plain(tcp) => {
+                        serve_connection(tcp, max, handle, is_send, on_close).await
+                    }
+                    tls => serve_stream(tls, peer, max, handle, is_send, on_close).await,
+                }
             });
         }
     });
@@ -163,6 +204,10 @@ pub async fn serve(
         advertised,
     })
 }
+
+/// How long a new connection gets to send its first byte (or finish its TLS
+/// handshake).
+const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
 
 /// Sends, which a connection takes in arrival order when they are oneway.
 fn is_send(req: &RemotingCommand) -> bool {
@@ -192,9 +237,9 @@ pub(crate) fn error_answer(req: &RemotingCommand, e: &BrokerError) -> RemotingCo
 }
 
 impl Remoting {
-    /// Why `req` is refused while authentication is on ([`guard`]), or None
-    /// when its sender may make it.
-    async fn refused(&self, req: &RemotingCommand) -> Option<BrokerError> {
+    /// Who sent `req`, once it is checked that they may make it while
+    /// authentication is on ([`guard`]); the refusal otherwise.
+    async fn authorized(&self, req: &RemotingCommand) -> Result<Principal, BrokerError> {
         let principal = {
             let meta = self.broker.meta();
             self.broker
@@ -203,16 +248,13 @@ impl Remoting {
                 .authenticate_remoting(&meta.acl_users, req)
         };
         let checked = match principal.and_then(|p| guard::authorize(&p, req).map(|()| p)) {
-            Ok(p) => self.authorize_resolved(&p, req).await,
+            Ok(p) => self.authorize_resolved(&p, req).await.map(|()| p),
             Err(e) => Err(e),
         };
-        match checked {
-            Ok(()) => None,
-            Err(e) => {
-                tracing::info!(code = req.code, error = %e, "a remoting request is refused");
-                Some(e)
-            }
+        if let Err(e) = &checked {
+            tracing::info!(code = req.code, error = %e, "a remoting request is refused");
         }
+        checked
     }
 
     /// What `req` needs beyond its fields, once what it points at is read:
@@ -256,38 +298,40 @@ impl Remoting {
         conn: Conn,
     ) -> Option<RemotingCommand> {
         let started = std::time::Instant::now();
-        let refusal = if self.broker.settings.auth.enabled {
-            self.refused(&req).await
+        let checked = if self.broker.settings.auth.enabled {
+            self.authorized(&req).await
         } else {
-            None
+            Ok(Principal::Anyone)
         };
-        let answer = match req.code {
-            _ if refusal.is_some() => Err(refusal.expect("checked by the guard")),
-            request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
-                let body = std::mem::take(&mut req.body);
-                self.send(&req, body, &conn).await
-            }
-            request::PULL_MESSAGE => self.pull(&req).await,
-            request::GET_MAX_OFFSET
-            | request::GET_MIN_OFFSET
-            | request::SEARCH_OFFSET_BY_TIMESTAMP
-            | request::GET_EARLIEST_MSG_STORETIME => self.queue_offsets(&req),
-            request::HEART_BEAT => self.heartbeat(&req, &conn).await,
-            request::UNREGISTER_CLIENT => self.unregister(&req),
-            request::GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&req),
-            request::QUERY_CONSUMER_OFFSET => self.query_offset(&req),
-            request::UPDATE_CONSUMER_OFFSET => self.update_offset(&req),
-            request::CONSUMER_SEND_MSG_BACK => self.send_back(&req).await,
-            request::END_TRANSACTION => self.end_transaction(&req, conn.peer).await,
-            request::QUERY_MESSAGE => self.query_message(&req),
-            request::VIEW_MESSAGE_BY_ID => self.view_message(&req),
-            request::LOCK_BATCH_MQ => self.lock(&req),
-            request::UNLOCK_BATCH_MQ => self.unlock(&req),
-            other => Ok(RemotingCommand::response_to(
-                &req,
-                response::REQUEST_CODE_NOT_SUPPORTED,
-                Some(format!("request code {other} not supported")),
-            )),
+        let answer = match checked {
+            Err(refusal) => Err(refusal),
+            Ok(principal) => match req.code {
+                request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
+                    let body = std::mem::take(&mut req.body);
+                    self.send(&req, body, &conn).await
+                }
+                request::PULL_MESSAGE => self.pull(&req).await,
+                request::GET_MAX_OFFSET
+                | request::GET_MIN_OFFSET
+                | request::SEARCH_OFFSET_BY_TIMESTAMP
+                | request::GET_EARLIEST_MSG_STORETIME => self.queue_offsets(&req),
+                request::HEART_BEAT => self.heartbeat(&req, &conn, &principal).await,
+                request::UNREGISTER_CLIENT => self.unregister(&req, &conn),
+                request::GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&req),
+                request::QUERY_CONSUMER_OFFSET => self.query_offset(&req),
+                request::UPDATE_CONSUMER_OFFSET => self.update_offset(&req),
+                request::CONSUMER_SEND_MSG_BACK => self.send_back(&req).await,
+                request::END_TRANSACTION => self.end_transaction(&req, conn.peer).await,
+                request::QUERY_MESSAGE => self.query_message(&req),
+                request::VIEW_MESSAGE_BY_ID => self.view_message(&req),
+                request::LOCK_BATCH_MQ => self.lock(&req),
+                request::UNLOCK_BATCH_MQ => self.unlock(&req),
+                other => Ok(RemotingCommand::response_to(
+                    &req,
+                    response::REQUEST_CODE_NOT_SUPPORTED,
+                    Some(format!("request code {other} not supported")),
+                )),
+            },
         };
         let answer = answer.unwrap_or_else(|e| error_answer(&req, &e));
         // A code this node does not serve is the client's to choose: one label.

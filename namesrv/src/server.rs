@@ -45,15 +45,7 @@ pub struct NameServerConfig {
 }
 
 /// [`NameServerConfig::tls_mode`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TlsMode {
-    /// TLS connections only.
-    #[default]
-    Enforcing,
-    /// TLS and plain connections.
-    Permissive,
-}
+pub use ledgermq_tls::TlsMode;
 
 impl Default for NameServerConfig {
     fn default() -> Self {
@@ -264,7 +256,7 @@ pub async fn serve(
         })
     };
     let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel::<std::io::Result<Stream>>(64);
-    let plain_too = cfg.tls_mode == TlsMode::Permissive;
+    let plain_too = cfg.tls_mode.plain_too();
     let splitter = tokio::spawn(split_protocols(
         listener,
         service.clone(),

@@ -1,9 +1,12 @@
-//! A blocking 4.x remoting client for tests: one request, its answer.
+//! A blocking 4.x remoting client for tests: one request, its answer; and a
+//! connection that also reads what the server asks ([`Client`]: transaction
+//! check backs).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use ledgermq_remoting::command::FLAG_ONEWAY;
 use ledgermq_remoting::{split_frame, RemotingCommand};
 
 /// Reads the next answer on `s`, skipping the server's own requests (a
@@ -86,4 +89,141 @@ pub fn call(addr: &str, cmd: &RemotingCommand) -> RemotingCommand {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(&cmd.encode().unwrap()).unwrap();
     read_answer(&mut s).expect("an answer")
+}
+
+/// A client connection that keeps the server's own requests it reads.
+pub struct Client {
+    s: TcpStream,
+    buf: Vec<u8>,
+    /// The server's own requests read so far and not yet taken.
+    pub server_requests: Vec<RemotingCommand>,
+    opaque: i32,
+}
+
+impl Client {
+    /// Connects to `addr` (`host:port`), reading with a 200 ms timeout.
+    pub fn connect(addr: &str) -> Self {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        Self {
+            s,
+            buf: Vec::new(),
+            server_requests: Vec::new(),
+            opaque: 0,
+        }
+    }
+
+    /// Reads one frame, if one comes within the read timeout.
+    pub fn read_frame(&mut self) -> Option<RemotingCommand> {
+        loop {
+            if let Ok(Some((frame, used))) = split_frame(&self.buf, 64 << 20) {
+                let cmd = RemotingCommand::decode(frame).unwrap();
+                self.buf.drain(..used);
+                return Some(cmd);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) => panic!("the server closed the connection"),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Sends `cmd` with the next opaque; returns it.
+    pub fn send(&mut self, mut cmd: RemotingCommand) -> i32 {
+        self.opaque += 1;
+        cmd.opaque = self.opaque;
+        self.s.write_all(&cmd.encode().unwrap()).unwrap();
+        self.opaque
+    }
+
+    /// Sends `cmd` and returns its answer (within 10 s), keeping the server's
+    /// requests read meanwhile.
+    pub fn call(&mut self, cmd: RemotingCommand) -> RemotingCommand {
+        let opaque = self.send(cmd);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match self.read_frame() {
+                Some(c) if c.is_response() && c.opaque == opaque => return c,
+                Some(c) if !c.is_response() => self.server_requests.push(c),
+                _ => {}
+            }
+        }
+        panic!("no answer to opaque {opaque}");
+    }
+
+    /// Sends `cmd` oneway.
+    pub fn oneway(&mut self, mut cmd: RemotingCommand) {
+        cmd.flag |= FLAG_ONEWAY;
+        self.send(cmd);
+    }
+
+    /// The next server request with `code` and `transactionId`, within
+    /// `limit`. Panics when none comes.
+    pub fn wait_request(&mut self, code: i32, txid: &str, limit: Duration) -> RemotingCommand {
+        self.next_request(code, txid, limit)
+            .unwrap_or_else(|| panic!("no request {code} for {txid}"))
+    }
+
+    /// The next server request with `code` and `transactionId` within
+    /// `limit`, or None.
+    pub fn next_request(
+        &mut self,
+        code: i32,
+        txid: &str,
+        limit: Duration,
+    ) -> Option<RemotingCommand> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(i) = self.server_requests.iter().position(|c| {
+                c.code == code
+                    && c.ext_fields.get("transactionId").map(String::as_str) == Some(txid)
+            }) {
+                return Some(self.server_requests.remove(i));
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            if let Some(c) = self.read_frame() {
+                if !c.is_response() {
+                    self.server_requests.push(c);
+                }
+            }
+        }
+    }
+}
+
+/// Sends `cmd` on `stream` (a TLS session, say) and returns its answer
+/// within `limit`, skipping the server's own requests; None when the stream
+/// closes or fails first, or nothing comes in time.
+pub async fn call_async<S>(
+    stream: &mut S,
+    cmd: &RemotingCommand,
+    limit: Duration,
+) -> Option<RemotingCommand>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        stream.write_all(&cmd.encode().ok()?).await.ok()?;
+        let mut buf = Vec::new();
+        loop {
+            while let Ok(Some((frame, used))) = split_frame(&buf, 64 << 20) {
+                let answer = RemotingCommand::decode(frame).ok()?;
+                buf.drain(..used);
+                if answer.is_response() && answer.opaque == cmd.opaque {
+                    return Some(answer);
+                }
+            }
+            let mut chunk = [0u8; 65536];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(limit, exchange).await.ok().flatten()
 }

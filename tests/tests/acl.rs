@@ -97,6 +97,43 @@ async fn the_peer_port_takes_members_only(deploy: &Path, addr: &str) {
     assert!(ping(None).await.is_err(), "plain HTTP/2 is refused");
 }
 
+/// The remoting port at `addr`, with `[tls]` and the default
+/// `remoting_tls_mode` (enforcing), serves requests over TLS (checked
+/// against the group's CA; signed ones are answered, an unsigned one is
+/// refused NO_PERMISSION), and drops a plain-text connection unanswered.
+async fn the_remoting_port_takes_tls_only(deploy: &Path, addr: &str) {
+    use ledgermq_remoting::{acl::sign_command, RemotingCommand};
+    use ledgermq_tests::remoting::call_async;
+    const NO_PERMISSION: i32 = 16;
+    let ca = deploy.join("certs/ca.pem");
+    // The client side only needs the CA; any key pair fills the material.
+    let connector = node_material(&deploy.join("certs"), "n1", &ca)
+        .connector(false)
+        .unwrap();
+    let offsets = |signed: bool| {
+        let mut cmd = RemotingCommand::request(30, [("topic", "SecureTopic"), ("queueId", "0")]);
+        cmd.opaque = 7;
+        if signed {
+            sign_command(&mut cmd, "demo", "demo-secret");
+        }
+        cmd
+    };
+    let limit = Duration::from_secs(5);
+    let mut tls = ledgermq_tls::connect(addr, Some(&connector)).await.unwrap();
+    let unsigned = call_async(&mut tls, &offsets(false), limit).await;
+    assert_eq!(unsigned.map(|a| a.code), Some(NO_PERMISSION));
+    // Answered (the topic may not exist yet: any answer but a refusal).
+    let signed = call_async(&mut tls, &offsets(true), limit).await;
+    let signed = signed.expect("an answer over TLS");
+    assert_ne!(signed.code, NO_PERMISSION, "{signed:?}");
+    let mut plain = ledgermq_tls::connect(addr, None).await.unwrap();
+    let answer = call_async(&mut plain, &offsets(true), limit).await;
+    assert!(
+        answer.is_none(),
+        "a plain-text request was answered: {answer:?}"
+    );
+}
+
 /// The name server at `addr` (TLS, checked against `ca`) takes a registration
 /// only when it is signed with the registration credentials, for its own
 /// addresses.
@@ -232,6 +269,7 @@ async fn acls_and_tls_allow_what_a_user_may_do_and_refuse_the_rest() {
     };
     let cluster = LocalCluster::start(dir.path(), &opts).await.unwrap();
     the_peer_port_takes_members_only(&deploy, "127.0.0.1:41011").await;
+    the_remoting_port_takes_tls_only(&deploy, "127.0.0.1:11011").await;
     registration_needs_the_members_signature(&cluster.namesrv_addr, Path::new(ca())).await;
 
     // Admin calls: refused without a signature and for a user that is not an
@@ -393,10 +431,12 @@ async fn acls_and_tls_allow_what_a_user_may_do_and_refuse_the_rest() {
         .unwrap();
 }
 
-/// deploy/local-secure's files copied to `dir` without TLS (`[tls]` and
-/// `namesrv_tls` left out: the 4.x client speaks remoting in plain text) and
-/// on ports of their own (name server 9887, clients 8281-8283, Raft
-/// 41021-41023, remoting 11021-11023), so it can run beside the TLS test.
+/// deploy/local-secure's files copied to `dir` without TLS (`[tls]`,
+/// `namesrv_tls` and `remoting_tls_mode` left out: the 4.x client speaks
+/// remoting in plain text),
+/// with a transaction check every second, and on ports of their own (name
+/// server 9887, clients 8281-8283, Raft 41021-41023, remoting 11021-11023),
+/// so it can run beside the TLS test.
 fn plain_secure_deploy(dir: &Path) -> std::path::PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-secure");
     let deploy = dir.join("deploy");
@@ -407,13 +447,17 @@ fn plain_secure_deploy(dir: &Path) -> std::path::PathBuf {
         assert!(!text.contains("[tls]"), "{f}: [tls] is its last table");
         let text: String = text
             .lines()
-            .filter(|l| !l.starts_with("namesrv_tls"))
+            .filter(|l| !l.starts_with("namesrv_tls") && !l.starts_with("remoting_tls_mode"))
             .map(|l| {
                 l.replace("9886", "9887")
                     .replace("818", "828")
                     .replace("4101", "4102")
                     .replace("1101", "1102")
                     .replace("local-secure/n", "local-secure-remoting/n")
+                    .replace(
+                        "flush = \"sync\"",
+                        "flush = \"sync\"\ntransaction_check_interval_ms = 1000",
+                    )
                     + "\n"
             })
             .collect();
@@ -476,6 +520,79 @@ async fn remoting_clients_sign_with_their_session_credentials() {
     .await;
     assert!(summary.contains("\"consumed\": 20"), "{summary}");
     what_a_request_points_at_is_checked("127.0.0.1:11021");
+    let leader = cluster.leader("broker-s").await.expect("a leader");
+    check_backs_go_to_producers_that_may_publish(&format!("127.0.0.1:{}", 11021 + leader));
+}
+
+/// On leader remoting port `leader`: a transaction is checked back only on a
+/// connection whose user may publish to the half message's topic (the check
+/// shows the whole message). demo, there the only producer of group PG, is
+/// asked about its own half on SecureTopic, and not about the admin's half
+/// of the same group on OtherTopic, which demo may not publish to; once the
+/// admin is a producer of PG too, it is. An UNREGISTER_CLIENT naming demo's
+/// client id from another connection does not unregister demo.
+fn check_backs_go_to_producers_that_may_publish(leader: &str) {
+    use ledgermq_remoting::{acl::sign_command, RemotingCommand};
+    use ledgermq_tests::remoting::{call, send_request, Client};
+    let signed = |mut cmd: RemotingCommand, user: &str, secret: &str| {
+        sign_command(&mut cmd, user, secret);
+        cmd
+    };
+    let half = |topic: &str| {
+        send_request(
+            topic,
+            0,
+            "TRAN_MSG\u{1}true\u{2}CHECK_IMMUNITY_TIME_IN_SECONDS\u{1}1\u{2}",
+            b"half",
+        )
+    };
+    let txid = |answer: RemotingCommand| {
+        assert_eq!(answer.code, 0, "{answer:?}");
+        answer.ext_fields["transactionId"].clone()
+    };
+    let heartbeat = |client: &str| {
+        let mut hb = RemotingCommand::request(34, [] as [(&str, &str); 0]);
+        hb.body = format!(
+            r#"{{"clientID":"{client}","producerDataSet":[{{"groupName":"PG"}}],"consumerDataSet":[]}}"#
+        )
+        .into_bytes();
+        hb
+    };
+    let mut demo = Client::connect(leader);
+    assert_eq!(
+        demo.call(signed(heartbeat("demo-p"), "demo", "demo-secret"))
+            .code,
+        0
+    );
+    let unregister =
+        RemotingCommand::request(35, [("clientID", "demo-p"), ("producerGroup", "PG")]);
+    assert_eq!(
+        call(leader, &signed(unregister, "admin", "admin-secret")).code,
+        0
+    );
+    let others = txid(call(
+        leader,
+        &signed(half("OtherTopic"), "admin", "admin-secret"),
+    ));
+    let own = txid(demo.call(signed(half("SecureTopic"), "demo", "demo-secret")));
+    let check = demo.wait_request(39, &own, Duration::from_secs(20));
+    assert_eq!(check.ext_fields["transactionId"], own);
+    // Checks run every second: three more rounds, demo the group's only
+    // producer.
+    let leaked = demo.next_request(39, &others, Duration::from_secs(3));
+    assert!(
+        leaked.is_none(),
+        "demo was shown a half message of OtherTopic: {leaked:?}"
+    );
+    let mut admin = Client::connect(leader);
+    assert_eq!(
+        admin
+            .call(signed(heartbeat("admin-p"), "admin", "admin-secret"))
+            .code,
+        0
+    );
+    let check = admin.wait_request(39, &others, Duration::from_secs(20));
+    assert_eq!(check.ext_fields["transactionId"], others);
 }
 
 /// On the remoting port at `addr`: a message named by offset (VIEW,

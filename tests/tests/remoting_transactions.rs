@@ -5,97 +5,12 @@
 //! connection (CHECK_TRANSACTION_STATE, with the message in RocketMQ's stored
 //! layout) and the producer's rollback keeps it from ever being delivered.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use ledgermq_remoting::command::FLAG_ONEWAY;
 use ledgermq_remoting::message::decode_messages;
-use ledgermq_remoting::{split_frame, RemotingCommand};
+use ledgermq_remoting::RemotingCommand;
 use ledgermq_tests::cluster::{ClusterOptions, LocalCluster};
-
-/// A client connection that keeps the server's own requests it reads.
-struct Client {
-    s: TcpStream,
-    buf: Vec<u8>,
-    server_requests: Vec<RemotingCommand>,
-    opaque: i32,
-}
-
-impl Client {
-    fn connect(addr: &str) -> Self {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        Self {
-            s,
-            buf: Vec::new(),
-            server_requests: Vec::new(),
-            opaque: 0,
-        }
-    }
-
-    /// Reads one frame, if one comes within the read timeout.
-    fn read_frame(&mut self) -> Option<RemotingCommand> {
-        loop {
-            if let Ok(Some((frame, used))) = split_frame(&self.buf, 64 << 20) {
-                let cmd = RemotingCommand::decode(frame).unwrap();
-                self.buf.drain(..used);
-                return Some(cmd);
-            }
-            let mut chunk = [0u8; 65536];
-            match self.s.read(&mut chunk) {
-                Ok(0) => panic!("the server closed the connection"),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(_) => return None,
-            }
-        }
-    }
-
-    fn send(&mut self, mut cmd: RemotingCommand) -> i32 {
-        self.opaque += 1;
-        cmd.opaque = self.opaque;
-        self.s.write_all(&cmd.encode().unwrap()).unwrap();
-        self.opaque
-    }
-
-    fn call(&mut self, cmd: RemotingCommand) -> RemotingCommand {
-        let opaque = self.send(cmd);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            match self.read_frame() {
-                Some(c) if c.is_response() && c.opaque == opaque => return c,
-                Some(c) if !c.is_response() => self.server_requests.push(c),
-                _ => {}
-            }
-        }
-        panic!("no answer to opaque {opaque}");
-    }
-
-    fn oneway(&mut self, mut cmd: RemotingCommand) {
-        cmd.flag |= FLAG_ONEWAY;
-        self.send(cmd);
-    }
-
-    /// The next server request with `code` and `transactionId`, within `limit`.
-    fn wait_request(&mut self, code: i32, txid: &str, limit: Duration) -> RemotingCommand {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(i) = self.server_requests.iter().position(|c| {
-                c.code == code
-                    && c.ext_fields.get("transactionId").map(String::as_str) == Some(txid)
-            }) {
-                return self.server_requests.remove(i);
-            }
-            assert!(Instant::now() < deadline, "no request {code} for {txid}");
-            if let Some(c) = self.read_frame() {
-                if !c.is_response() {
-                    self.server_requests.push(c);
-                }
-            }
-        }
-    }
-}
+use ledgermq_tests::remoting::Client;
 
 fn req(code: i32, fields: &[(&str, &str)]) -> RemotingCommand {
     RemotingCommand::request(code, fields.iter().copied())

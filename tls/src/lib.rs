@@ -244,6 +244,26 @@ impl Stream {
     }
 }
 
+/// Which connections a port with `[tls]` serves (a `tls_mode` key), as
+/// RocketMQ's `tls.server.mode`: `enforcing` or `permissive`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    /// TLS connections only (the default).
+    #[default]
+    Enforcing,
+    /// TLS connections, and plain ones for clients that cannot speak TLS
+    /// (4.x clients).
+    Permissive,
+}
+
+impl TlsMode {
+    /// Whether plain connections are served too ([`accept`]'s `plain_too`).
+    pub fn plain_too(self) -> bool {
+        self == TlsMode::Permissive
+    }
+}
+
 /// The first byte of a TLS connection (a handshake record).
 pub const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 

@@ -37,6 +37,9 @@ fn the_compose_and_systemd_configs_load() {
         let c = BrokerConfig::load(&copy).unwrap();
         assert!(c.auth.enabled && c.namesrv_tls && c.tls.cert_file.is_some());
         assert!(c.auth.registration().unwrap().is_some());
+        // Their remoting ports serve 4.x clients without TLS too.
+        let mode = c.service_settings().remoting_tls_mode;
+        assert_eq!(mode, ledgermq_tls::TlsMode::Permissive);
         copy
     };
     let mut files = Vec::new();
@@ -269,6 +272,15 @@ fn bad_configs_are_refused_with_a_reason() {
         (
             "node_id=0\ncolour='red'\n[peers]\n0='127.0.0.1:2'\n",
             "unknown field",
+        ),
+        (
+            "node_id=0\nremoting_addr='127.0.0.1:3'\nremoting_tls_mode='permissive'\n\
+             [peers]\n0='127.0.0.1:2'\n",
+            "remoting_tls_mode needs [tls]",
+        ),
+        (
+            "node_id=0\nremoting_tls_mode='sometimes'\n[peers]\n0='127.0.0.1:2'\n",
+            "unknown variant",
         ),
         (
             "node_id=0\nmax_queues_per_topic=2000\n[peers]\n0='127.0.0.1:2'\n",

@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fields::{opt, req_num, req_str};
 use super::Remoting;
+use crate::auth::Principal;
 use crate::error::{refuse, BrokerError, ErrorKind};
 use crate::message::check_group;
 
@@ -238,13 +239,16 @@ fn bad_json(what: &str, e: serde_json::Error) -> BrokerError {
 }
 
 impl Remoting {
-    /// HEART_BEAT: records the client's consumer groups (telling a group
-    /// when a member joins) and creates the retry topic of each clustering
+    /// HEART_BEAT: records the client's producer groups with `principal`,
+    /// who signed it (transaction check-backs go only to a producer that may
+    /// publish to the half's topic), and its consumer groups (telling a group
+    /// when a member joins), and creates the retry topic of each clustering
     /// group, as RocketMQ's broker does.
     pub(super) async fn heartbeat(
         &self,
         req: &RemotingCommand,
         conn: &Conn,
+        principal: &Principal,
     ) -> Result<RemotingCommand, BrokerError> {
         let hb: HeartbeatData = serde_json::from_slice(&req.body).map_err(|e| {
             tracing::debug!(peer = %conn.peer, error = %e, "heartbeat body does not parse");
@@ -262,9 +266,12 @@ impl Remoting {
             }
             for p in &hb.producer_data_set {
                 if check_group(&p.group_name).is_ok() {
-                    self.broker
-                        .remoting_producers
-                        .register(&p.group_name, &hb.client_id, conn);
+                    self.broker.remoting_producers.register(
+                        &p.group_name,
+                        &hb.client_id,
+                        conn,
+                        principal.clone(),
+                    );
                 }
             }
             for c in &hb.consumer_data_set {
@@ -319,20 +326,27 @@ impl Remoting {
         Ok(RemotingCommand::response_to(req, response::SUCCESS, None))
     }
 
-    /// UNREGISTER_CLIENT: forgets the client in its consumer group.
-    pub(super) fn unregister(&self, req: &RemotingCommand) -> Result<RemotingCommand, BrokerError> {
+    /// UNREGISTER_CLIENT: forgets the client in its producer group and its
+    /// consumer group, where `conn` registered it (a request naming another
+    /// connection's client changes nothing).
+    pub(super) fn unregister(
+        &self,
+        req: &RemotingCommand,
+        conn: &Conn,
+    ) -> Result<RemotingCommand, BrokerError> {
         let client = req_str(req, "clientID", None)?;
         if let Some(group) = opt(req, "producerGroup", None) {
-            self.broker.remoting_producers.remove(group, client);
+            self.broker
+                .remoting_producers
+                .remove(group, client, conn.id);
         }
         if let Some(group) = opt(req, "consumerGroup", None) {
-            self.broker.consumer_clients.gone(group, client);
             let mut inner = self.clients.inner.lock().unwrap();
-            let gone = inner
-                .groups
-                .get_mut(group)
-                .is_some_and(|m| m.remove(client).is_some());
+            let gone = inner.groups.get_mut(group).is_some_and(|m| {
+                m.get(client).is_some_and(|x| x.conn.id == conn.id) && m.remove(client).is_some()
+            });
             if gone {
+                self.broker.consumer_clients.gone(group, client);
                 notify(&inner, group);
             }
             inner.groups.retain(|_, m| !m.is_empty());

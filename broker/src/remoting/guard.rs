@@ -25,7 +25,10 @@
 //! CONSUMER_SEND_MSG_BACK names by offset needs SUB on its topic (the reference
 //! checks neither, so any user could read any message by offset), and an
 //! END_TRANSACTION without a topic PUB on its half message's topic. A refusal
-//! answers NO_PERMISSION with the reason. Decisions only, no I/O.
+//! answers NO_PERMISSION with the reason. A HEART_BEAT's producer groups need
+//! nothing here, but the check-backs they bring are sent only to a producer
+//! whose user may publish to the half's topic (`transactions::check`).
+//! Decisions only, no I/O.
 
 use ledgermq_remoting::codes::request;
 use ledgermq_remoting::RemotingCommand;

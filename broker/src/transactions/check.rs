@@ -214,7 +214,21 @@ impl TransactionCheck {
                 &txid,
                 store_host,
             );
-            if let Some(client) = self.broker.remoting_producers.offer(&group, &command) {
+            // The check shows the whole message: only to a producer whose
+            // user may publish to its topic (as the users are now).
+            let need = [crate::auth::Need::publish(&topic)];
+            let mut producers = self.broker.remoting_producers.producers(&group);
+            {
+                let meta = self.broker.meta();
+                producers.retain(|p| {
+                    p.principal
+                        .refreshed(&meta.acl_users)
+                        .and_then(|p| p.authorize(&need))
+                        .is_ok()
+                });
+            }
+            let taken = self.broker.remoting_producers.offer(&producers, &command);
+            if let Some(client) = taken {
                 tracing::info!(
                     topic,
                     message_id,
@@ -239,7 +253,7 @@ impl TransactionCheck {
                 check = n,
                 max,
                 group,
-                "no 4.x producer of the group on this node to check the transaction back with"
+                "no 4.x producer of the group on this node (whose user may publish to the topic) to check the transaction back with"
             );
             return;
         }
