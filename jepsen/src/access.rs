@@ -291,19 +291,17 @@ impl Access {
                 "secure run: {what} to {addr}: {got}"
             )))
         };
-        let plain = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| JepsenError::Host(format!("{addr}: {e}")))?
-            .connect_timeout(PROBE_TIMEOUT)
-            .timeout(PROBE_TIMEOUT)
-            .connect_lazy();
+        let probe = |e: Endpoint| {
+            e.connect_timeout(PROBE_TIMEOUT)
+                .timeout(PROBE_TIMEOUT)
+                .connect_lazy()
+        };
+        // A plain run's access: HTTP/2 in clear, and no signature.
+        let plain = Access::plain();
         let allowed = s.topics.first().map_or("", String::as_str);
-        let tls = self
-            .endpoint(addr)?
-            .connect_timeout(PROBE_TIMEOUT)
-            .timeout(PROBE_TIMEOUT)
-            .connect_lazy();
+        let tls = probe(self.endpoint(addr)?);
         let signed = self.messaging(tls.clone());
-        let unsigned = MessagingServiceClient::with_interceptor(tls, Signer(None));
+        let unsigned = plain.messaging(tls);
         let deadline = std::time::Instant::now() + PROBE_WAIT;
         loop {
             let answer = match signed.clone().query_route(route(allowed)).await {
@@ -321,7 +319,8 @@ impl Access {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        if let Ok(r) = MessagingServiceClient::new(plain)
+        if let Ok(r) = plain
+            .messaging(probe(plain.endpoint(addr)?))
             .query_route(route(allowed))
             .await
         {
