@@ -167,7 +167,7 @@ pub async fn serve(
                         stream,
                         Some(acceptor),
                         plain_too,
-                        FIRST_BYTE_WAIT,
+                        ledgermq_tls::FIRST_BYTE_WAIT,
                     )
                     .await
                     {
@@ -204,10 +204,6 @@ pub async fn serve(
         advertised,
     })
 }
-
-/// How long a new connection gets to send its first byte (or finish its TLS
-/// handshake).
-const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
 
 /// Sends, which a connection takes in arrival order when they are oneway.
 fn is_send(req: &RemotingCommand) -> bool {

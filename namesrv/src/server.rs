@@ -278,9 +278,6 @@ pub async fn serve(
     r
 }
 
-/// How long a new connection gets to send its first byte.
-const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
-
 /// Accepts connections, with `tls` completing each one's TLS handshake first
 /// (a connection that does not speak TLS is then dropped), and hands each to
 /// gRPC (`grpc`) or serves it as a remoting connection, by its first byte (see
@@ -304,8 +301,13 @@ async fn split_protocols(
         let _ = stream.set_nodelay(true);
         let (service, grpc, tls) = (service.clone(), grpc.clone(), tls.clone());
         tokio::spawn(async move {
-            let Some((stream, first)) =
-                ledgermq_tls::accept(stream, tls.as_ref(), plain_too, FIRST_BYTE_WAIT).await
+            let Some((stream, first)) = ledgermq_tls::accept(
+                stream,
+                tls.as_ref(),
+                plain_too,
+                ledgermq_tls::FIRST_BYTE_WAIT,
+            )
+            .await
             else {
                 return;
             };

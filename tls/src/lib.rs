@@ -264,6 +264,11 @@ impl TlsMode {
     }
 }
 
+/// How long a server gives a new connection to finish its TLS handshake and
+/// send its first byte ([`accept`]'s `wait` on the name server's port and the
+/// broker's remoting port).
+pub const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
+
 /// The first byte of a TLS connection (a handshake record).
 pub const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 

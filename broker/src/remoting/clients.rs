@@ -342,9 +342,13 @@ impl Remoting {
         }
         if let Some(group) = opt(req, "consumerGroup", None) {
             let mut inner = self.clients.inner.lock().unwrap();
-            let gone = inner.groups.get_mut(group).is_some_and(|m| {
-                m.get(client).is_some_and(|x| x.conn.id == conn.id) && m.remove(client).is_some()
-            });
+            let gone = match inner.groups.get_mut(group) {
+                Some(m) if m.get(client).is_some_and(|x| x.conn.id == conn.id) => {
+                    m.remove(client);
+                    true
+                }
+                _ => false,
+            };
             if gone {
                 self.broker.consumer_clients.gone(group, client);
                 notify(&inner, group);
